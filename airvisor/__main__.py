@@ -1,0 +1,3 @@
+from airvisor.cli import main
+
+main()

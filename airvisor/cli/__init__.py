@@ -1,0 +1,25 @@
+"""The `airvisor` command line. Each command group lives in its own module."""
+
+from __future__ import annotations
+
+import click
+
+from airvisor._version import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="airvisor")
+@click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
+              show_default=True, help="Format of airvisor's own log lines (stderr).")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def main(log_format: str, verbose: bool) -> None:
+    """Supervise prime-rl + MLGym RL runs: start, watch, recover, reap."""
+    from airvisor._logging import configure_logging
+
+    configure_logging(json_format=log_format == "json", verbose=verbose)
+
+
+# Command modules register themselves on `main` when imported.
+from airvisor.cli import _daemon, _reap, _run  # noqa: E402
+
+__all__ = ["_daemon", "_reap", "_run", "main"]

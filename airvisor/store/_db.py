@@ -1,0 +1,357 @@
+"""SQLite state: runs, attempts, components and events.
+
+One file in the state directory. Every thread opens its own connection (sqlite3 connections are
+not shared across threads); WAL mode lets the API read while the supervisor writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    profile_path TEXT,
+    profile_json TEXT NOT NULL,
+    run_dir TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    step INTEGER,
+    last_progress_at REAL,
+    resume_step INTEGER,
+    last_error TEXT,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    gpus_json TEXT NOT NULL DEFAULT '[]',
+    supervisor_pid INTEGER,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    ended_at REAL
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    number INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    resume_step INTEGER,
+    outcome TEXT,
+    reason TEXT,
+    PRIMARY KEY (run_id, number)
+);
+CREATE TABLE IF NOT EXISTS components (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    attempt INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'process',
+    state TEXT NOT NULL,
+    pid INTEGER,
+    pgid INTEGER,
+    create_time REAL,
+    argv_json TEXT NOT NULL DEFAULT '[]',
+    gpus_json TEXT NOT NULL DEFAULT '[]',
+    log_path TEXT,
+    exit_code INTEGER,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    container_id TEXT,
+    health TEXT,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (run_id, attempt, name)
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    component TEXT,
+    message TEXT NOT NULL,
+    data_json TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS events_by_run ON events(run_id, id);
+"""
+
+LIVE_STATES = frozenset({"pending", "preflight", "starting", "running", "recovering", "stopping"})
+
+
+@dataclass(frozen=True)
+class ComponentRecord:
+    run_id: str
+    attempt: int
+    name: str
+    kind: str  # "process" or "container"
+    state: str
+    pid: int | None = None
+    pgid: int | None = None
+    create_time: float | None = None
+    argv: list[str] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    log_path: str | None = None
+    exit_code: int | None = None
+    restarts: int = 0
+    container_id: str | None = None
+    health: str | None = None
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: str
+    name: str
+    profile_path: str | None
+    profile: dict[str, Any]
+    run_dir: str
+    state: str
+    attempt: int
+    step: int | None
+    last_progress_at: float | None
+    resume_step: int | None
+    last_error: str | None
+    restarts: int
+    gpus: list[int]
+    supervisor_pid: int | None
+    created_at: float
+    updated_at: float
+    ended_at: float | None
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_STATES
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    run_id: str
+    at: float
+    kind: str
+    component: str | None
+    message: str
+    data: dict[str, Any]
+
+
+_RUN_COLUMNS = (
+    "id, name, profile_path, profile_json, run_dir, state, attempt, step, last_progress_at, "
+    "resume_step, last_error, restarts, gpus_json, supervisor_pid, created_at, updated_at, ended_at"
+)
+_COMPONENT_COLUMNS = (
+    "run_id, attempt, name, kind, state, pid, pgid, create_time, argv_json, gpus_json, log_path, "
+    "exit_code, restarts, container_id, health, updated_at"
+)
+_RUN_FIELDS = {
+    "state", "attempt", "step", "last_progress_at", "resume_step", "last_error", "restarts",
+    "supervisor_pid", "ended_at",
+}
+_COMPONENT_FIELDS = {
+    "kind", "state", "pid", "pgid", "create_time", "argv", "gpus", "log_path", "exit_code",
+    "restarts", "container_id", "health",
+}
+
+
+def _run_from_row(row: sqlite3.Row) -> RunRecord:
+    return RunRecord(
+        id=row["id"], name=row["name"], profile_path=row["profile_path"],
+        profile=json.loads(row["profile_json"]), run_dir=row["run_dir"], state=row["state"],
+        attempt=row["attempt"], step=row["step"], last_progress_at=row["last_progress_at"],
+        resume_step=row["resume_step"], last_error=row["last_error"], restarts=row["restarts"],
+        gpus=json.loads(row["gpus_json"]), supervisor_pid=row["supervisor_pid"],
+        created_at=row["created_at"], updated_at=row["updated_at"], ended_at=row["ended_at"],
+    )
+
+
+def _component_from_row(row: sqlite3.Row) -> ComponentRecord:
+    return ComponentRecord(
+        run_id=row["run_id"], attempt=row["attempt"], name=row["name"], kind=row["kind"],
+        state=row["state"], pid=row["pid"], pgid=row["pgid"], create_time=row["create_time"],
+        argv=json.loads(row["argv_json"]), gpus=json.loads(row["gpus_json"]),
+        log_path=row["log_path"], exit_code=row["exit_code"], restarts=row["restarts"],
+        container_id=row["container_id"], health=row["health"], updated_at=row["updated_at"],
+    )
+
+
+class Store:
+    """Thread-safe access to the state database (one connection per thread)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        with self._tx() as db:
+            db.executescript(SCHEMA)
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # -- runs -----------------------------------------------------------------------------
+    def create_run(
+        self, *, run_id: str, name: str, profile_path: str | None, profile: dict[str, Any],
+        run_dir: str, gpus: list[int], supervisor_pid: int | None, now: float | None = None,
+    ) -> RunRecord:
+        now = time.time() if now is None else now
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO runs (id, name, profile_path, profile_json, run_dir, state, "
+                "gpus_json, supervisor_pid, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+                (run_id, name, profile_path, json.dumps(profile, default=str), run_dir,
+                 json.dumps(gpus), supervisor_pid, now, now),
+            )
+        run = self.get_run(run_id)
+        assert run is not None
+        return run
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        unknown = set(fields) - _RUN_FIELDS
+        if unknown:
+            raise ValueError(f"unknown run fields: {sorted(unknown)}")
+        fields["updated_at"] = time.time()
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self._tx() as db:
+            db.execute(f"UPDATE runs SET {sets} WHERE id = ?", (*fields.values(), run_id))
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = self._conn().execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+        return _run_from_row(row) if row else None
+
+    def list_runs(self, limit: int = 100) -> list[RunRecord]:
+        rows = self._conn().execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [_run_from_row(r) for r in rows]
+
+    def live_runs(self) -> list[RunRecord]:
+        marks = ",".join("?" * len(LIVE_STATES))
+        rows = self._conn().execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE state IN ({marks}) ORDER BY created_at DESC",
+            tuple(LIVE_STATES),
+        ).fetchall()
+        return [_run_from_row(r) for r in rows]
+
+    def current_run(self) -> RunRecord | None:
+        """The newest live run, else the newest run of any state."""
+        live = self.live_runs()
+        if live:
+            return live[0]
+        runs = self.list_runs(limit=1)
+        return runs[0] if runs else None
+
+    # -- attempts -------------------------------------------------------------------------
+    def start_attempt(self, run_id: str, number: int, resume_step: int | None) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO attempts (run_id, number, started_at, resume_step) "
+                "VALUES (?, ?, ?, ?)", (run_id, number, time.time(), resume_step),
+            )
+            db.execute(
+                "UPDATE runs SET attempt = ?, resume_step = ?, updated_at = ? WHERE id = ?",
+                (number, resume_step, time.time(), run_id),
+            )
+
+    def end_attempt(self, run_id: str, number: int, outcome: str, reason: str | None) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE attempts SET ended_at = ?, outcome = ?, reason = ? "
+                "WHERE run_id = ? AND number = ?", (time.time(), outcome, reason, run_id, number),
+            )
+
+    def attempts(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._conn().execute(
+            "SELECT * FROM attempts WHERE run_id = ? ORDER BY number", (run_id,)
+        ).fetchall()
+        return [dict(r) for r in rows]
+
+    # -- components -----------------------------------------------------------------------
+    def upsert_component(self, run_id: str, attempt: int, name: str, **fields: Any) -> None:
+        unknown = set(fields) - _COMPONENT_FIELDS
+        if unknown:
+            raise ValueError(f"unknown component fields: {sorted(unknown)}")
+        cols: dict[str, Any] = {}
+        for key, value in fields.items():
+            if key in ("argv", "gpus"):
+                cols[f"{key}_json"] = json.dumps(value)
+            else:
+                cols[key] = value
+        cols["updated_at"] = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO components (run_id, attempt, name, state, updated_at) "
+                "VALUES (?, ?, ?, 'pending', ?)", (run_id, attempt, name, cols["updated_at"]),
+            )
+            sets = ", ".join(f"{k} = ?" for k in cols)
+            db.execute(
+                f"UPDATE components SET {sets} WHERE run_id = ? AND attempt = ? AND name = ?",
+                (*cols.values(), run_id, attempt, name),
+            )
+
+    def components(self, run_id: str, attempt: int | None = None) -> list[ComponentRecord]:
+        if attempt is None:
+            run = self.get_run(run_id)
+            if run is None:
+                return []
+            attempt = run.attempt
+        rows = self._conn().execute(
+            f"SELECT {_COMPONENT_COLUMNS} FROM components WHERE run_id = ? AND attempt = ? "
+            "ORDER BY kind DESC, name", (run_id, attempt),
+        ).fetchall()
+        return [_component_from_row(r) for r in rows]
+
+    # -- events ---------------------------------------------------------------------------
+    def add_event(
+        self, run_id: str, kind: str, message: str, *, component: str | None = None,
+        data: dict[str, Any] | None = None, at: float | None = None,
+    ) -> int:
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO events (run_id, at, kind, component, message, data_json) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, time.time() if at is None else at, kind, component, message,
+                 json.dumps(data or {}, default=str)),
+            )
+            return int(cur.lastrowid or 0)
+
+    def events(self, run_id: str, *, after_id: int = 0, limit: int = 1000) -> list[EventRecord]:
+        rows = self._conn().execute(
+            "SELECT id, run_id, at, kind, component, message, data_json FROM events "
+            "WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?", (run_id, after_id, limit),
+        ).fetchall()
+        return [
+            EventRecord(id=r["id"], run_id=r["run_id"], at=r["at"], kind=r["kind"],
+                        component=r["component"], message=r["message"],
+                        data=json.loads(r["data_json"]))
+            for r in rows
+        ]
+
+    def recent_events(self, run_id: str, limit: int = 20) -> list[EventRecord]:
+        rows = self._conn().execute(
+            "SELECT id FROM events WHERE run_id = ? ORDER BY id DESC LIMIT ?", (run_id, limit)
+        ).fetchall()
+        if not rows:
+            return []
+        return self.events(run_id, after_id=rows[-1]["id"] - 1, limit=limit)
