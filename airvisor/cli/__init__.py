@@ -20,6 +20,6 @@ def main(log_format: str, verbose: bool) -> None:
 
 
 # Command modules register themselves on `main` when imported.
-from airvisor.cli import _daemon, _reap, _run  # noqa: E402
+from airvisor.cli import _check, _daemon, _reap, _run  # noqa: E402
 
-__all__ = ["_daemon", "_reap", "_run", "main"]
+__all__ = ["_check", "_daemon", "_reap", "_run", "main"]

@@ -1,0 +1,1 @@
+"""Commands: placeholder (filled in by its owner)."""
