@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS runs (
     restarts INTEGER NOT NULL DEFAULT 0,
     gpus_json TEXT NOT NULL DEFAULT '[]',
     supervisor_pid INTEGER,
+    supervisor_started REAL,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     ended_at REAL
@@ -116,6 +117,7 @@ class RunRecord:
     restarts: int
     gpus: list[int]
     supervisor_pid: int | None
+    supervisor_started: float | None
     created_at: float
     updated_at: float
     ended_at: float | None
@@ -138,7 +140,8 @@ class EventRecord:
 
 _RUN_COLUMNS = (
     "id, name, profile_path, profile_json, run_dir, state, attempt, step, last_progress_at, "
-    "resume_step, last_error, restarts, gpus_json, supervisor_pid, created_at, updated_at, ended_at"
+    "resume_step, last_error, restarts, gpus_json, supervisor_pid, supervisor_started, created_at, "
+    "updated_at, ended_at"
 )
 _COMPONENT_COLUMNS = (
     "run_id, attempt, name, kind, state, pid, pgid, create_time, argv_json, gpus_json, log_path, "
@@ -146,7 +149,7 @@ _COMPONENT_COLUMNS = (
 )
 _RUN_FIELDS = {
     "state", "attempt", "step", "last_progress_at", "resume_step", "last_error", "restarts",
-    "supervisor_pid", "ended_at",
+    "supervisor_pid", "supervisor_started", "ended_at",
 }
 _COMPONENT_FIELDS = {
     "kind", "state", "pid", "pgid", "create_time", "argv", "gpus", "log_path", "exit_code",
@@ -161,6 +164,7 @@ def _run_from_row(row: sqlite3.Row) -> RunRecord:
         attempt=row["attempt"], step=row["step"], last_progress_at=row["last_progress_at"],
         resume_step=row["resume_step"], last_error=row["last_error"], restarts=row["restarts"],
         gpus=json.loads(row["gpus_json"]), supervisor_pid=row["supervisor_pid"],
+        supervisor_started=row["supervisor_started"],
         created_at=row["created_at"], updated_at=row["updated_at"], ended_at=row["ended_at"],
     )
 

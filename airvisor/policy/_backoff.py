@@ -1,0 +1,39 @@
+"""Restart policy: exponential backoff with a cap, and crash-loop detection."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    max_restarts: int  # restarts allowed within `window` seconds
+    window: float
+    backoff_initial: float
+    backoff_factor: float
+    backoff_max: float
+
+
+@dataclass(frozen=True)
+class Restart:
+    delay: float
+    recent_restarts: int
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    reason: str
+
+
+def decide_restart(policy: RestartPolicy, restart_times: Sequence[float],
+                   now: float) -> Restart | GiveUp:
+    """Decide after a failure, given when earlier restarts of this run happened."""
+    recent = [t for t in restart_times if now - t <= policy.window]
+    if len(recent) >= policy.max_restarts:
+        return GiveUp(
+            f"crash loop: {len(recent)} restarts within {policy.window:g} s "
+            f"(restart.max_restarts = {policy.max_restarts})"
+        )
+    delay = policy.backoff_initial * policy.backoff_factor ** len(recent)
+    return Restart(delay=min(delay, policy.backoff_max), recent_restarts=len(recent))
