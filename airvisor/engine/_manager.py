@@ -1,0 +1,400 @@
+"""RunManager: every run this process supervises, and the loop that drives them.
+
+Other threads (the API, signal flags) only enqueue; `tick()` on the main thread dispatches events
+to the run supervisors and fires their timers. Exits are noticed at once because the waiter
+threads post into the same queue the loop blocks on.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+
+from airvisor._logging import get_logger
+from airvisor.engine._checkpoints import scan_checkpoints
+from airvisor.engine._events import Command, Event
+from airvisor.engine._supervisor import ComponentHandle, Hooks, RunSupervisor
+from airvisor.engine._tail import LogTail
+from airvisor.policy import RunState, choose_resume_step, step_from_log_line
+from airvisor.proc import ProcessIdentity
+from airvisor.profile._schema import Profile
+from airvisor.store import RunRecord, Store
+
+log = get_logger("airvisor.engine")
+
+StartMode = Literal["auto", "resume", "fresh"]
+
+
+class RunConflict(Exception):
+    """The run cannot start (or be restarted) given what is already running or on disk."""
+
+
+class UnknownRun(Exception):
+    pass
+
+
+def new_run_id(name: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40]
+    return f"{safe}-{stamp}-{secrets.token_hex(2)}"
+
+
+def profile_gpus(profile: Profile) -> set[int]:
+    gpus = profile.gpus
+    container_gpus = profile.containers.gpus or gpus.containers
+    return set(gpus.inference) | set(gpus.trainer) | (
+        set(container_gpus) if profile.containers.enabled else set())
+
+
+def supervisor_alive(run: RunRecord) -> bool:
+    """Is the process recorded as this run's supervisor still that process?"""
+    if run.supervisor_pid is None:
+        return False
+    try:
+        proc = psutil.Process(run.supervisor_pid)
+        if run.supervisor_started is not None and \
+                abs(proc.create_time() - run.supervisor_started) > 0.01:
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _own_create_time() -> float:
+    return psutil.Process().create_time()
+
+
+def default_hooks(manager: RunManager) -> Hooks:
+    def prepare_machine(profile: Profile, run_id: str, live: set[str]) -> str:
+        from airvisor.reaper import prepare_machine as reaper_prepare
+
+        report = reaper_prepare(profile, run_id=run_id, live_run_ids=live)
+        return str(getattr(report, "summary", report))
+
+    def stop_tree(identities: list[ProcessIdentity], pgids: list[int], run_id: str,
+                  grace: float) -> str:
+        from airvisor.proc._kill import terminate_tree
+
+        report = terminate_tree(
+            [i.pid for i in identities], pgids=pgids, marker_run_id=run_id, grace=grace,
+            identities={i.pid: i.create_time for i in identities},
+        )
+        text = (f"{len(report.terminated)} exited on SIGTERM, {len(report.killed)} needed "
+                f"SIGKILL")
+        if report.survivors:
+            text += "; still alive: " + ", ".join(
+                f"{s.pid} ({s.status}) {s.cmdline[:60]}" for s in report.survivors)
+        return text
+
+    def container_pool(profile: Profile, run_id: str) -> Any:
+        from airvisor.containers import ContainerPool
+
+        section = profile.containers
+        return ContainerPool(section, run_id=run_id, run_name=profile.run.name,
+                             gpus=list(section.gpus or profile.gpus.containers))
+
+    return Hooks(prepare_machine=prepare_machine, stop_tree=stop_tree,
+                 container_pool=container_pool, live_run_ids=manager.live_run_ids)
+
+
+class RunManager:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        foreground: bool = False,
+        hooks: Hooks | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.foreground = foreground
+        self._clock = clock
+        self._queue: queue.Queue[Event] = queue.Queue()
+        self._runs: dict[str, RunSupervisor] = {}
+        self._lock = threading.RLock()
+        self.hooks = hooks or default_hooks(self)
+        self._pid = os.getpid()
+        self._started = _own_create_time()
+
+    # -- queries ---------------------------------------------------------------------------
+    def supervisor(self, run_id: str) -> RunSupervisor | None:
+        return self._runs.get(run_id)
+
+    def live_run_ids(self) -> set[str]:
+        with self._lock:
+            ours = {rid for rid, sup in self._runs.items() if not sup.state.terminal}
+        others = {run.id for run in self.store.live_runs()
+                  if run.id not in self._runs and supervisor_alive(run)}
+        return ours | others
+
+    def status_line(self) -> str:
+        with self._lock:
+            live = [s for s in self._runs.values() if not s.state.terminal]
+        if not live:
+            return "idle"
+        return "; ".join(
+            f"{s.run_id}: {s.state} step {s.step if s.step is not None else '-'} "
+            f"attempt {s.attempt}" for s in live)
+
+    # -- commands (any thread) ---------------------------------------------------------------
+    def submit(self, profile: Profile, *, start_mode: StartMode = "auto") -> RunRecord:
+        """Accept a run; it proceeds on the main loop's ticks. Raises RunConflict."""
+        with self._lock:
+            self._check_conflicts(profile)
+            run_dir = Path(profile.run.output_dir)
+            self._prepare_run_dir(profile, run_dir, start_mode)
+            run_id = new_run_id(profile.run.name)
+            record = self.store.create_run(
+                run_id=run_id, name=profile.run.name,
+                profile_path=str(profile.source) if profile.source else None,
+                profile=profile.model_dump(mode="json"), run_dir=str(run_dir),
+                gpus=sorted(profile_gpus(profile)), supervisor_pid=self._pid,
+            )
+            self.store.update_run(run_id, supervisor_started=self._started)
+            supervisor = self._new_supervisor(run_id, profile)
+            # Attempt numbers continue in a reused output dir, so no log file is overwritten.
+            supervisor.attempt = _existing_attempts(run_dir)
+            self._runs[run_id] = supervisor
+            self.store.add_event(run_id, "submitted",
+                                 f"run {run_id} accepted (profile {profile.run.name})",
+                                 data={"start_mode": start_mode})
+            self._queue.put(Command(run_id, "start"))
+            return record
+
+    def request_stop(self, run_id: str) -> None:
+        self._command(run_id, "stop")
+
+    def request_restart(self, run_id: str) -> None:
+        self._command(run_id, "restart")
+
+    def _command(self, run_id: str, action: str) -> None:
+        with self._lock:
+            supervisor = self._runs.get(run_id)
+            if supervisor is None:
+                if self.store.get_run(run_id) is None:
+                    raise UnknownRun(f"no run with id {run_id!r}")
+                raise RunConflict(f"run {run_id} is not supervised by this process "
+                                  "(finished, or owned by another airvisor)")
+            if supervisor.state.terminal:
+                raise RunConflict(f"run {run_id} has already ended ({supervisor.state})")
+        self._queue.put(Command(run_id, action))
+
+    def post(self, event: Event) -> None:
+        self._queue.put(event)
+
+    # -- the loop (main thread) ----------------------------------------------------------------
+    def tick(self, timeout: float) -> None:
+        try:
+            event: Event | None = self._queue.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            event = None
+        while event is not None:
+            self._dispatch(event)
+            try:
+                event = self._queue.get_nowait()
+            except queue.Empty:
+                event = None
+        with self._lock:
+            supervisors = list(self._runs.values())
+        for supervisor in supervisors:
+            if not supervisor.state.terminal:
+                self._guard(supervisor, supervisor.on_tick)
+
+    def _dispatch(self, event: Event) -> None:
+        supervisor = self._runs.get(event.run_id)
+        if supervisor is None:
+            return
+        if isinstance(event, Command) and event.action == "start":
+            if supervisor.state == RunState.PENDING:
+                self._guard(supervisor, supervisor.begin)
+            return
+        self._guard(supervisor, lambda: supervisor.handle(event))
+
+    def _guard(self, supervisor: RunSupervisor, action: Callable[[], None]) -> None:
+        """A bug in one run's handling must not take the daemon (and every other run) down."""
+        try:
+            action()
+        except Exception as exc:
+            log.exception("internal error while supervising", run=supervisor.run_id)
+            self.store.add_event(supervisor.run_id, "internal_error",
+                                 f"internal error: {type(exc).__name__}: {exc}")
+
+    def run_until_done(self, run_id: str, *, on_tick: Callable[[], None] | None = None,
+                       interval: float = 0.2) -> RunState:
+        """Foreground mode: drive the loop until the run ends."""
+        supervisor = self._runs[run_id]
+        while not supervisor.state.terminal:
+            self.tick(interval)
+            if on_tick is not None:
+                on_tick()
+        return supervisor.state
+
+    def shutdown(self, *, stop_runs: bool, timeout: float | None = None) -> None:
+        """Leave training running (a later daemon adopts it) unless `stop_runs`."""
+        with self._lock:
+            live = [s for s in self._runs.values() if not s.state.terminal]
+        if stop_runs:
+            for supervisor in live:
+                self._queue.put(Command(supervisor.run_id, "stop"))
+            limit = timeout if timeout is not None else max(
+                [s.profile.restart.stop_grace for s in live] + [0.0]) + 15.0
+            deadline = self._clock() + limit
+            while any(not s.state.terminal for s in live) and self._clock() < deadline:
+                self.tick(0.1)
+        for supervisor in live:
+            if supervisor._prober is not None:
+                supervisor._prober.stop()
+
+    # -- boot: adopt or resume -------------------------------------------------------------------
+    def adopt_on_boot(self) -> list[str]:
+        """Take over runs whose supervisor died: adopt live components, resume dead ones."""
+        taken: list[str] = []
+        for run in self.store.live_runs():
+            if run.id in self._runs or supervisor_alive(run):
+                continue
+            try:
+                profile = Profile.model_validate(run.profile)
+            except ValueError as exc:
+                self.store.update_run(run.id, state="failed", ended_at=time.time(),
+                                      last_error=f"stored profile unreadable: {exc}")
+                continue
+            with self._lock:
+                self.store.update_run(run.id, supervisor_pid=self._pid,
+                                      supervisor_started=self._started)
+                supervisor = self._new_supervisor(run.id, profile)
+                supervisor.step = run.step
+                self._runs[run.id] = supervisor
+            handles, dead = self._component_handles(run)
+            if handles and not dead:
+                supervisor.adopt(run.attempt, handles, _step_from_logs(handles, run.step))
+                pids = ", ".join(str(h.identity.pid) for h in handles.values())
+                self.store.add_event(run.id, "adopted", f"adopted live run: "
+                                     f"{', '.join(sorted(handles))} (pids {pids})")
+            elif profile.restart.resume_on_boot:
+                supervisor.attempt = run.attempt
+                supervisor.components = handles
+                supervisor.state = RunState.RUNNING
+                why = (f"components died while no supervisor watched: {', '.join(dead)}"
+                       if dead else "the run had not started its components")
+                self.store.add_event(run.id, "boot_resume", f"{why}; resuming "
+                                     f"({choose_resume_step(scan_checkpoints(Path(run.run_dir))).describe()})")
+                self._guard(supervisor, lambda s=supervisor, w=why: s._fail(  # type: ignore[misc]
+                    w, None, count_restart=False))
+            else:
+                supervisor.state = RunState.RUNNING
+                supervisor.components = handles
+                self._guard(supervisor, lambda s=supervisor: s._stop_everything(  # type: ignore[misc]
+                    final=RunState.FAILED))
+                self.store.update_run(run.id, last_error="components died with the supervisor "
+                                      "and restart.resume_on_boot is off")
+            taken.append(run.id)
+        return taken
+
+    def _component_handles(self, run: RunRecord) -> tuple[dict[str, ComponentHandle], list[str]]:
+        handles: dict[str, ComponentHandle] = {}
+        dead: list[str] = []
+        for comp in self.store.components(run.id, run.attempt):
+            if comp.kind != "process" or comp.state not in ("running", "starting"):
+                continue
+            if comp.pid is None or comp.create_time is None:
+                dead.append(comp.name)
+                continue
+            identity = ProcessIdentity(comp.pid, comp.create_time)
+            if not identity.alive():
+                dead.append(comp.name)
+                continue
+            handles[comp.name] = ComponentHandle(
+                name=comp.name, identity=identity, pgid=comp.pgid or comp.pid,
+                log=LogTail(Path(comp.log_path or os.devnull), from_end=True),
+                argv=comp.argv, gpus=comp.gpus, launched=None,
+            )
+        return handles, dead
+
+    # -- internals --------------------------------------------------------------------------------
+    def _new_supervisor(self, run_id: str, profile: Profile) -> RunSupervisor:
+        return RunSupervisor(run_id=run_id, profile=profile, store=self.store,
+                             post=self._queue.put, hooks=self.hooks, clock=self._clock)
+
+    def _check_conflicts(self, profile: Profile) -> None:
+        wanted_gpus = profile_gpus(profile)
+        run_dir = Path(profile.run.output_dir).resolve()
+        port = profile.inference.port
+        for run in self.store.live_runs():
+            supervised_here = run.id in self._runs and not self._runs[run.id].state.terminal
+            if not supervised_here and not supervisor_alive(run):
+                # Its supervisor is gone and nobody adopted it: the preflight reaper will clear
+                # its processes; record that it ended.
+                self.store.update_run(run.id, state="failed", ended_at=time.time(),
+                                      last_error="abandoned: its supervisor exited and the run "
+                                      "was not adopted")
+                self.store.add_event(run.id, "abandoned", "run abandoned (supervisor gone)")
+                continue
+            other = Profile.model_validate(run.profile)
+            shared = wanted_gpus & set(run.gpus)
+            if shared:
+                raise RunConflict(f"run {run.id} is live on GPU(s) {sorted(shared)}; stop it "
+                                  f"first (airvisor stop {run.id}) or pick other GPUs")
+            if Path(other.run.output_dir).resolve() == run_dir:
+                raise RunConflict(f"run {run.id} is live in the same output dir {run_dir}")
+            if other.inference.port == port:
+                raise RunConflict(f"run {run.id} is live with its inference server on port "
+                                  f"{port}; set [inference] port to another port")
+
+    def _prepare_run_dir(self, profile: Profile, run_dir: Path, start_mode: StartMode) -> None:
+        if not _is_used(run_dir):
+            return
+        mode = {"resume": "resume", "fresh": "archive"}.get(start_mode, profile.run.on_existing)
+        if start_mode == "fresh" and profile.run.on_existing == "replace":
+            mode = "replace"
+        if mode == "resume":
+            return
+        if mode == "refuse":
+            choice = choose_resume_step(scan_checkpoints(run_dir))
+            where = (f"newest complete checkpoint: step {choice.step}"
+                     if choice.step is not None else "no complete checkpoint")
+            raise RunConflict(
+                f"output dir {run_dir} already holds an earlier run ({where}). Start with "
+                f"--resume to continue from it, or --fresh to move it aside "
+                f"(or set [run] on_existing in the profile)")
+        if mode == "replace":
+            shutil.rmtree(run_dir)
+            return
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        archived = run_dir.with_name(f"{run_dir.name}.old-{stamp}")
+        run_dir.rename(archived)
+        log.info("moved earlier run aside", path=str(archived))
+
+
+def _is_used(run_dir: Path) -> bool:
+    return any((run_dir / name).exists() for name in ("checkpoints", "airvisor", "metrics.jsonl"))
+
+
+def _existing_attempts(run_dir: Path) -> int:
+    root = run_dir / "airvisor"
+    if not root.is_dir():
+        return 0
+    numbers = [int(p.name.split("_", 1)[1]) for p in root.glob("attempt_*")
+               if p.name.split("_", 1)[1].isdigit()]
+    return max(numbers, default=0)
+
+
+def _step_from_logs(handles: dict[str, ComponentHandle], known: int | None) -> int | None:
+    """Catch up on the logs written while no supervisor read them."""
+    step = known
+    trainer = handles.get("trainer")
+    if trainer is not None:
+        for line in LogTail(trainer.log.path).read_new_lines():
+            found = step_from_log_line(line)
+            if found is not None:
+                step = max(step or 0, found)
+    return step

@@ -1,0 +1,580 @@
+"""One supervised run: its attempts, components, progress, failures and recovery.
+
+All decisions run on the main loop's thread, in `handle()` (an event) and `on_tick()` (timers).
+Anything that blocks (preflight, stopping a tree with its grace period, Docker) runs on a worker
+thread and reports back with a `TaskDone` event, so one run's slow stop never delays another
+run's failure detection or the API.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from airvisor._logging import get_logger
+from airvisor.engine._checkpoints import scan_checkpoints
+from airvisor.engine._events import (
+    Command,
+    ComponentExited,
+    Event,
+    InferenceReady,
+    ProbeFailed,
+    TaskDone,
+)
+from airvisor.engine._probe import InferenceProber, inference_base_url
+from airvisor.engine._tail import LogTail
+from airvisor.policy import (
+    GiveUp,
+    RestartPolicy,
+    RunState,
+    StallRule,
+    choose_resume_step,
+    decide_restart,
+    milestone_from_log_line,
+    stalled_for,
+    step_from_log_line,
+    step_from_metrics_row,
+    transition,
+)
+from airvisor.proc import Launched, ProcessIdentity, launch
+from airvisor.profile._schema import Profile
+from airvisor.store import Store
+
+log = get_logger("airvisor.engine")
+
+PROCESS_ORDER = ("inference", "trainer", "orchestrator")
+
+
+class ContainerPoolLike(Protocol):
+    """What the supervisor needs of `airvisor.containers.ContainerPool`."""
+
+    @property
+    def names(self) -> list[str]: ...
+
+    def preflight(self) -> None: ...
+
+    def up(self) -> list[Any]: ...
+
+    def check(self) -> list[Any]: ...
+
+    def down(self) -> None: ...
+
+    def status(self) -> list[Any]: ...
+
+
+@dataclass
+class Hooks:
+    """The supervisor's I/O beyond process launch, injectable for tests."""
+
+    # Reap stale processes and wait for GPU memory; returns a one-line summary.
+    prepare_machine: Callable[[Profile, str, set[str]], str]
+    # Stop a set of processes as whole trees: (identities, pgids, marker run id, grace).
+    stop_tree: Callable[[list[ProcessIdentity], list[int], str, float], str]
+    container_pool: Callable[[Profile, str], ContainerPoolLike] | None = None
+    # Run ids that count as live (for the reaper), provided by the manager.
+    live_run_ids: Callable[[], set[str]] = field(default=lambda: set())
+
+
+@dataclass
+class ComponentHandle:
+    name: str
+    identity: ProcessIdentity
+    pgid: int
+    log: LogTail
+    argv: list[str]
+    gpus: list[int]
+    launched: Launched | None = None  # None when adopted from an earlier supervisor
+    exit_code: int | None = None
+    exited: bool = False
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "exited (status unknown: adopted process)"
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class RunSupervisor:
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        profile: Profile,
+        store: Store,
+        post: Callable[[Event], None],
+        hooks: Hooks,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.run_id = run_id
+        self.profile = profile
+        self.store = store
+        self._post = post
+        self._hooks = hooks
+        self._clock = clock
+        self.run_dir = Path(profile.run.output_dir)
+        self.state = RunState.PENDING
+        self.attempt = 0
+        self.components: dict[str, ComponentHandle] = {}
+        self.step: int | None = None
+        self.last_progress_wall: float | None = None
+        self._attempt_started = clock()
+        self._attempt_progress: float | None = None  # monotonic time of the last advance
+        self._attempt_max_step = 0
+        self._prober: InferenceProber | None = None
+        self._pool: ContainerPoolLike | None = None
+        self._metrics: LogTail | None = None
+        self._restart_times: list[float] = []
+        self._restart_at: float | None = None
+        self._resume_step: int | None = None
+        self._failure: str | None = None
+        self._stop_requested = False
+        self._restart_requested = False
+        self._tasks: set[str] = set()
+        self._pool_lock = threading.Lock()  # one Docker operation on the pool at a time
+        self._count_restart = True
+        self._final: RunState | None = None
+        self._specs: dict[str, Any] = {}
+        self._next_container_check = 0.0
+        self._container_recreates = 0
+        self.finished = threading.Event()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _event(self, kind: str, message: str, *, component: str | None = None,
+               **data: Any) -> None:
+        self.store.add_event(self.run_id, kind, message, component=component, data=data)
+        log.info(message, run=self.run_id, kind=kind, component=component)
+
+    def _set_state(self, target: RunState) -> None:
+        if target == self.state:
+            return
+        self.state = transition(self.state, target)
+        fields: dict[str, Any] = {"state": str(target)}
+        if target.terminal:
+            fields["ended_at"] = time.time()
+        self.store.update_run(self.run_id, **fields)
+        self._event("state", f"run {target}")
+        if target.terminal:
+            self.finished.set()
+
+    def _run_task(self, name: str, job: Callable[[], Any]) -> None:
+        """Run a blocking job on a worker thread; its outcome comes back as TaskDone."""
+        self._tasks.add(name)
+        attempt = self.attempt
+
+        def work() -> None:
+            try:
+                result = job()
+            except Exception as exc:  # reported as the task's error, handled on the main loop
+                message = str(exc) or type(exc).__name__
+                self._post(TaskDone(self.run_id, attempt, name, error=message))
+                return
+            self._post(TaskDone(self.run_id, attempt, name, result=result))
+
+        threading.Thread(target=work, name=f"{name}-{self.run_id}", daemon=True).start()
+
+    def _live_processes(self) -> list[ComponentHandle]:
+        return [h for h in self.components.values() if not h.exited]
+
+    @property
+    def attempt_dir(self) -> Path:
+        return self.run_dir / "airvisor" / f"attempt_{self.attempt}"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Start the first attempt (after preflight)."""
+        self._begin_preflight()
+
+    def _begin_preflight(self) -> None:
+        self._set_state(RunState.PREFLIGHT)
+        profile, run_id = self.profile, self.run_id
+        live = self._hooks.live_run_ids() - {run_id}
+
+        def job() -> str:
+            summary = self._hooks.prepare_machine(profile, run_id, live)
+            if profile.containers.enabled and self._hooks.container_pool is not None:
+                if self._pool is None:
+                    self._pool = self._hooks.container_pool(profile, run_id)
+                with self._pool_lock:
+                    self._pool.preflight()
+                    self._pool.up()
+                summary += f"; {len(self._pool.names)} container(s) up"
+            return summary
+
+        self._run_task("preflight", job)
+
+    def _launch_attempt(self) -> None:
+        from airvisor.primerl import get_adapter
+
+        self.attempt += 1
+        choice = choose_resume_step(scan_checkpoints(self.run_dir))
+        self._resume_step = choice.step
+        self.store.start_attempt(self.run_id, self.attempt, choice.step)
+        self._event("attempt", f"attempt {self.attempt}: {choice.describe()}",
+                    attempt=self.attempt, resume_step=choice.step,
+                    skipped=[list(s) for s in choice.skipped])
+        adapter = get_adapter(self.profile.prime_rl.version)
+        names = self._pool.names if self._pool is not None else []
+        specs = adapter.launch_specs(
+            self.profile, run_id=self.run_id, run_dir=self.run_dir,
+            attempt_dir=self.attempt_dir, resume_step=choice.step, container_names=names,
+        )
+        self._specs = specs
+        for spec in specs.values():
+            for path, text in spec.files.items():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+        self.components = {}
+        self._attempt_started = self._clock()
+        self._attempt_progress = None
+        self._attempt_max_step = choice.step or 0
+        metrics = self.run_dir / "metrics.jsonl"
+        self._metrics = LogTail(metrics, from_end=True)
+        self._set_state(RunState.STARTING)
+        # The trainer loads its model while the inference server starts; the orchestrator
+        # starts only once the server answers /health and /v1/models.
+        for name in ("inference", "trainer"):
+            self._start_component(name)
+        self._prober = InferenceProber(
+            run_id=self.run_id, attempt=self.attempt,
+            base_url=inference_base_url(self.profile.inference.host, self.profile.inference.port),
+            interval=self.profile.health.probe_interval,
+            failures=self.profile.health.probe_failures, post=self._post,
+        )
+        self._prober.start()
+        if self._pool is not None:
+            self._record_containers()
+
+    def _start_component(self, name: str) -> None:
+        spec = self._specs[name]
+        log_path = self.attempt_dir / f"{name}.log"
+        launched = launch(spec.argv, env=spec.env, cwd=spec.cwd, log_path=log_path,
+                          run_id=self.run_id, component=name)
+        gpus = list(getattr(self.profile.gpus, name, []))
+        handle = ComponentHandle(
+            name=name, identity=launched.identity, pgid=launched.pid,
+            log=LogTail(log_path), argv=list(spec.argv), gpus=gpus, launched=launched,
+        )
+        self.components[name] = handle
+        self.store.upsert_component(
+            self.run_id, self.attempt, name, kind="process", state="running",
+            pid=launched.pid, pgid=launched.pid, create_time=launched.identity.create_time,
+            argv=list(spec.argv), gpus=gpus, log_path=str(log_path), exit_code=None,
+        )
+        self._event("component_started", f"{name} started (pid {launched.pid})",
+                    component=name, pid=launched.pid)
+        attempt = self.attempt
+
+        def wait_for_exit() -> None:
+            code = launched.popen.wait()
+            self._post(ComponentExited(self.run_id, attempt, name, code, time.time()))
+
+        threading.Thread(target=wait_for_exit, name=f"wait-{name}", daemon=True).start()
+
+    def adopt(self, attempt: int, handles: dict[str, ComponentHandle], step: int | None) -> None:
+        """Take over live components from an earlier supervisor (no restart)."""
+        self.attempt = attempt
+        self.components = handles
+        self.step = step
+        self._attempt_started = self._clock()
+        self._attempt_progress = self._clock()
+        self._attempt_max_step = step or 0
+        self._metrics = LogTail(self.run_dir / "metrics.jsonl", from_end=True)
+        self.state = RunState.RUNNING
+        self.store.update_run(self.run_id, state=str(RunState.RUNNING))
+        if "orchestrator" not in handles:
+            # The old supervisor died before the server was ready: wait for it again.
+            self.state = RunState.STARTING
+            self.store.update_run(self.run_id, state=str(RunState.STARTING))
+        self._prober = InferenceProber(
+            run_id=self.run_id, attempt=self.attempt,
+            base_url=inference_base_url(self.profile.inference.host, self.profile.inference.port),
+            interval=self.profile.health.probe_interval,
+            failures=self.profile.health.probe_failures, post=self._post,
+        )
+        self._prober.start()
+        if self.profile.containers.enabled and self._hooks.container_pool is not None:
+            self._pool = self._hooks.container_pool(self.profile, self.run_id)
+
+    # -- events ----------------------------------------------------------------------------
+    def handle(self, event: Event) -> None:
+        if isinstance(event, Command):
+            self._on_command(event.action)
+            return
+        if isinstance(event, TaskDone):
+            self._on_task_done(event)
+            return
+        if event.attempt != self.attempt:
+            return  # an echo of an earlier attempt
+        if isinstance(event, ComponentExited):
+            self._on_exit(event)
+        elif isinstance(event, InferenceReady):
+            self._on_ready()
+        elif isinstance(event, ProbeFailed) and self.state == RunState.RUNNING:
+            self._fail(f"inference health check failed: {event.detail}", "inference")
+
+    def _on_command(self, action: str) -> None:
+        if self.state.terminal:
+            return
+        if action == "stop":
+            self._stop_requested = True
+            self._event("stop_requested", "stop requested")
+            if "preflight" not in self._tasks and "stop" not in self._tasks:
+                self._stop_everything(final=RunState.STOPPED)
+        elif action == "restart":
+            self._event("restart_requested", "restart requested")
+            self._restart_requested = True
+            if self.state in (RunState.RUNNING, RunState.STARTING):
+                self._fail("restart requested", None, count_restart=False)
+
+    def _on_ready(self) -> None:
+        if self.state != RunState.STARTING:
+            return
+        self._event("inference_ready", "inference server ready (/health, /v1/models)",
+                    component="inference")
+        if "orchestrator" not in self.components:
+            self._start_component("orchestrator")
+        self._set_state(RunState.RUNNING)
+
+    def _on_exit(self, event: ComponentExited) -> None:
+        handle = self.components.get(event.component)
+        if handle is None or handle.exited:
+            return
+        handle.exited = True
+        handle.exit_code = event.returncode
+        self._read_progress(self._clock())  # the last lines may hold its final step
+        self.store.upsert_component(self.run_id, self.attempt, handle.name, state="exited",
+                                    exit_code=event.returncode)
+        if self.state not in (RunState.STARTING, RunState.RUNNING):
+            return  # expected: we are stopping it
+        what = describe_exit(event.returncode)
+        if event.returncode == 0 and event.component in ("trainer", "orchestrator"):
+            self._event("component_finished", f"{event.component} finished", component=handle.name)
+            others = [self.components.get(n) for n in ("trainer", "orchestrator")]
+            if all(h is not None and h.exited and h.exit_code == 0 for h in others):
+                self._event("success", "trainer and orchestrator finished: run complete")
+                self._stop_everything(final=RunState.SUCCEEDED)
+            return
+        self._fail(f"{event.component} {what}", event.component)
+
+    def _on_task_done(self, event: TaskDone) -> None:
+        self._tasks.discard(event.task)
+        if event.task == "preflight":
+            if event.error is not None:
+                self._fail(f"preflight failed: {event.error}", None, preflight=True)
+                return
+            if self._stop_requested:
+                self._stop_everything(final=RunState.STOPPED)
+                return
+            if event.result:
+                self._event("preflight", f"preflight: {event.result}")
+            self._launch_attempt()
+        elif event.task == "stop":
+            self._after_stop(event)
+        elif event.task == "containers":
+            if self.state != RunState.RUNNING or event.attempt != self.attempt:
+                return
+            for change in event.result or []:
+                self._event(getattr(change, "kind", "container"), str(change),
+                            component="containers")
+            if event.error is not None:
+                self._fail(f"task containers: {event.error}", "containers")
+            else:
+                self._record_containers()
+                if any(getattr(c, "kind", "") == "container_gave_up"
+                       for c in event.result or []):
+                    self._fail("a task container could not be recovered", "containers")
+
+    # -- failure and recovery ---------------------------------------------------------------
+    def _fail(self, reason: str, component: str | None, *, count_restart: bool = True,
+              preflight: bool = False) -> None:
+        last_lines: list[str] = []
+        if component in self.components:
+            last_lines = list(self.components[component].log.last_lines)[-15:]
+        self._failure = reason
+        self.store.update_run(self.run_id, last_error=reason)
+        self._event("failure", reason, component=component, last_lines=last_lines,
+                    attempt=self.attempt)
+        if self.attempt:
+            self.store.end_attempt(self.run_id, self.attempt, "failed", reason)
+        if self._stop_requested:
+            self._stop_everything(final=RunState.STOPPED)
+            return
+        if preflight and self.attempt == 0:
+            # Nothing ever ran: a machine that cannot host the run will not heal by retrying.
+            self._stop_everything(final=RunState.FAILED)
+            return
+        self._count_restart = count_restart
+        self._set_state(RunState.RECOVERING)
+        self._stop_everything(final=None)
+
+    def _stop_everything(self, *, final: RunState | None) -> None:
+        """Stop every component tree and the containers, on a worker thread.
+
+        `final` is the state to end in; None means recovery (a restart decision follows).
+        """
+        if final is not None:
+            self._set_state(RunState.STOPPING)
+        self._final = final
+        self._restart_at = None
+        if self._prober is not None:
+            self._prober.stop()
+        handles = list(self.components.values())
+        grace = self.profile.restart.stop_grace
+        pool = self._pool
+        pool_lock = self._pool_lock
+        run_id = self.run_id
+        stop_tree = self._hooks.stop_tree
+
+        def job() -> str:
+            summary = stop_tree([h.identity for h in handles], [h.pgid for h in handles],
+                                run_id, grace)
+            if pool is not None:
+                # Containers go with the attempt; the next attempt creates fresh ones.
+                with pool_lock:
+                    pool.down()
+                summary += "; containers removed"
+            return summary
+
+        self._run_task("stop", job)
+
+    def _after_stop(self, event: TaskDone) -> None:
+        for handle in self.components.values():
+            handle.exited = True
+            self.store.upsert_component(self.run_id, self.attempt, handle.name, state="stopped")
+        self._record_containers()
+        self._event("stopped_components", f"components stopped: {event.result or event.error}")
+        final = self._final
+        if final is None and self._stop_requested:
+            final = RunState.STOPPED
+            self._set_state(RunState.STOPPING)
+        if final is not None:
+            if self.attempt and final != RunState.FAILED:
+                outcome = "succeeded" if final == RunState.SUCCEEDED else "stopped"
+                self.store.end_attempt(self.run_id, self.attempt, outcome, None)
+            self._set_state(final)
+            return
+        now = self._clock()
+        history = self._restart_times if self._count_restart else []
+        decision = decide_restart(self._restart_policy(), history, now)
+        if isinstance(decision, GiveUp):
+            reason = f"{decision.reason}; last failure: {self._failure}"
+            self.store.update_run(self.run_id, last_error=reason)
+            self._event("gave_up", reason)
+            self._set_state(RunState.FAILED)
+            return
+        self._restart_times.append(now)
+        self.store.update_run(self.run_id, restarts=len(self._restart_times))
+        self._restart_at = now + decision.delay
+        self._event("restart_scheduled",
+                    f"restarting in {decision.delay:.1f} s "
+                    f"(restart {len(self._restart_times)}, {decision.recent_restarts} recent)",
+                    delay=decision.delay)
+
+    def _restart_policy(self) -> RestartPolicy:
+        r = self.profile.restart
+        return RestartPolicy(max_restarts=r.max_restarts, window=r.window,
+                             backoff_initial=r.backoff_initial, backoff_factor=r.backoff_factor,
+                             backoff_max=r.backoff_max)
+
+    # -- timers and progress -----------------------------------------------------------------
+    def on_tick(self) -> None:
+        now = self._clock()
+        if self.state == RunState.RECOVERING and self._restart_at is not None \
+                and now >= self._restart_at and not self._tasks:
+            self._restart_at = None
+            self._begin_preflight()
+            return
+        if self.state not in (RunState.STARTING, RunState.RUNNING):
+            return
+        self._poll_adopted()
+        self._read_progress(now)
+        if self.state == RunState.STARTING:
+            waited = now - self._attempt_started
+            if waited > self.profile.health.ready_timeout:
+                self._fail(
+                    f"inference server not ready after {waited:.0f} s "
+                    f"(health.ready_timeout = {self.profile.health.ready_timeout:g})",
+                    "inference",
+                )
+                return
+        rule = StallRule(self.profile.health.stall_timeout, self.profile.health.first_step_grace)
+        overdue = stalled_for(rule, now=now, attempt_started_at=self._attempt_started,
+                              last_progress_at=self._attempt_progress)
+        if overdue is not None and self.state == RunState.RUNNING:
+            if self._attempt_progress is None:
+                self._fail(f"hung: no training step within health.first_step_grace = "
+                           f"{rule.first_step_grace:g} s of the start", "trainer")
+            else:
+                self._fail(f"hung: step {self._attempt_max_step} has not advanced for "
+                           f"{rule.stall_timeout:g} s (health.stall_timeout)", "trainer")
+            return
+        if self._pool is not None and not self._tasks \
+                and self.state == RunState.RUNNING and now >= self._next_container_check:
+            self._next_container_check = now + self.profile.containers.health_interval
+            pool, pool_lock = self._pool, self._pool_lock
+
+            def check() -> list[Any]:
+                with pool_lock:
+                    return pool.check()
+
+            self._run_task("containers", check)
+
+    def _poll_adopted(self) -> None:
+        for handle in self.components.values():
+            if handle.launched is None and not handle.exited and not handle.identity.alive():
+                self._post(ComponentExited(self.run_id, self.attempt, handle.name, None,
+                                           time.time()))
+
+    def _read_progress(self, now: float) -> None:
+        newest = 0
+        trainer_step: int | None = None
+        for handle in self.components.values():
+            for line in handle.log.read_new_lines():
+                step = step_from_log_line(line)
+                if step is not None:
+                    newest = max(newest, step)
+                    if handle.name == "trainer":
+                        trainer_step = max(trainer_step or 0, step)
+                    continue
+                milestone = milestone_from_log_line(line)
+                if milestone is not None:
+                    self._event("milestone", f"{handle.name}: {milestone.replace('_', ' ')}",
+                                component=handle.name)
+        if self._metrics is not None:
+            for row in self._metrics.read_new_lines():
+                step = step_from_metrics_row(row)
+                if step is not None:
+                    newest = max(newest, step)
+        if newest > self._attempt_max_step:
+            self._attempt_max_step = newest
+            self._attempt_progress = now
+            self.step = max(self.step or 0, trainer_step or newest)
+            self.last_progress_wall = time.time()
+            self.store.update_run(self.run_id, step=self.step,
+                                  last_progress_at=self.last_progress_wall)
+
+    def _record_containers(self) -> None:
+        if self._pool is None:
+            return
+        try:
+            statuses = self._pool.status()
+        except Exception as exc:  # Docker trouble is reported, never fatal for the record
+            log.warning("container status unavailable", run=self.run_id, error=str(exc))
+            return
+        for status in statuses:
+            self.store.upsert_component(
+                self.run_id, self.attempt, status.name, kind="container", state=status.state,
+                container_id=status.container_id, health=status.health,
+                restarts=status.restarts, gpus=list(status.gpus),
+            )
