@@ -1,0 +1,39 @@
+from airvisor.policy import GiveUp, Restart, RestartPolicy, decide_restart
+
+POLICY = RestartPolicy(max_restarts=3, window=100.0, backoff_initial=1.0, backoff_factor=2.0,
+                       backoff_max=3.0)
+
+
+def replay(failure_times: list[float]) -> list[Restart | GiveUp]:
+    """Replay a history of failures with the injected clock, recording each decision."""
+    restarts: list[float] = []
+    decisions: list[Restart | GiveUp] = []
+    for now in failure_times:
+        decision = decide_restart(POLICY, restarts, now)
+        decisions.append(decision)
+        if isinstance(decision, Restart):
+            restarts.append(now)
+    return decisions
+
+
+def test_backoff_grows_exponentially_and_is_capped() -> None:
+    decisions = replay([0.0, 10.0, 20.0])
+    assert [d.delay for d in decisions if isinstance(d, Restart)] == [1.0, 2.0, 3.0]
+
+
+def test_crash_loop_gives_up_with_reason() -> None:
+    decisions = replay([0.0, 10.0, 20.0, 30.0])
+    assert isinstance(decisions[-1], GiveUp)
+    assert "3 restarts within 100 s" in decisions[-1].reason
+
+
+def test_old_restarts_fall_out_of_the_window() -> None:
+    decisions = replay([0.0, 10.0, 20.0, 150.0])
+    last = decisions[-1]
+    assert isinstance(last, Restart)
+    assert last.delay == 1.0 and last.recent_restarts == 0
+
+
+def test_zero_restarts_allowed_fails_at_once() -> None:
+    policy = RestartPolicy(0, 10.0, 1.0, 2.0, 5.0)
+    assert isinstance(decide_restart(policy, [], 0.0), GiveUp)
