@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 PrimeRLVersion = Literal["0.4", "main"]
 ComponentName = Literal["inference", "trainer", "orchestrator"]
@@ -132,6 +132,13 @@ class ContainerSection(_Section):
     exec_timeout: float = Field(default=10.0, gt=0)
     health_interval: float = Field(default=15.0, gt=0)
     max_recreates: int = Field(default=5, ge=0)
+    # The health round-trip: run in each container as `user` through `docker exec`; exit code 0
+    # within exec_timeout is healthy. E.g. ["/bin/bash", "-lc", "true"] to include the login
+    # shell's startup (MLGym's shell is `bash -l`).
+    health_command: list[str] = Field(
+        default_factory=lambda: ["/bin/sh", "-c", "echo ok"], min_length=1
+    )
+    stop_grace: float = Field(default=2.0, ge=0)  # SIGTERM -> SIGKILL when stopping a container
     # The orchestrator env arg that receives the container names (list of str).
     env_arg: str = "container_names"
 
@@ -150,3 +157,6 @@ class Profile(_Section):
     containers: ContainerSection = ContainerSection()
     # Set by the loader: where the profile came from (not a TOML key).
     source: Path | None = Field(default=None, exclude=True)
+    # Set by the loader: the positions of the profile's keys (an `airvisor.profile._locate.
+    # KeyLocator`), so later checks can name the line of the field they complain about.
+    _locator: Any = PrivateAttr(default=None)
