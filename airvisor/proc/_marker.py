@@ -1,0 +1,81 @@
+"""The run marker: environment variables every component (and all its descendants) inherits.
+
+`/proc/<pid>/environ` holds the environment a process was started with, so the marker survives
+setsid, double forks and reparenting to init; it is readable by root and by the process's own
+user. Reading the file directly (instead of `psutil.Process.environ()`, which parses the whole
+environment into a dict) keeps a sweep over every process of the machine cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import psutil
+
+MARKER_RUN_ENV = "AIRVISOR_RUN_ID"
+MARKER_COMPONENT_ENV = "AIRVISOR_COMPONENT"
+
+_RUN_PREFIX = MARKER_RUN_ENV.encode() + b"="
+_COMPONENT_PREFIX = MARKER_COMPONENT_ENV.encode() + b"="
+
+
+@dataclass(frozen=True)
+class Marker:
+    run_id: str
+    component: str | None = None
+
+
+def parse_environ(raw: bytes) -> Marker | None:
+    """The marker in the raw contents of `/proc/<pid>/environ` (NUL-separated), if any."""
+    if _RUN_PREFIX not in raw:  # fast path: most processes carry no marker
+        return None
+    run_id: str | None = None
+    component: str | None = None
+    for entry in raw.split(b"\0"):
+        if entry.startswith(_RUN_PREFIX):
+            run_id = entry[len(_RUN_PREFIX):].decode("utf-8", "replace")
+        elif entry.startswith(_COMPONENT_PREFIX):
+            component = entry[len(_COMPONENT_PREFIX):].decode("utf-8", "replace")
+    if not run_id:
+        return None
+    return Marker(run_id=run_id, component=component or None)
+
+
+def read_marker(pid: int) -> Marker | None:
+    """The marker of a process, or None: no marker, no such process, no permission, a zombie
+    (whose environment is gone) or a kernel thread."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:  # FileNotFoundError, ProcessLookupError, PermissionError
+        return None
+    return parse_environ(raw)
+
+
+def marked_pids(run_id: str | None = None) -> dict[int, Marker]:
+    """Every marked process of the machine (or of one run) by pid, except the calling process."""
+    own = os.getpid()
+    found: dict[int, Marker] = {}
+    for pid in psutil.pids():
+        if pid == own:
+            continue
+        marker = read_marker(pid)
+        if marker is None or (run_id is not None and marker.run_id != run_id):
+            continue
+        found[pid] = marker
+    return found
+
+
+def processes_with_marker(run_id: str | None = None) -> list[psutil.Process]:
+    """The processes carrying a marker (of `run_id`, or of any run), except the calling process.
+
+    Processes that exit while the sweep runs are left out.
+    """
+    processes: list[psutil.Process] = []
+    for pid in marked_pids(run_id):
+        try:
+            processes.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    return processes

@@ -1,0 +1,146 @@
+"""Plants real process trees for the kill and reaper tests (run as a script, never imported).
+
+    python plant.py READY_DIR SHAPE [ARGS...]
+
+Every planted process writes its pid to READY_DIR/<role> once it is in place, so a test knows
+the pids (including those of processes that escaped their parent) without scraping output.
+Children are forked (not spawned) to keep planting cheap on a loaded machine.
+
+Shapes:
+  sleep [TITLE]          one process, optionally retitled (setproctitle)
+  ignore-term            ignores SIGTERM; only SIGKILL stops it
+  setsid-grandchild      root -> child -> grandchild that calls setsid (all stay alive)
+  double-fork            root -> child -> grandchild (setsid); the child exits, so the
+                         grandchild is an orphan reparented to init; then the root exits too
+  vllm-serve             parent titled like `vllm serve` with a child retitled
+                         `VLLM::EngineCore`, which has a `VLLM::Worker` child
+  tree N                 N processes: a root and N-1 descendants in a chain of fan-outs
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def ready(ready_dir: Path, role: str) -> None:
+    tmp = ready_dir / f".{role}.tmp"
+    tmp.write_text(str(os.getpid()))
+    tmp.rename(ready_dir / role)
+
+
+def retitle(title: str) -> None:
+    import setproctitle
+
+    setproctitle.setproctitle(title)
+
+
+def sleep_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def fork(body: Callable[[], None]) -> int:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            body()
+        finally:
+            os._exit(0)
+    return pid
+
+
+def main() -> None:
+    ready_dir = Path(sys.argv[1])
+    shape = sys.argv[2]
+    args = sys.argv[3:]
+
+    if shape == "sleep":
+        if args:
+            retitle(args[0])
+        ready(ready_dir, "root")
+        sleep_forever()
+
+    elif shape == "ignore-term":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        ready(ready_dir, "root")
+        sleep_forever()
+
+    elif shape == "setsid-grandchild":
+
+        def grandchild() -> None:
+            os.setsid()
+            ready(ready_dir, "grandchild")
+            sleep_forever()
+
+        def child() -> None:
+            fork(grandchild)
+            ready(ready_dir, "child")
+            sleep_forever()
+
+        fork(child)
+        ready(ready_dir, "root")
+        sleep_forever()
+
+    elif shape == "double-fork":
+
+        def orphan(intermediate_pid: int) -> None:
+            os.setsid()
+            # Report only once the intermediate has exited and this process is an orphan.
+            while os.getppid() == intermediate_pid:
+                time.sleep(0.01)
+            ready(ready_dir, "orphan")
+            sleep_forever()
+
+        def intermediate() -> None:
+            me = os.getpid()
+            fork(lambda: orphan(me))
+            os._exit(0)
+
+        child = fork(intermediate)
+        os.waitpid(child, 0)
+        ready(ready_dir, "root")
+        # The root exits too: nothing but the marker leads to the orphan any more.
+
+    elif shape == "vllm-serve":
+
+        def worker() -> None:
+            retitle("VLLM::Worker")
+            ready(ready_dir, "worker")
+            sleep_forever()
+
+        def engine() -> None:
+            retitle("VLLM::EngineCore")
+            fork(worker)
+            ready(ready_dir, "engine")
+            sleep_forever()
+
+        retitle("vllm serve /models/tiny --port 8000")
+        fork(engine)
+        ready(ready_dir, "root")
+        sleep_forever()
+
+    elif shape == "tree":
+        total = int(args[0])
+
+        def node(index: int) -> None:
+            # Node i's children are 2i+1 and 2i+2 (a binary tree in heap order).
+            for child_index in (2 * index + 1, 2 * index + 2):
+                if child_index < total:
+                    fork(lambda i=child_index: node(i))  # type: ignore[misc]
+            ready(ready_dir, f"node{index}")
+            sleep_forever()
+
+        node(0)
+
+    else:
+        raise SystemExit(f"unknown shape {shape!r}")
+
+
+
+if __name__ == "__main__":
+    main()
