@@ -1,0 +1,257 @@
+"""Loading a profile by name or path, with every problem reported at once and located.
+
+Steps: find the file, parse it (syntax errors name file:line:col and, for an unquoted string,
+show the quoted form), apply dotted-key overrides, resolve relative paths against the profile's
+directory, validate with the pydantic schema (each error mapped back to the TOML key's line, an
+unknown key with the closest valid one), and read the components' config files.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import re
+import sys
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from airvisor._paths import profile_search_path
+from airvisor.profile._configs import merge_component_config
+from airvisor.profile._locate import KeyLocator, Loc
+from airvisor.profile._problems import Problem, ProfileError
+from airvisor.profile._schema import COMPONENTS, Profile
+from airvisor.profile._toml import TomlDocument, read_toml
+
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+PYTHON_PLACEHOLDER = "{python}"
+
+# Path-valued keys that are resolved against the profile file's directory.
+_PATH_KEYS: tuple[tuple[str, str], ...] = (
+    ("run", "output_dir"),
+    ("prime_rl", "venv"),
+    ("prime_rl", "workdir"),
+)
+
+
+def is_path_ref(ref: str | Path) -> bool:
+    return isinstance(ref, Path) or "/" in ref or ref.endswith(".toml")
+
+
+def available_profiles() -> dict[str, Path]:
+    """Every profile name on the search path, the first directory winning."""
+    found: dict[str, Path] = {}
+    for directory in profile_search_path():
+        try:
+            candidates = sorted(directory.glob("*.toml"))
+        except OSError:
+            continue
+        for candidate in candidates:
+            found.setdefault(candidate.stem, candidate)
+    return found
+
+
+def find_profile(ref: str | Path) -> Path:
+    """The file a profile reference names; raises ProfileError when there is none."""
+    if is_path_ref(ref):
+        return Path(os.path.normpath(Path(ref).expanduser().absolute()))
+    name = str(ref)
+    if not PROFILE_NAME.fullmatch(name):
+        raise ProfileError([Problem(
+            name, "not a valid profile name (letters, digits, '_', '.', '-'; no '/')",
+            "give a profile name such as rl_debug, or a path to a .toml file")])
+    for directory in profile_search_path():
+        candidate = directory / f"{name}.toml"
+        if candidate.is_file():
+            return candidate.absolute()
+    known = available_profiles()
+    close = difflib.get_close_matches(name, list(known), n=1)
+    searched = ", ".join(str(d) for d in profile_search_path())
+    fix = f"did you mean '{close[0]}'?" if close else (
+        f"available: {', '.join(sorted(known))}" if known else
+        "pass a path to a .toml file, or set AIRVISOR_PROFILES to a directory of profiles")
+    raise ProfileError([Problem(name, f"no profile named '{name}' (searched {searched})", fix)])
+
+
+def _display(loc: Loc) -> str:
+    """`[gpus] inference`, `[containers.mounts.0] source`, or a top-level `run`."""
+    parts = [str(p) for p in loc]
+    if len(parts) == 1:
+        return f"[{parts[0]}]"
+    return f"[{'.'.join(parts[:-1])}] {parts[-1]}"
+
+
+def _model_at(loc: Loc) -> type[BaseModel] | None:
+    """The pydantic model describing the table at `loc` (for listing its valid keys)."""
+    model: type[BaseModel] = Profile
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part)
+        if info is None:
+            return None
+        annotation: Any = info.annotation
+        found: type[BaseModel] | None = None
+        for candidate in (annotation, *typing.get_args(annotation)):
+            if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+                found = candidate
+                break
+        if found is None:
+            return None
+        model = found
+    return model
+
+
+def _valid_keys(loc: Loc) -> list[str]:
+    model = _model_at(loc)
+    if model is None:
+        return []
+    return [name for name in model.model_fields if not (model is Profile and name == "source")]
+
+
+def _override_for(loc: Loc, overrides: Mapping[str, Any]) -> str | None:
+    dotted = ".".join(str(p) for p in loc)
+    for key in overrides:
+        if dotted == key or dotted.startswith(key + ".") or key.startswith(dotted + "."):
+            return key
+    return None
+
+
+def _validation_problems(
+    error: ValidationError, locator: KeyLocator, overrides: Mapping[str, Any]
+) -> list[Problem]:
+    problems: list[Problem] = []
+    for item in error.errors():
+        loc: Loc = tuple(item["loc"])
+        override = _override_for(loc, overrides)
+        where = f"override {override}" if override else locator.where(loc)
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            parent, key = loc[:-1], str(loc[-1])
+            valid = _valid_keys(parent)
+            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+            table = f"[{'.'.join(str(p) for p in parent)}]" if parent else "the top level"
+            fix = (f"did you mean '{close[0]}'?" if close
+                   else f"valid keys there: {', '.join(valid)}" if valid else "remove it")
+            problems.append(Problem(where, f"unknown key '{key}' in {table}", fix))
+        elif kind == "missing":
+            parent, key = loc[:-1], str(loc[-1])
+            table = f"[{'.'.join(str(p) for p in parent)}]" if parent else "the top level"
+            where = f"override {override}" if override else locator.where(parent)
+            problems.append(Problem(where, f"{_display(loc)} is required",
+                                    f"add `{key} = ...` to {table}"))
+        else:
+            got = item.get("input")
+            shown = repr(got) if not isinstance(got, dict) else "a table"
+            problems.append(Problem(where, f"{_display(loc)}: {item['msg']} (got {shown})",
+                                    "change the value there"))
+    return problems
+
+
+def _set_override(raw: dict[str, Any], key: str, value: Any) -> Problem | None:
+    parts = key.split(".")
+    if not key or any(not p for p in parts):
+        return Problem(f"override {key}", "an override key must be dotted names like run.max_steps",
+                       None)
+    node: Any = raw
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: depth + 1])
+            return Problem(f"override {key}", f"'{where}' is a value, not a table",
+                           f"override '{where}' itself")
+        node = child
+    node[parts[-1]] = value
+    return None
+
+
+def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
+    """Make relative paths absolute against the profile's directory; expand '{python}'."""
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, str) and value:
+            path = Path(value).expanduser()
+            # normpath, not resolve(): tidy `configs/../outputs` but keep the user's symlinks.
+            return os.path.normpath(path if path.is_absolute() else base / path)
+        return value
+
+    for section, key in _PATH_KEYS:
+        table = raw.get(section)
+        if isinstance(table, dict) and key in table:
+            table[key] = resolve(table[key])
+    for component in COMPONENTS:
+        table = raw.get(component)
+        if isinstance(table, dict) and isinstance(table.get("config_files"), list):
+            table["config_files"] = [resolve(v) for v in table["config_files"]]
+    containers = raw.get("containers")
+    if isinstance(containers, dict) and isinstance(containers.get("mounts"), list):
+        for mount in containers["mounts"]:
+            if isinstance(mount, dict) and "source" in mount:
+                mount["source"] = resolve(mount["source"])
+    prime_rl = raw.get("prime_rl")
+    if isinstance(prime_rl, dict) and isinstance(prime_rl.get("command_prefix"), list):
+        prime_rl["command_prefix"] = [
+            v.replace(PYTHON_PLACEHOLDER, sys.executable) if isinstance(v, str) else v
+            for v in prime_rl["command_prefix"]
+        ]
+
+
+def _config_file_problems(
+    raw: dict[str, Any], locator: KeyLocator, source: Path
+) -> list[Problem]:
+    problems: list[Problem] = []
+    for component in COMPONENTS:
+        table = raw.get(component)
+        if not isinstance(table, dict):
+            continue
+        files = table.get("config_files", [])
+        inline = table.get("config", {})
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            continue  # the schema reports the wrong type
+        _, found = merge_component_config(
+            component,
+            [Path(f) for f in files],
+            inline if isinstance(inline, dict) else {},
+            profile_locator=locator,
+            profile_where=str(source),
+        )
+        problems.extend(found)
+    return problems
+
+
+def load_profile(ref: str | Path, overrides: Mapping[str, Any] | None = None) -> Profile:
+    """Load, override and validate a profile; raises ProfileError listing every problem."""
+    overrides = dict(overrides or {})
+    path = find_profile(ref)
+    document = read_toml(path, what="profile")
+    if not isinstance(document, TomlDocument):
+        raise ProfileError([document])
+    raw = copy.deepcopy(document.data)
+    problems: list[Problem] = []
+    if "source" in raw:
+        problems.append(Problem(document.locator.where(("source",)),
+                                "unknown key 'source' at the top level (airvisor sets it)",
+                                "remove it"))
+        del raw["source"]
+    for key, value in overrides.items():
+        problem = _set_override(raw, key, value)
+        if problem is not None:
+            problems.append(problem)
+    _resolve_paths(raw, path.parent)
+    problems.extend(_config_file_problems(raw, document.locator, path))
+    profile: Profile | None = None
+    try:
+        profile = Profile.model_validate(raw)
+    except ValidationError as exc:
+        problems[:0] = _validation_problems(exc, document.locator, overrides)
+    if problems or profile is None:
+        raise ProfileError(problems)
+    profile = profile.model_copy(update={"source": path})
+    profile._locator = document.locator
+    return profile
