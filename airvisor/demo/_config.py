@@ -1,0 +1,352 @@
+"""Command lines and config files of the stand-ins, read as prime-rl's console scripts read them.
+
+`@ FILE.toml` (repeatable, deep-merged left to right; `@FILE.toml` is accepted too), then dotted
+kebab-case flag overrides (`--ckpt.interval 5`, `--ckpt.interval=5`, `--model.name X`, a bare
+`--flag` is `true`, `--no-flag` is `false`). Flags apply after all files, in order.
+
+Config files are read leniently: keys the stand-ins do not use are ignored, because the adapter
+writes real prime-rl configs and the demo must run whatever prime-rl would accept. A flag, though,
+must name a key the stand-in knows or one the config files define, so a typo on the command line is
+an error (with the closest valid spelling), as it is in prime-rl. The `[demo]` table is the
+stand-ins' own and is strict.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+StandinName = Literal["inference", "trainer", "orchestrator"]
+
+
+class DemoConfigError(Exception):
+    """A bad command line or config file; `str()` is the message to print (no traceback)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings models. Lenient sections ignore unknown keys (real prime-rl keys); [demo] forbids them.
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CkptSettings(_Lenient):
+    interval: int | None = Field(default=None, ge=1)  # None: checkpointing off, as in prime-rl
+    keep: int | None = Field(default=None, ge=1)  # v0.4 name; None keeps all
+    keep_last: int | None = Field(default=None, ge=1)  # main's name for the same thing
+    resume_step: int | None = Field(default=None, ge=-1)  # v0.4: -1 = highest step_* directory
+
+    @property
+    def keep_newest(self) -> int | None:
+        return self.keep if self.keep is not None else self.keep_last
+
+
+class ResumeSettings(_Lenient):
+    step: int | None = Field(default=None, ge=-1)  # main's `--resume.step N`
+
+
+class ModelSettings(_Lenient):
+    name: str = "Qwen/Qwen3-0.6B"
+
+
+class StepDemoSettings(_Strict):
+    """Fault injections and pacing of the trainer / orchestrator stand-ins."""
+
+    step_time: float = Field(default=1.0, ge=0)  # seconds per step
+    startup_delay: float = Field(default=0.0, ge=0)  # before "Starting training loop"
+    crash_at_step: int | None = Field(default=None, ge=1)  # die during step N (before its line)
+    exit_code: int = Field(default=1, ge=1, le=255)  # status of an injected crash
+    hang_at_step: int | None = Field(default=None, ge=1)  # stop during step N, print nothing
+    # Write step N's checkpoint half without its completion marker, then crash (exit_code).
+    half_checkpoint_at_step: int | None = Field(default=None, ge=1)
+    ignore_sigterm: bool = False  # SIGTERM is ignored (only SIGKILL stops the process)
+    # Orchestrator: how long it keeps retrying an unreachable inference server before failing.
+    connect_timeout: float = Field(default=10.0, gt=0)
+
+
+class InferenceDemoSettings(_Strict):
+    startup_delay: float = Field(default=0.0, ge=0)  # /health answers 503 until then
+    ignore_sigterm: bool = False
+    # Start a child titled "VLLM::EngineCore" that, like vLLM's, outlives a SIGKILLed server.
+    engine_core_child: bool = False
+    # Exit with exit_code this many seconds after becoming healthy (a dying server).
+    crash_after: float | None = Field(default=None, gt=0)
+    exit_code: int = Field(default=1, ge=1, le=255)
+    # Keep serving but answer /health with 503 this many seconds after becoming healthy.
+    unhealthy_after: float | None = Field(default=None, gt=0)
+
+
+class ServerSettings(_Lenient):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)  # 0: any free port (tests)
+
+
+class ClientSettings(_Lenient):
+    base_url: str = "http://127.0.0.1:8000/v1"
+
+
+class SamplingSettings(_Lenient):
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
+class EnvSettings(_Lenient):
+    id: str = ""
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class _CommonSettings(_Lenient):
+    output_dir: Path = Path("outputs")
+    max_steps: int | None = Field(default=None, ge=1)  # None: run until stopped, as prime-rl
+    ckpt: CkptSettings = CkptSettings()
+    resume: ResumeSettings = ResumeSettings()
+    model: ModelSettings = ModelSettings()
+
+
+class InferenceSettings(_CommonSettings):
+    server: ServerSettings = ServerSettings()
+    demo: InferenceDemoSettings = InferenceDemoSettings()
+
+
+class TrainerSettings(_CommonSettings):
+    demo: StepDemoSettings = StepDemoSettings()
+
+    @property
+    def resume_step(self) -> int | None:
+        return _resume_step(self.ckpt, self.resume)
+
+
+class OrchestratorSettings(_CommonSettings):
+    client: ClientSettings = ClientSettings()
+    batch_size: int = Field(default=8, ge=1)
+    seq_len: int = Field(default=2048, ge=1)
+    sampling: SamplingSettings = SamplingSettings()
+    env: list[EnvSettings] = Field(default_factory=list)
+    demo: StepDemoSettings = StepDemoSettings()
+
+    @property
+    def resume_step(self) -> int | None:
+        return _resume_step(self.ckpt, self.resume)
+
+
+def _resume_step(ckpt: CkptSettings, resume: ResumeSettings) -> int | None:
+    return resume.step if resume.step is not None else ckpt.resume_step
+
+
+SETTINGS_MODELS: dict[StandinName, type[_CommonSettings]] = {
+    "inference": InferenceSettings,
+    "trainer": TrainerSettings,
+    "orchestrator": OrchestratorSettings,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+
+
+def parse_args(component: StandinName, argv: Sequence[str]) -> _CommonSettings:
+    """Files and flags of one stand-in's command line, validated into its settings model."""
+    files, flags = split_argv(argv)
+    merged: dict[str, Any] = {}
+    for file in files:
+        merged = deep_merge(merged, load_toml(file))
+    model = SETTINGS_MODELS[component]
+    known = known_leaf_keys(model)
+    for key, raw in flags:
+        path, value = resolve_flag(key, raw, known=known, file_config=merged, component=component)
+        merged = deep_merge(merged, _nest(path, value))
+    try:
+        return model.model_validate(merged)
+    except ValidationError as exc:
+        raise DemoConfigError(_validation_message(component, files, exc)) from None
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[Path], list[tuple[str, str | None]]]:
+    """`@` files and `--key [value]` flags, in order; anything else is an error."""
+    files: list[Path] = []
+    flags: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "@":
+            if i + 1 >= len(argv):
+                raise DemoConfigError("`@` must be followed by a TOML file: `@ config.toml`")
+            files.append(Path(argv[i + 1]))
+            i += 2
+        elif token.startswith("@"):
+            files.append(Path(token[1:]))
+            i += 1
+        elif token.startswith("--") and len(token) > 2:
+            body = token[2:]
+            if "=" in body:
+                key, value = body.split("=", 1)
+                flags.append((key, value))
+                i += 1
+            elif i + 1 < len(argv) and not _looks_like_option(argv[i + 1]):
+                flags.append((body, argv[i + 1]))
+                i += 2
+            else:
+                flags.append((body, None))  # a bare boolean flag
+                i += 1
+        else:
+            raise DemoConfigError(
+                f"unexpected argument {token!r}: expected `@ FILE.toml` or `--key value` "
+                "(dotted kebab-case, e.g. `--ckpt.interval 5`)"
+            )
+    return files, flags
+
+
+def _looks_like_option(token: str) -> bool:
+    if token.startswith("--") and len(token) > 2:
+        return True
+    return token == "@" or (token.startswith("@") and token.endswith(".toml"))
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise DemoConfigError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise DemoConfigError(f"{path}: is a directory, expected a TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        # The message ends with "(at line L, column C)"; string values must be quoted in TOML.
+        raise DemoConfigError(
+            f'{path}: invalid TOML: {exc} (string values must be quoted: name = "Qwen/...")'
+        ) from None
+    except OSError as exc:
+        raise DemoConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """A new dict: tables merge key by key, any other value of `override` replaces."""
+    result = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = deep_merge(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def parse_flag_value(raw: str | None) -> Any:
+    """A TOML literal if the text is one (5, 1e-5, true, [1, 2], "x"), else the text itself."""
+    if raw is None:
+        return True
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def resolve_flag(
+    key: str,
+    raw: str | None,
+    *,
+    known: Mapping[tuple[str, ...], type | None],
+    file_config: Mapping[str, Any],
+    component: str,
+) -> tuple[tuple[str, ...], Any]:
+    """The config path a flag sets and its value, or DemoConfigError naming the closest flag."""
+    path = tuple(part.replace("-", "_") for part in key.split("."))
+    if not all(path):
+        raise DemoConfigError(f"malformed option --{key}")
+    if path in known or _defined_in(file_config, path):
+        return path, parse_flag_value(raw)
+    # `--no-flag` switches a boolean off.
+    if raw is None and path[-1].startswith("no_"):
+        positive = (*path[:-1], path[-1][3:])
+        if known.get(positive) is bool or _defined_in(file_config, positive):
+            return positive, False
+    raise DemoConfigError(_unknown_flag_message(key, known, file_config, component))
+
+
+def _defined_in(config: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    node: Any = config
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _unknown_flag_message(
+    key: str,
+    known: Mapping[tuple[str, ...], type | None],
+    file_config: Mapping[str, Any],
+    component: str,
+) -> str:
+    candidates = sorted(
+        {_as_flag(p) for p in known} | {_as_flag(p) for p in _leaf_paths(file_config)}
+    )
+    close = difflib.get_close_matches(key.replace("_", "-"), candidates, n=1, cutoff=0.6)
+    hint = f" (did you mean --{close[0]}?)" if close else ""
+    return (
+        f"unknown option --{key}{hint}; {component} accepts the keys of its config files and "
+        f"these: {', '.join('--' + c for c in sorted(_as_flag(p) for p in known))}"
+    )
+
+
+def _as_flag(path: tuple[str, ...]) -> str:
+    return ".".join(part.replace("_", "-") for part in path)
+
+
+def _leaf_paths(
+    config: Mapping[str, Any], prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[str, ...]]:
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            yield from _leaf_paths(value, (*prefix, key))
+        else:
+            yield (*prefix, key)
+
+
+def known_leaf_keys(model: type[BaseModel]) -> dict[tuple[str, ...], type | None]:
+    """Every settable dotted path of a settings model, with its plain type where it has one."""
+    keys: dict[tuple[str, ...], type | None] = {}
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            for sub, kind in known_leaf_keys(annotation).items():
+                keys[(name, *sub)] = kind
+        else:
+            keys[(name,)] = _plain_type(annotation)
+    return keys
+
+
+def _plain_type(annotation: Any) -> type | None:
+    if isinstance(annotation, type):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1 and isinstance(args[0], type):
+            return args[0]
+    return None
+
+
+def _nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    nested: dict[str, Any] = {path[-1]: value}
+    for part in reversed(path[:-1]):
+        nested = {part: nested}
+    return nested
+
+
+def _validation_message(component: str, files: Sequence[Path], exc: ValidationError) -> str:
+    where = ", ".join(str(f) for f in files) or "the command line"
+    lines = [f"invalid {component} config ({where}):"]
+    for error in exc.errors():
+        key = ".".join(str(part) for part in error["loc"])
+        lines.append(f"  {key}: {error['msg']}")
+    return "\n".join(lines)

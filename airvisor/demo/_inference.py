@@ -1,0 +1,291 @@
+"""The inference stand-in: an OpenAI-compatible HTTP server shaped like prime-rl's vLLM server.
+
+The port is bound at once (a clash fails fast and clearly); `/health` and `/v1/models` answer 503
+until `startup_delay` has passed (vLLM is loading the model), then 200. With
+`[demo] engine_core_child = true` it starts a child titled `VLLM::EngineCore`, which exits with
+its parent on SIGTERM but, like vLLM's, outlives a SIGKILL of its parent.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from airvisor.demo._config import InferenceSettings, parse_args
+from airvisor.demo._faults import claim_fault, has_fired
+from airvisor.demo._log import StandinLogger
+from airvisor.demo._process import Terminated, install_termination_handlers, print_exception_line
+
+ENGINE_CORE_TITLE = "VLLM::EngineCore"
+ENGINE_CORE_SUBCOMMAND = "engine-core"  # internal: `python -m airvisor.demo engine-core`
+REPLY_TEXT = "Hello from the airvisor demo inference server."
+QUIET_PATHS = frozenset({"/health", "/metrics", "/liveness"})  # probed often; not logged
+
+
+class _ServerState:
+    """What the request handlers read; written by the main thread."""
+
+    def __init__(self, model: str, max_model_len: int) -> None:
+        self.model = model
+        self.max_model_len = max_model_len
+        self.started = time.time()
+        self.ready = threading.Event()
+        self.unhealthy = threading.Event()
+        self.lock = threading.Lock()
+        self.requests_total = 0
+
+
+class _DemoServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True  # vLLM (uvicorn) sets SO_REUSEADDR too
+
+    def __init__(self, address: tuple[str, int], state: _ServerState, logger: StandinLogger):
+        super().__init__(address, _Handler)
+        self.state = state
+        self.logger = logger
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _DemoServer
+
+    def do_GET(self) -> None:
+        state = self.server.state
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
+            healthy = state.ready.is_set() and not state.unhealthy.is_set()
+            self._send(
+                HTTPStatus.OK if healthy else HTTPStatus.SERVICE_UNAVAILABLE, b"", "text/plain"
+            )
+        elif path == "/liveness":
+            self._send(HTTPStatus.OK, b"", "text/plain")
+        elif path == "/v1/models":
+            if not state.ready.is_set():
+                self._error(HTTPStatus.SERVICE_UNAVAILABLE, "The model is still loading.")
+                return
+            self._json(HTTPStatus.OK, _models_payload(state))
+        elif path == "/metrics":
+            self._send(HTTPStatus.OK, _metrics_text(state).encode(), "text/plain; version=0.0.4")
+        else:
+            self._error(HTTPStatus.NOT_FOUND, f"Not Found: {path}")
+
+    def do_POST(self) -> None:
+        state = self.server.state
+        path = self.path.split("?", 1)[0]
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if path != "/v1/chat/completions":
+            self._error(HTTPStatus.NOT_FOUND, f"Not Found: {path}")
+            return
+        if not state.ready.is_set():
+            self._error(HTTPStatus.SERVICE_UNAVAILABLE, "The model is still loading.")
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError as exc:
+            self._error(HTTPStatus.BAD_REQUEST, f"Invalid JSON body: {exc}")
+            return
+        model = body.get("model", state.model) if isinstance(body, dict) else None
+        if model != state.model:
+            self._error(HTTPStatus.NOT_FOUND, f"The model `{model}` does not exist.")
+            return
+        with state.lock:
+            state.requests_total += 1
+        self._json(HTTPStatus.OK, _completion_payload(state.model))
+
+    def _json(self, status: HTTPStatus, payload: Any) -> None:
+        self._send(status, json.dumps(payload).encode(), "application/json")
+
+    def _error(self, status: HTTPStatus, message: str) -> None:
+        # vLLM's error shape.
+        self._json(
+            status,
+            {"object": "error", "message": message, "type": status.phrase, "code": int(status)},
+        )
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.path.split("?", 1)[0] in QUIET_PATHS:
+            return
+        self.server.logger.info(f"{self.client_address[0]} - {format % args}")
+
+
+def _models_payload(state: _ServerState) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": state.model,
+                "object": "model",
+                "created": int(state.started),
+                "owned_by": "vllm",
+                "root": state.model,
+                "parent": None,
+                "max_model_len": state.max_model_len,
+            }
+        ],
+    }
+
+
+def _completion_payload(model: str) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-demo-{time.time_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": REPLY_TEXT},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 8, "completion_tokens": 9, "total_tokens": 17},
+    }
+
+
+def _metrics_text(state: _ServerState) -> str:
+    label = f'model_name="{state.model}"'
+    with state.lock:
+        total = state.requests_total
+    return (
+        "# HELP vllm:num_requests_running Number of requests currently running.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running{{{label}}} 0.0\n"
+        "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+        "# TYPE vllm:request_success_total counter\n"
+        f'vllm:request_success_total{{finished_reason="stop",{label}}} {float(total)}\n'
+    )
+
+
+def main(argv: Sequence[str]) -> int:
+    settings = parse_args("inference", argv)
+    assert isinstance(settings, InferenceSettings)
+    logger = StandinLogger()
+    demo = settings.demo
+    output_dir = settings.output_dir.resolve()
+    ignoring = demo.ignore_sigterm and not has_fired(output_dir, "inference", "ignore_sigterm")
+
+    def on_ignored() -> None:
+        claim_fault(output_dir, "inference", "ignore_sigterm")
+        logger.warning("Received SIGTERM; ignoring it (demo fault ignore_sigterm)")
+
+    install_termination_handlers(ignore_sigterm=ignoring, on_ignored=on_ignored)
+    state = _ServerState(settings.model.name, max_model_len=4096)
+    host, port = settings.server.host, settings.server.port
+    try:
+        server = _DemoServer((host, port), state, logger)
+    except OSError as exc:
+        message = (
+            f"[Errno {exc.errno}] error while attempting to bind on address "
+            f"({host!r}, {port}): {exc.strerror}"
+        )
+        logger.error(message)
+        print_exception_line("OSError", message)
+        return 1
+    bound_port = server.server_address[1]
+    logger.info(
+        f"Starting vLLM API server (airvisor demo stand-in) for {settings.model.name} "
+        f"on http://{host}:{bound_port}"
+    )
+    engine_core = _start_engine_core() if demo.engine_core_child else None
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+    )
+    thread.start()
+    try:
+        time.sleep(demo.startup_delay)
+        state.ready.set()
+        logger.info("Application startup complete.")
+        _serve(settings, state, logger, output_dir)
+        return 0  # not reached: _serve runs until a signal or an injected fault
+    except Terminated as stop:
+        logger.info(f"Received {stop}; shutting down")
+        return 0
+    except _InjectedExit as crash:
+        logger.error(str(crash))
+        print_exception_line("RuntimeError", str(crash))
+        return demo.exit_code
+    finally:
+        server.shutdown()
+        server.server_close()
+        if engine_core is not None:
+            _stop_engine_core(engine_core)
+
+
+class _InjectedExit(Exception):
+    pass
+
+
+def _serve(
+    settings: InferenceSettings, state: _ServerState, logger: StandinLogger, output_dir: Any
+) -> None:
+    demo = settings.demo
+    ready_at = time.monotonic()
+    while True:
+        now = time.monotonic() - ready_at
+        if (
+            demo.crash_after is not None
+            and now >= demo.crash_after
+            and claim_fault(output_dir, "inference", "crash_after")
+        ):
+            raise _InjectedExit(f"demo fault injected: inference crash after {demo.crash_after:g}s")
+        if (
+            demo.unhealthy_after is not None
+            and not state.unhealthy.is_set()
+            and now >= demo.unhealthy_after
+            and claim_fault(output_dir, "inference", "unhealthy_after")
+        ):
+            logger.warning("Demo fault: /health now answers 503 (engine stopped responding)")
+            state.unhealthy.set()
+        time.sleep(0.05)
+
+
+def _start_engine_core() -> subprocess.Popen[bytes]:
+    # Same session and process group as the server (as vLLM's multiprocessing child), no fds.
+    return subprocess.Popen(
+        [sys.executable, "-m", "airvisor.demo", ENGINE_CORE_SUBCOMMAND],
+        stdin=subprocess.DEVNULL,
+        close_fds=True,
+    )
+
+
+def _stop_engine_core(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is not None:
+        return
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait(timeout=5)
+
+
+def engine_core_main(argv: Sequence[str]) -> int:
+    """The `VLLM::EngineCore` child: holds on (to pretend GPU memory) until SIGTERM or SIGKILL.
+
+    It deliberately does not watch its parent: a SIGKILLed API server leaves it running, which is
+    the leak airvisor's marker sweep must clean up.
+    """
+    import setproctitle
+
+    setproctitle.setproctitle(ENGINE_CORE_TITLE)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    del argv
+    while True:
+        time.sleep(3600)
