@@ -186,8 +186,8 @@ class Store:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        with self._tx() as db:
-            db.executescript(SCHEMA)
+        # executescript manages its own transaction.
+        self._conn().executescript(SCHEMA)
 
     # -- plumbing -------------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:

@@ -1,0 +1,117 @@
+"""Real supervised runs over the demo stand-ins, with short steps and graces."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from airvisor.engine import RunManager
+from airvisor.policy import RunState
+from airvisor.proc._marker import processes_with_marker
+from airvisor.profile import Profile, load_profile
+from airvisor.store import Store
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def demo_profile_dict(out: Path, **extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "run": {"name": "t", "output_dir": str(out), "max_steps": 12, "demo": True,
+                "on_existing": "replace"},
+        "prime_rl": {"version": "0.4", "command_prefix": ["{python}", "-m", "airvisor.demo"]},
+        "inference": {"port": free_port(), "config": {"model": {"name": "demo/tiny"},
+                                                      "demo": {"startup_delay": 0.3}}},
+        "trainer": {"rdzv_port": free_port(), "min_free_gib": 0,
+                    "config": {"model": {"name": "demo/tiny"}, "demo": {"step_time": 0.1}}},
+        "orchestrator": {"config": {"model": {"name": "demo/tiny"}, "demo": {"step_time": 0.05},
+                                    "seq_len": 512, "sampling": {"max_tokens": 128}}},
+        "health": {"ready_timeout": 20, "probe_interval": 0.5, "probe_failures": 3,
+                   "stall_timeout": 3, "first_step_grace": 15},
+        "checkpoint": {"interval": 2, "keep": 3, "size_gib": 0},
+        "restart": {"max_restarts": 3, "window": 120, "backoff_initial": 0.2,
+                    "backoff_factor": 2, "backoff_max": 1, "stop_grace": 1},
+        # Other developers' demo stand-ins run on this machine: never reap in these tests.
+        "reaper": {"enabled": False},
+    }
+    return deep_merge(base, extra)
+
+
+def write_profile(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+class Harness:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.store = Store(tmp_path / "state" / "airvisor.sqlite3")
+        self.manager = RunManager(self.store)
+        # These tests are about recovery; reaping has its own tests (other developers' stand-ins
+        # run on this machine and must not be reaped here).
+        self.preflights: list[str] = []
+
+        def prepare_machine(profile: Profile, run_id: str, live: set[str]) -> str:
+            self.preflights.append(run_id)
+            return "reaper skipped in engine tests"
+
+        self.manager.hooks.prepare_machine = prepare_machine
+        self.run_ids: list[str] = []
+
+    def profile(self, **extra: Any) -> Profile:
+        data = demo_profile_dict(self.tmp / "run", **extra)
+        return load_profile(write_profile(self.tmp / "profile.toml", data))
+
+    def run(self, profile: Profile, timeout: float = 90.0, **kw: Any) -> str:
+        record = self.manager.submit(profile, **kw)
+        self.run_ids.append(record.id)
+        supervisor = self.manager.supervisor(record.id)
+        assert supervisor is not None
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not supervisor.state.terminal and time.monotonic() < deadline:
+            self.manager.tick(0.1)
+        assert supervisor.state.terminal, f"run still {supervisor.state} after {timeout} s"
+        return record.id
+
+    def state(self, run_id: str) -> RunState:
+        run = self.store.get_run(run_id)
+        assert run is not None
+        return RunState(run.state)
+
+    def events(self, run_id: str, kind: str | None = None) -> list[Any]:
+        return [e for e in self.store.events(run_id) if kind is None or e.kind == kind]
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    h = Harness(tmp_path)
+    yield h
+    h.manager.shutdown(stop_runs=True, timeout=20)
+    # After every test no process carrying one of its runs' markers may be left alive.
+    leftovers = [p for rid in h.run_ids for p in processes_with_marker(rid)]
+    for proc in leftovers:
+        proc.kill()
+    assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"
+
+
+MakeProfile = Callable[..., Profile]

@@ -1,0 +1,117 @@
+"""The supervisor over real processes: completion, crash and hang recovery, crash loops."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from airvisor.engine import scan_checkpoints
+from airvisor.policy import RunState
+
+from .conftest import Harness
+
+
+def resume_steps(h: Harness, run_id: str) -> list[int | None]:
+    return [a["resume_step"] for a in h.store.attempts(run_id)]
+
+
+def test_demo_run_completes(harness: Harness) -> None:
+    run_id = harness.run(harness.profile())
+    assert harness.state(run_id) == RunState.SUCCEEDED
+    run = harness.store.get_run(run_id)
+    assert run is not None and run.step == 12 and run.restarts == 0
+    checkpoints = scan_checkpoints(Path(run.run_dir))
+    assert max(checkpoints) == 12 and all(c.complete for c in checkpoints.values())
+    kinds = [e.kind for e in harness.events(run_id)]
+    assert "inference_ready" in kinds and "success" in kinds
+    # The orchestrator was started only after the server answered.
+    started = [e.component for e in harness.events(run_id, "component_started")]
+    assert started == ["inference", "trainer", "orchestrator"]
+    logs = Path(run.run_dir) / "airvisor" / "attempt_1"
+    assert {p.name for p in logs.glob("*.log")} >= {"inference.log", "trainer.log",
+                                                   "orchestrator.log"}
+
+
+def test_trainer_crash_resumes_from_last_complete_checkpoint(harness: Harness) -> None:
+    profile = harness.profile(trainer={"config": {"demo": {"crash_at_step": 5,
+                                                           "exit_code": 3}}})
+    run_id = harness.run(profile)
+    assert harness.state(run_id) == RunState.SUCCEEDED
+    failures = harness.events(run_id, "failure")
+    assert len(failures) == 1
+    assert failures[0].component == "trainer"
+    assert "exited with status 3" in failures[0].message
+    assert failures[0].data["last_lines"], "the failure records the trainer's last log lines"
+    assert resume_steps(harness, run_id) == [None, 4]
+
+
+def test_hang_is_detected_by_stall_timeout_and_recovered(harness: Harness) -> None:
+    profile = harness.profile(trainer={"config": {"demo": {"hang_at_step": 7}}})
+    run_id = harness.run(profile)
+    assert harness.state(run_id) == RunState.SUCCEEDED
+    failure = harness.events(run_id, "failure")[0]
+    assert "hung" in failure.message and "stall_timeout" in failure.message
+    assert resume_steps(harness, run_id) == [None, 6]
+
+
+def test_orchestrator_crash_recovers(harness: Harness) -> None:
+    profile = harness.profile(orchestrator={"config": {"demo": {"crash_at_step": 6}}})
+    run_id = harness.run(profile)
+    assert harness.state(run_id) == RunState.SUCCEEDED
+    failure = harness.events(run_id, "failure")[0]
+    assert failure.component == "orchestrator"
+    assert len(resume_steps(harness, run_id)) == 2
+
+
+def test_half_written_newest_checkpoint_is_skipped(harness: Harness) -> None:
+    profile = harness.profile(trainer={"config": {"demo": {"half_checkpoint_at_step": 6}}})
+    run_id = harness.run(profile)
+    assert harness.state(run_id) == RunState.SUCCEEDED
+    assert resume_steps(harness, run_id) == [None, 4]
+    attempt = next(e for e in harness.events(run_id, "attempt") if e.data["attempt"] == 2)
+    assert "skipped step 6" in attempt.message
+
+
+def test_component_ignoring_sigterm_is_killed_after_grace(harness: Harness) -> None:
+    profile = harness.profile(
+        trainer={"config": {"demo": {"crash_at_step": 5}}},
+        orchestrator={"config": {"demo": {"ignore_sigterm": True}}},
+    )
+    run_id = harness.run(profile)
+    assert harness.state(run_id) == RunState.SUCCEEDED
+    stopped = harness.events(run_id, "stopped_components")[0]
+    assert "needed SIGKILL" in stopped.message
+    assert not stopped.message.startswith("0 exited on SIGTERM, 0 needed")
+
+
+def test_crash_loop_ends_as_failed_with_reasons(harness: Harness) -> None:
+    profile = harness.profile(restart={"max_restarts": 2})
+    # A foreign listener holds the inference port: every attempt's server fails to bind.
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", profile.inference.port))
+        squatter.listen()
+        run_id = harness.run(profile)
+    assert harness.state(run_id) == RunState.FAILED
+    run = harness.store.get_run(run_id)
+    assert run is not None and run.last_error is not None
+    assert "crash loop" in run.last_error and "inference" in run.last_error
+    assert len(harness.events(run_id, "failure")) == 3
+    assert harness.events(run_id, "gave_up")
+
+
+def test_stop_request_stops_every_component(harness: Harness) -> None:
+    profile = harness.profile(run={"max_steps": 1000})
+    record = harness.manager.submit(profile)
+    harness.run_ids.append(record.id)
+    import time
+
+    deadline = time.monotonic() + 30
+    while (harness.store.get_run(record.id).step or 0) < 2 and time.monotonic() < deadline:  # type: ignore[union-attr]
+        harness.manager.tick(0.1)
+    harness.manager.request_stop(record.id)
+    supervisor = harness.manager.supervisor(record.id)
+    assert supervisor is not None
+    while not supervisor.state.terminal and time.monotonic() < deadline + 30:
+        harness.manager.tick(0.1)
+    assert supervisor.state == RunState.STOPPED
+    assert all(c.state == "stopped" for c in harness.store.components(record.id))
