@@ -8,8 +8,10 @@ import sys
 import structlog
 
 
-def configure_logging(*, json_format: bool = False, verbose: bool = False) -> None:
-    level = logging.DEBUG if verbose else logging.INFO
+def configure_logging(*, json_format: bool = False, verbose: bool = False,
+                      quiet: bool = False) -> None:
+    """`quiet` keeps only warnings: the foreground view already shows every event."""
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if json_format

@@ -12,10 +12,12 @@ from airvisor._version import __version__
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
               show_default=True, help="Format of airvisor's own log lines (stderr).")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def main(log_format: str, verbose: bool) -> None:
+@click.pass_context
+def main(ctx: click.Context, log_format: str, verbose: bool) -> None:
     """Supervise prime-rl + MLGym RL runs: start, watch, recover, reap."""
     from airvisor._logging import configure_logging
 
+    ctx.obj = {"json_logs": log_format == "json", "verbose": verbose}
     configure_logging(json_format=log_format == "json", verbose=verbose)
 
 

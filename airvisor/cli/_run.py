@@ -144,6 +144,11 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
     except ProfileError as err:
         click.echo(f"airvisor: profile problems:\n{err}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    options = click.get_current_context().obj or {}
+    if not options.get("verbose") and not options.get("json_logs"):
+        from airvisor._logging import configure_logging
+
+        configure_logging(quiet=True)  # the progress view shows every event already
     problems = _preflight_problems(loaded)
     if problems:
         click.echo("airvisor: cannot start, preflight found problems:", err=True)

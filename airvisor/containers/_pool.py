@@ -154,15 +154,15 @@ class ContainerPool:
                             slot.health = "healthy"
                         continue
                     self._engine.remove(facts.container_id, grace=0)
+                with self._state_lock:
+                    slot.container_id = None
                 to_create.append(slot)
-            created: list[_Slot] = []
             try:
                 for slot in to_create:
                     self._create_and_start(slot)
-                    created.append(slot)
-                self._verify_started(created)
+                self._verify_started(to_create)
             except ContainerError:
-                for slot in created:
+                for slot in to_create:  # created (maybe not started) by this call
                     self._discard(slot)
                 raise
             return self._status_locked()

@@ -94,7 +94,16 @@ class ServerSettings(_Lenient):
 
 
 class ClientSettings(_Lenient):
-    base_url: str = "http://127.0.0.1:8000/v1"
+    # v0.4: one URL; main: a list of URLs (the stand-in talks to the first).
+    base_url: str | list[str] = "http://127.0.0.1:8000/v1"
+
+    @property
+    def url(self) -> str:
+        if isinstance(self.base_url, str):
+            return self.base_url
+        if not self.base_url:
+            raise DemoConfigError("client.base_url: the list of inference URLs is empty")
+        return self.base_url[0]
 
 
 class SamplingSettings(_Lenient):

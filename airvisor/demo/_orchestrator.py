@@ -91,7 +91,7 @@ def _run(settings: OrchestratorSettings, ctx: StepContext) -> int:
         logger.info(f"Resuming orchestrator from checkpoint step {start}")
     # Rollouts after the resume step are a dead attempt's: the trainer must get fresh ones.
     remove_steps_after(output_dir / "rollouts", start)
-    base_url = settings.client.base_url.rstrip("/")
+    base_url = settings.client.url.rstrip("/")
     logger.info(f"Waiting for inference server at {base_url}")
     _wait_healthy(base_url, settings.demo.connect_timeout)
     time.sleep(settings.demo.startup_delay)
