@@ -1,0 +1,154 @@
+"""The pure rules: names, labels, GPU split, memory sizes, create spec, health, recreation."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airvisor.containers import ContainerError, ContainerStatus, container_name
+from airvisor.containers._docker import _split_image
+from airvisor.containers._policy import (
+    Verdict,
+    assess,
+    assign_gpus,
+    build_spec,
+    container_labels,
+    decide,
+    is_airvisor_container,
+    parse_memory,
+)
+from airvisor.containers._types import ContainerFacts, ProbeResult
+from airvisor.profile._schema import ContainerSection, Mount
+
+DOCKER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+
+
+def facts(state: str = "running", **kw: object) -> ContainerFacts:
+    values: dict[str, object] = {
+        "container_id": "abc", "name": "n", "state": state, "exit_code": None,
+        "oom_killed": False, "error": "",
+    }
+    values.update(kw)
+    return ContainerFacts(**values)  # type: ignore[arg-type]
+
+
+def test_name_is_derived_from_run_name_and_short_run_id() -> None:
+    assert container_name("demo", "0123456789abcdef", 2) == "airvisor-demo-01234567-mlgym-2"
+
+
+def test_name_replaces_characters_docker_refuses() -> None:
+    assert container_name("My run/α 1", "r:1", 0) == "airvisor-My-run-1-r-1-mlgym-0"
+    assert container_name("...", "---", 0) == "airvisor-run-x-mlgym-0"
+
+
+@given(st.text(max_size=80), st.text(max_size=40), st.integers(min_value=0, max_value=999))
+def test_names_always_fit_dockers_grammar(run_name: str, run_id: str, index: int) -> None:
+    name = container_name(run_name, run_id, index)
+    assert DOCKER_NAME.match(name), name
+    assert name.endswith(f"-mlgym-{index}")
+
+
+def test_labels_identify_run_component_and_index() -> None:
+    labels = container_labels("rid", "demo", 3, restarts=1)
+    assert labels == {
+        "airvisor.run": "rid", "airvisor.component": "mlgym", "airvisor.index": "3",
+        "airvisor.run_name": "demo", "airvisor.restarts": "1",
+    }
+    assert is_airvisor_container(labels)
+    assert not is_airvisor_container({"airvisor.component": "mlgym"})
+    assert not is_airvisor_container({"airvisor.run": "rid", "airvisor.component": "other"})
+    assert not is_airvisor_container({})
+
+
+@pytest.mark.parametrize(
+    ("gpus", "count", "expected"),
+    [
+        ([], 2, [(), ()]),
+        ([7], 1, [(7,)]),
+        ([6, 7], 1, [(6, 7)]),
+        ([4, 5, 6, 7], 2, [(4, 6), (5, 7)]),
+        ([7], 3, [(7,), (7,), (7,)]),
+        ([6, 7], 3, [(6,), (7,), (6,)]),
+    ],
+)
+def test_gpu_assignment(gpus: list[int], count: int, expected: list[tuple[int, ...]]) -> None:
+    assert assign_gpus(gpus, count) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("16g", 16 << 30), ("512m", 512 << 20), ("1.5GiB", 3 << 29), ("8GB", 8 << 30),
+     ("104857600", 104857600), ("2 g", 2 << 30)],
+)
+def test_memory_sizes_in_docker_syntax(text: str, expected: int) -> None:
+    assert parse_memory(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "16x", "-1g", "", "1k"])
+def test_bad_memory_sizes_say_what_to_write(text: str) -> None:
+    with pytest.raises(ContainerError, match=r"\[containers\] memory"):
+        parse_memory(text)
+
+
+def test_spec_carries_the_profile_section() -> None:
+    section = ContainerSection(
+        image="img:1", cpus=1.5, memory="2g", env={"A": "1"}, network="bridge", user="agent",
+        workdir="/w", command=["/bin/bash", "-l"],
+        mounts=[Mount(source=Path("/data"), target="/home/agent/data")],
+    )
+    spec = build_spec(section, run_id="rid", run_name="demo", index=1, gpu_ids=(7,), restarts=0)
+    assert spec.name == "airvisor-demo-rid-mlgym-1"
+    assert spec.nano_cpus == 1_500_000_000
+    assert spec.mem_limit == 2 << 30
+    assert spec.mounts[0].read_only and spec.mounts[0].source == "/data"
+    assert (spec.image, spec.user, spec.working_dir, spec.network_mode) == (
+        "img:1", "agent", "/w", "bridge")
+    assert spec.command == ("/bin/bash", "-l") and spec.gpu_ids == (7,)
+    assert spec.labels["airvisor.index"] == "1"
+
+
+def test_health_verdicts() -> None:
+    assert assess(facts(), ProbeResult(True)).healthy
+    assert "missing" in assess(None, None).reason
+    killed = assess(facts("exited", exit_code=137), None)
+    assert not killed.healthy and "SIGKILL" in killed.reason
+    oom = assess(facts("exited", exit_code=137, oom_killed=True), None)
+    assert "out-of-memory" in oom.reason and "[containers] memory" in oom.reason
+    assert "paused" in assess(facts("paused"), None).reason
+    hung = assess(facts(), ProbeResult(False, "no answer within 3s", timed_out=True))
+    assert not hung.healthy and "no answer within 3s" in hung.reason
+
+
+def test_recreate_until_the_limit_then_give_up() -> None:
+    sick = Verdict(False, "exited")
+    assert decide(Verdict(True), recreates=9, max_recreates=0) == "keep"
+    assert decide(sick, recreates=0, max_recreates=2) == "recreate"
+    assert decide(sick, recreates=1, max_recreates=2) == "recreate"
+    assert decide(sick, recreates=2, max_recreates=2) == "give_up"
+    assert decide(sick, recreates=0, max_recreates=0) == "give_up"
+
+
+def test_status_as_dict() -> None:
+    status = ContainerStatus("id", "n", 0, "running", "healthy", 1, (7,))
+    assert status.as_dict() == {
+        "container_id": "id", "name": "n", "index": 0, "state": "running",
+        "health": "healthy", "restarts": 1, "gpus": [7],
+    }
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [
+        ("aigym/mlgym-agent", ("aigym/mlgym-agent", "latest")),
+        ("aigym/mlgym-agent:v2", ("aigym/mlgym-agent", "v2")),
+        ("localhost:5000/mlgym", ("localhost:5000/mlgym", "latest")),
+        ("localhost:5000/mlgym:v1", ("localhost:5000/mlgym", "v1")),
+        ("img@sha256:ab", ("img@sha256:ab", None)),
+    ],
+)
+def test_image_reference_split_for_pull(image: str, expected: tuple[str, str | None]) -> None:
+    assert _split_image(image) == expected

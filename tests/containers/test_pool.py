@@ -1,0 +1,293 @@
+"""The pool against the real Docker engine, with the locally built test image."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from airvisor.containers import ContainerError, ContainerPool, reap_orphan_containers
+from airvisor.profile._schema import ContainerSection, Mount
+
+pytestmark = pytest.mark.docker
+
+PoolFactory = Callable[..., ContainerPool]
+
+
+def containers_of(client: docker.DockerClient, run_id: str) -> list[Any]:
+    return client.containers.list(all=True, filters={"label": f"airvisor.run={run_id}"})
+
+
+def test_pool_comes_up_named_and_labelled_from_the_run(
+    make_pool: PoolFactory, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    (tmp_path / "task.txt").write_text("data\n")
+    tmp_path.chmod(0o755)  # readable by the container's user
+    run_id = f"t{uuid.uuid4().hex}"
+    pool = make_pool(
+        run_id=run_id, run_name="demo run/1", count=2, cpus=0.5, memory="256m",
+        env={"MLGYM_ENV_TIMEOUT": "30"}, network="none",
+        mounts=[Mount(source=tmp_path, target="/home/agent/data", read_only=True)],
+    )
+    pool.preflight()
+    statuses = pool.up()
+
+    assert pool.names == [
+        f"airvisor-demo-run-1-{run_id[:8]}-mlgym-0", f"airvisor-demo-run-1-{run_id[:8]}-mlgym-1"]
+    assert [(s.name, s.index, s.state, s.health, s.restarts) for s in statuses] == [
+        (pool.names[0], 0, "running", "healthy", 0), (pool.names[1], 1, "running", "healthy", 0)]
+    for index, name in enumerate(pool.names):
+        container = docker_client.containers.get(name)
+        assert container.id == statuses[index].container_id
+        assert container.labels["airvisor.run"] == run_id
+        assert container.labels["airvisor.component"] == "mlgym"
+        assert container.labels["airvisor.index"] == str(index)
+        assert container.labels["airvisor.run_name"] == "demo run/1"
+        config, host = container.attrs["Config"], container.attrs["HostConfig"]
+        # MLGym's `docker run -i`: stdin open, no tty, a long-lived login shell.
+        assert config["OpenStdin"] is True and config["Tty"] is False
+        assert config["Cmd"] == ["/bin/bash", "-l"]
+        assert config["User"] == "agent" and config["WorkingDir"] == "/home/agent"
+        assert "MLGYM_ENV_TIMEOUT=30" in config["Env"]
+        assert host["NetworkMode"] == "none"
+        assert host["NanoCpus"] == 500_000_000 and host["Memory"] == 256 << 20
+        assert not host.get("DeviceRequests")
+        # The mount is there and really read-only.
+        code, output = container.exec_run(["cat", "/home/agent/data/task.txt"], user="agent")
+        assert (code, output) == (0, b"data\n")
+        code, _ = container.exec_run(["touch", "/home/agent/data/x"], user="root")
+        assert code != 0
+    assert not pool.check()
+
+    pool.down()
+    assert containers_of(docker_client, run_id) == []
+    assert [s.state for s in pool.status()] == ["missing", "missing"]
+
+
+def test_up_adopts_healthy_containers_of_the_same_run(
+    make_pool: PoolFactory, docker_client: docker.DockerClient
+) -> None:
+    run_id = f"t{uuid.uuid4().hex}"
+    first = make_pool(run_id=run_id, count=2)
+    before = [s.container_id for s in first.up()]
+    # A new supervisor process (same run id) comes up after a daemon restart.
+    after = [s.container_id for s in make_pool(run_id=run_id, count=2).up()]
+    assert after == before
+    assert len(containers_of(docker_client, run_id)) == 2
+
+
+def first_run_id(client: docker.DockerClient, name: str) -> str:
+    return str(client.containers.get(name).labels["airvisor.run"])
+
+
+def test_down_finds_containers_an_earlier_process_created(
+    make_pool: PoolFactory, docker_client: docker.DockerClient
+) -> None:
+    run_id = f"t{uuid.uuid4().hex}"
+    make_pool(run_id=run_id, count=2).up()
+    make_pool(run_id=run_id, count=2).down()  # a fresh pool object knows nothing but the run id
+    assert containers_of(docker_client, run_id) == []
+
+
+def test_killed_container_is_recreated(
+    make_pool: PoolFactory, docker_client: docker.DockerClient
+) -> None:
+    pool = make_pool(count=2)
+    old_id = pool.up()[0].container_id
+    docker_client.containers.get(pool.names[0]).kill()
+
+    events = pool.check()
+
+    assert [(e.kind, e.index) for e in events] == [
+        ("container_unhealthy", 0), ("container_recreated", 0)]
+    assert "exit code 137" in events[0].reason
+    replacement = docker_client.containers.get(pool.names[0])
+    assert replacement.id != old_id and replacement.status == "running"
+    assert replacement.labels["airvisor.restarts"] == "1"
+    status = pool.status()[0]
+    assert (status.container_id, status.state, status.health, status.restarts) == (
+        replacement.id, "running", "healthy", 1)
+    assert pool.status()[1].restarts == 0
+    assert not pool.check()
+
+
+def test_frozen_container_is_recreated(
+    make_pool: PoolFactory, docker_client: docker.DockerClient
+) -> None:
+    pool = make_pool()
+    old_id = pool.up()[0].container_id
+    docker_client.containers.get(pool.names[0]).pause()
+
+    events = pool.check()
+
+    assert [e.kind for e in events] == ["container_unhealthy", "container_recreated"]
+    assert "paused" in events[0].reason
+    assert all(c.id != old_id for c in docker_client.containers.list(all=True))
+    assert pool.status()[0].health == "healthy"
+
+
+def test_container_whose_shell_hangs_is_recreated(
+    make_pool: PoolFactory, docker_client: docker.DockerClient
+) -> None:
+    # The health round-trip goes through the user's login shell, as MLGym's `bash -l` does; a
+    # profile script that blocks makes that shell hang without the container exiting.
+    pool = make_pool(health_command=["/bin/bash", "-lc", "echo ok"], exec_timeout=1.0)
+    old_id = pool.up()[0].container_id
+    container = docker_client.containers.get(pool.names[0])
+    code, _ = container.exec_run(
+        ["/bin/sh", "-c", "echo 'sleep 600' > /etc/profile.d/zz-hang.sh"], user="root")
+    assert code == 0
+
+    events = pool.check()
+
+    assert [e.kind for e in events] == ["container_unhealthy", "container_recreated"]
+    assert "no answer within 1s" in events[0].reason
+    replacement = docker_client.containers.get(pool.names[0])
+    assert replacement.id != old_id and replacement.status == "running"
+    assert pool.status()[0].health == "healthy"
+
+
+def test_recreate_limit_gives_up_once(
+    make_pool: PoolFactory, docker_client: docker.DockerClient
+) -> None:
+    pool = make_pool(count=2, max_recreates=1)
+    pool.up()
+    docker_client.containers.get(pool.names[1]).kill()
+    assert [e.kind for e in pool.check()] == ["container_unhealthy", "container_recreated"]
+    docker_client.containers.get(pool.names[1]).kill()
+
+    events = pool.check()
+
+    assert [(e.kind, e.index) for e in events] == [
+        ("container_unhealthy", 1), ("container_gave_up", 1)]
+    assert "max_recreates = 1" in events[1].reason
+    assert pool.gave_up
+    assert [s.health for s in pool.status()] == ["healthy", "gave_up"]
+    assert pool.check() == []  # reported once; the engine fails the run
+
+
+def test_reap_removes_only_containers_of_dead_runs(
+    make_pool: PoolFactory, docker_client: docker.DockerClient, stranger: Callable[..., Any]
+) -> None:
+    crashed = make_pool(count=2)
+    crashed.up()
+    crashed_ids = {c.id for c in docker_client.containers.list(
+        filters={"name": crashed.names[0]})} | {
+        c.id for c in docker_client.containers.list(filters={"name": crashed.names[1]})}
+    crashed_run = first_run_id(docker_client, crashed.names[0])
+    del crashed  # the supervisor died without down()
+    live = make_pool()
+    live.up()
+    live_run = first_run_id(docker_client, live.names[0])
+    unlabelled = stranger()
+    # Looks like ours but lacks airvisor.run: never touched either.
+    half_labelled = stranger(labels={"airvisor.component": "mlgym"})
+    # Containers of runs other sessions own on this engine count as live for this test.
+    others = {
+        c.labels["airvisor.run"]
+        for c in docker_client.containers.list(all=True, filters={"label": "airvisor.run"})
+    } - {crashed_run}
+    assert live_run in others
+
+    listed = reap_orphan_containers(others, dry_run=True, client=docker_client)
+    assert {s.container_id for s in listed} == crashed_ids
+    assert {s.index for s in listed} == {0, 1}
+    assert all(s.health == "orphaned" for s in listed)
+    assert len(containers_of(docker_client, crashed_run)) == 2  # a dry run removes nothing
+
+    reaped = reap_orphan_containers(others, dry_run=False, client=docker_client)
+    assert {s.container_id for s in reaped} == crashed_ids
+    assert containers_of(docker_client, crashed_run) == []
+    assert [s.state for s in live.status()] == ["running"]
+    for container in (unlabelled, half_labelled):
+        container.reload()
+        assert container.status == "running"
+
+
+def test_pool_never_touches_a_stranger_holding_its_name(
+    make_pool: PoolFactory, docker_client: docker.DockerClient, stranger: Callable[..., Any]
+) -> None:
+    pool = make_pool()
+    squatter = stranger(name=pool.names[0])
+    with pytest.raises(ContainerError, match="not one of run"):
+        pool.up()
+    events = pool.check()
+    assert [e.kind for e in events] == ["container_unhealthy", "container_unhealthy"]
+    assert "recreate failed" in events[1].reason
+    pool.down()
+    squatter.reload()
+    assert squatter.status == "running"
+
+
+def test_missing_image_fails_preflight_clearly(make_pool: PoolFactory) -> None:
+    image = f"airvisor-test/missing-{uuid.uuid4().hex[:8]}:latest"
+    pool = make_pool(image=image)
+    with pytest.raises(ContainerError) as caught:
+        pool.preflight()
+    message = str(caught.value)
+    assert f"image {image} is not present and could not be pulled" in message
+    assert "docker load" in message and "[containers] image" in message
+    assert "Traceback" not in message
+
+
+def test_missing_mount_source_fails_preflight(make_pool: PoolFactory, tmp_path: Path) -> None:
+    pool = make_pool(mounts=[Mount(source=tmp_path / "nope", target="/data")])
+    with pytest.raises(ContainerError, match=r"mounts\[0\]\.source .*nope does not exist"):
+        pool.preflight()
+
+
+def test_unreachable_engine_says_where_and_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    socket = tmp_path / "docker.sock"
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{socket}")
+    pool = ContainerPool(ContainerSection(), run_id="r", run_name="n", gpus=[])
+    with pytest.raises(ContainerError) as caught:
+        pool.preflight()
+    assert str(caught.value).startswith(
+        f"Docker engine not reachable at unix://{socket}: start dockerd / check permissions")
+    assert pool.status()[0].state == "unknown"  # status never raises
+
+
+def test_gpu_device_requests(make_pool: PoolFactory, docker_client: docker.DockerClient) -> None:
+    pool = make_pool(count=2, gpus=[6, 7])
+    for index, gpu in enumerate(["6", "7"]):
+        created = pool._create(index)  # created, not started: no GPU runtime here
+        assert created.gpu_ids == (gpu,)
+        requests = docker_client.containers.get(created.container_id).attrs["HostConfig"][
+            "DeviceRequests"]
+        assert [(r["Driver"], r["DeviceIDs"], r["Capabilities"]) for r in requests] == [
+            ("nvidia", [gpu], [["gpu"]])]
+    assert [s.gpus for s in pool.status()] == [(6,), (7,)]
+
+
+def test_up_without_gpu_runtime_fails_clearly_and_leaves_nothing(
+    make_pool: PoolFactory, docker_client: docker.DockerClient
+) -> None:
+    if "nvidia" in (docker_client.info().get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime")
+    run_id = f"t{uuid.uuid4().hex}"
+    pool = make_pool(run_id=run_id, gpus=[7])
+    with pytest.raises(ContainerError) as caught:
+        pool.up()
+    message = str(caught.value)
+    assert "no NVIDIA GPU runtime" in message and "NVIDIA Container Toolkit" in message
+    assert containers_of(docker_client, run_id) == []
+
+
+def test_check_is_due_after_the_health_interval() -> None:
+    now = [100.0]
+    pool = ContainerPool(
+        ContainerSection(health_interval=15), run_id="r", run_name="n", gpus=[],
+        clock=lambda: now[0],
+    )
+    assert pool.check_due()
+    pool._last_check = now[0]
+    now[0] += 14.9
+    assert not pool.check_due()
+    now[0] += 0.1
+    assert pool.check_due()
