@@ -313,6 +313,7 @@ def _facts(attrs: Mapping[str, Any]) -> ContainerFacts:
         oom_killed=bool(state.get("OOMKilled")),
         error=str(state.get("Error") or ""),
         labels=dict(config.get("Labels") or {}),
+        image=str(config.get("Image") or ""),
         gpu_ids=gpu_ids,
         device_requests=requests_,
     )

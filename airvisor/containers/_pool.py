@@ -140,7 +140,13 @@ class ContainerPool:
                         f"{self._run_id}'s task containers (labels {dict(facts.labels)}): remove "
                         "it yourself (airvisor never touches it) or rename the run"
                     )
-            running = [f.container_id for f in existing.values() if f and f.state == "running"]
+            running = [
+                f.container_id
+                for i, f in existing.items()
+                if f is not None
+                and f.state == "running"
+                and self._matches_profile(self._slots[i], f)
+            ]
             probes = self._probe(running)
             to_create: list[_Slot] = []
             for slot in self._slots:
@@ -148,7 +154,9 @@ class ContainerPool:
                 if facts is not None:
                     with self._state_lock:
                         slot.restarts = label_int(facts.labels, RESTARTS_LABEL, 0)
-                    if assess(facts, probes.get(facts.container_id)).healthy:
+                    if self._matches_profile(slot, facts) and assess(
+                        facts, probes.get(facts.container_id)
+                    ).healthy:
                         with self._state_lock:
                             slot.container_id = facts.container_id
                             slot.health = "healthy"
@@ -169,18 +177,22 @@ class ContainerPool:
 
     def check(self) -> list[ContainerEvent]:
         """Health of every container; unhealthy ones are recreated (up to max_recreates per
-        index, then given up). Returns what happened, for the run's event log."""
+        index, then given up). Returns what happened, for the run's event log.
+
+        Raises ContainerError when the engine itself cannot be asked: that is no verdict on the
+        containers, so nothing is recreated or counted; the caller decides (retry, fail)."""
         with self._op_lock:
             self._last_check = self._clock()
             facts = {slot.index: self._engine.inspect(slot.name) for slot in self._slots}
+            for index, current in facts.items():
+                if current is not None and current.labels.get(RUN_LABEL) != self._run_id:
+                    facts[index] = None  # a stranger took the name: never touched, ours is missing
             probes = self._probe(
                 [f.container_id for f in facts.values() if f is not None and f.state == "running"]
             )
             events: list[ContainerEvent] = []
             for slot in self._slots:
                 current = facts[slot.index]
-                if current is not None and current.labels.get(RUN_LABEL) != self._run_id:
-                    current = None  # a stranger took the name: never touched, ours is missing
                 verdict = assess(current, probes.get(current.container_id) if current else None)
                 events.extend(self._apply(slot, current, verdict))
             return events
@@ -226,6 +238,13 @@ class ContainerPool:
             index=slot.index,
             gpu_ids=slot.gpus,
             restarts=slot.restarts,
+        )
+
+    def _matches_profile(self, slot: _Slot, facts: ContainerFacts) -> bool:
+        """Whether an existing container was made from this profile (image, GPUs), so it may be
+        adopted; one made before the profile changed is recreated instead."""
+        return facts.image == self._section.image and facts.gpu_ids == tuple(
+            str(gpu) for gpu in slot.gpus
         )
 
     def _create(self, index: int) -> ContainerFacts:
@@ -391,11 +410,15 @@ def reap_orphan_containers(
     labels is never touched.
     """
     engine = DockerEngine(client)
-    found = engine.list_labelled({COMPONENT_LABEL: COMPONENT, RUN_LABEL: None})
-    orphans = [
-        facts for facts in found
-        if is_airvisor_container(facts.labels) and facts.labels[RUN_LABEL] not in live_run_ids
-    ]
-    if not dry_run:
-        _remove_all(engine, orphans, grace=grace)
-    return [_status_of_facts(facts, "orphaned") for facts in orphans]
+    try:
+        found = engine.list_labelled({COMPONENT_LABEL: COMPONENT, RUN_LABEL: None})
+        orphans = [
+            facts for facts in found
+            if is_airvisor_container(facts.labels) and facts.labels[RUN_LABEL] not in live_run_ids
+        ]
+        if not dry_run:
+            _remove_all(engine, orphans, grace=grace)
+        return [_status_of_facts(facts, "orphaned") for facts in orphans]
+    finally:
+        if client is None:  # a connection of our own
+            engine.close()

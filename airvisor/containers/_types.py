@@ -57,6 +57,7 @@ class ContainerFacts:
     oom_killed: bool
     error: str  # Docker's State.Error (why it could not start), "" when none
     labels: Mapping[str, str] = field(default_factory=dict)
+    image: str = ""  # as created (Config.Image)
     gpu_ids: tuple[str, ...] = ()  # device ids of the NVIDIA device requests
     device_requests: tuple[Mapping[str, Any], ...] = ()  # HostConfig.DeviceRequests as inspected
 

@@ -18,6 +18,11 @@ pytestmark = pytest.mark.docker
 PoolFactory = Callable[..., ContainerPool]
 
 
+def remove_run_containers(client: docker.DockerClient, run_id: str) -> None:
+    for container in containers_of(client, run_id):
+        container.remove(force=True)
+
+
 def containers_of(client: docker.DockerClient, run_id: str) -> list[Any]:
     return client.containers.list(all=True, filters={"label": f"airvisor.run={run_id}"})
 
@@ -73,11 +78,31 @@ def test_up_adopts_healthy_containers_of_the_same_run(
 ) -> None:
     run_id = f"t{uuid.uuid4().hex}"
     first = make_pool(run_id=run_id, count=2)
-    before = [s.container_id for s in first.up()]
+    first.up()
+    docker_client.containers.get(first.names[1]).kill()
+    assert [e.kind for e in first.check()] == ["container_unhealthy", "container_recreated"]
+    before = first.status()
     # A new supervisor process (same run id) comes up after a daemon restart.
-    after = [s.container_id for s in make_pool(run_id=run_id, count=2).up()]
-    assert after == before
+    after = make_pool(run_id=run_id, count=2).up()
+    assert [s.container_id for s in after] == [s.container_id for s in before]
+    assert [s.restarts for s in after] == [0, 1]  # carried on the container's labels
     assert len(containers_of(docker_client, run_id)) == 2
+
+
+def test_up_replaces_a_container_made_from_another_image(
+    make_pool: PoolFactory, docker_client: docker.DockerClient, test_image: str
+) -> None:
+    run_id = f"t{uuid.uuid4().hex}"
+    old_id = make_pool(run_id=run_id).up()[0].container_id
+    tag = f"changed-{uuid.uuid4().hex[:8]}"
+    docker_client.images.get(test_image).tag("airvisor-test/mlgym", tag)
+    try:
+        new = make_pool(run_id=run_id, image=f"airvisor-test/mlgym:{tag}").up()[0]
+        assert new.container_id != old_id and new.health == "healthy"
+        assert [c.id for c in containers_of(docker_client, run_id)] == [new.container_id]
+    finally:
+        remove_run_containers(docker_client, run_id)
+        docker_client.images.remove(f"airvisor-test/mlgym:{tag}")  # the tag only
 
 
 def first_run_id(client: docker.DockerClient, name: str) -> str:
@@ -221,6 +246,7 @@ def test_pool_never_touches_a_stranger_holding_its_name(
     pool.down()
     squatter.reload()
     assert squatter.status == "running"
+    assert not squatter.attrs["ExecIDs"]  # not even probed
 
 
 def test_missing_image_fails_preflight_clearly(make_pool: PoolFactory) -> None:
