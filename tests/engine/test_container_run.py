@@ -1,0 +1,61 @@
+"""A supervised demo run with MLGym task containers on the real Docker engine."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from airvisor.policy import RunState
+
+from .conftest import Harness
+
+IMAGE = "airvisor-test/mlgym:latest"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def docker_client() -> docker.DockerClient:
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.skip(f"no Docker engine: {exc}")
+    subprocess.run([str(ROOT / "tests/images/build_test_image.sh"), IMAGE], check=True)
+    return client
+
+
+@pytest.mark.docker
+def test_run_with_containers_shows_them_and_leaves_none(
+    harness: Harness, docker_client: docker.DockerClient
+) -> None:
+    profile = harness.profile(
+        run={"max_steps": 30},
+        containers={"enabled": True, "image": IMAGE, "count": 2, "health_interval": 0.5,
+                    "exec_timeout": 5},
+        orchestrator={"config": {"env": [{"id": "air-mlgym", "args": {"task": "demo"}}]}},
+    )
+    record = harness.manager.submit(profile)
+    harness.run_ids.append(record.id)
+    supervisor = harness.manager.supervisor(record.id)
+    assert supervisor is not None
+    seen: dict[str, str] = {}
+    deadline = time.monotonic() + 90
+    while not supervisor.state.terminal and time.monotonic() < deadline:
+        harness.manager.tick(0.1)
+        for comp in harness.store.components(record.id):
+            if comp.kind == "container" and comp.container_id:
+                seen[comp.name] = comp.state
+    assert supervisor.state == RunState.SUCCEEDED
+    # Both containers were recorded with the run's components, under names derived from the run.
+    assert len(seen) == 2 and all("mlgym" in name for name in seen)
+    assert set(seen.values()) >= {"running"}
+    # The orchestrator was told their names through its env args.
+    orch_toml = (Path(profile.run.output_dir) / "airvisor" / "attempt_1" /
+                 "orchestrator.toml").read_text()
+    assert all(name in orch_toml for name in seen)
+    left = docker_client.containers.list(all=True, filters={"label": f"airvisor.run={record.id}"})
+    assert left == []
