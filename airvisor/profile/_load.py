@@ -147,8 +147,11 @@ def _validation_problems(
         else:
             got = item.get("input")
             shown = repr(got) if not isinstance(got, dict) else "a table"
-            problems.append(Problem(where, f"{_display(loc)}: {item['msg']} (got {shown})",
-                                    "change the value there"))
+            fix = "change the value there"
+            if kind in ("literal_error", "string_type") and isinstance(got, int | float):
+                # `version = 0.4`: TOML read a number where a string was meant.
+                fix = f'quote it: {loc[-1]} = "{got}"'
+            problems.append(Problem(where, f"{_display(loc)}: {item['msg']} (got {shown})", fix))
     return problems
 
 

@@ -178,12 +178,16 @@ def test_fixture_cadence_points_into_the_config_file() -> None:
 # --- shipped profiles ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_profiles_load_and_pass_the_pure_checks(name: str) -> None:
-    profile = load_profile(name)
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.toml")), ids=lambda p: p.stem)
+def test_shipped_profiles_load_and_pass_the_pure_checks(path: Path) -> None:
+    profile = load_profile(path.stem)
     configs, problems = component_configs(profile)
     assert problems == []
     assert semantic_problems(profile, configs) == []
+
+
+def test_every_seed_profile_is_shipped() -> None:
+    assert {p.stem for p in (REPO / "configs").glob("*.toml")} >= set(SHIPPED)
 
 
 def test_shipped_profiles_match_their_seeds() -> None:

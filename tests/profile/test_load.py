@@ -80,6 +80,7 @@ def test_type_errors_map_to_the_key_line_and_are_all_reported() -> None:
     assert set(wheres) == {"4", "7", "10"}  # max_steps, version, port: all at once
     assert "[run] max_steps" in wheres["4"].message and "'ten'" in wheres["4"].message
     assert "[prime_rl] version" in wheres["7"].message and "'0.4'" in wheres["7"].message
+    assert wheres["7"].fix == "change the value there"
     assert "[inference] port" in wheres["10"].message and "65535" in wheres["10"].message
 
 
@@ -191,3 +192,10 @@ config = { optim = { wd = 0.5 } }
     assert configs["trainer"].where("optim", "wd") == f"{path}:12:1"
     assert configs["trainer"].where("model", "name") == f"{tmp_path / 'a.toml'}:5:1"
     assert semantic_problems(profile, configs) == []
+
+
+def test_a_number_where_a_string_is_meant_says_to_quote_it(tmp_path: Path) -> None:
+    path = write(tmp_path / "p.toml", MINIMAL.replace('version = "0.4"', "version = 0.4"))
+    (problem,) = problems_of(path)
+    assert problem.where == f"{path}:7:1"
+    assert problem.fix == 'quote it: version = "0.4"'
