@@ -87,7 +87,8 @@ def _check(ref: str, overrides: dict[str, Any], show_config: bool) -> int:
     except ProfileError as err:
         problems.extend(p for p in err.problems if p not in problems)
     except AdapterError as exc:
-        problems.append(Problem(str(profile.source or ref), str(exc), None))
+        if not problems:  # otherwise the checks above already name the same cause
+            problems.append(Problem(str(profile.source or ref), str(exc), None))
     if problems:
         click.echo("")
         _print_problems(ref, problems)

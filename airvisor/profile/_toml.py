@@ -37,14 +37,26 @@ def _unquoted_string_hint(line_text: str) -> tuple[str, str] | None:
     match = _KEY_VALUE.match(line_text)
     if match is None:
         return None
-    indent, key, value = match.groups()
-    value = _strip_comment(value)
+    _, key, value = match.groups()
+    key, value = key.strip(), _strip_comment(value)
+    if value in ("True", "False", "TRUE", "FALSE"):
+        return (f"the value of '{key}' is not valid TOML: booleans are lowercase",
+                f"write {key} = {value.lower()}")
+    inner = value[1:-1]
+    if value.startswith("[") and value.endswith("]") and not any(c in inner for c in "\"'[]{}"):
+        # `tasks = [titanic.yaml, blotto.yaml]`: a flat array; quote each bare element.
+        elements = [e.strip() for e in inner.split(",") if e.strip()]
+        bare = [e for e in elements if not _VALUE_START.match(e)]
+        if bare:
+            quoted = ", ".join(e if _VALUE_START.match(e) else json.dumps(e) for e in elements)
+            return (f"the value of '{key}' is not valid TOML: strings in an array must be quoted",
+                    f"write {key} = [{quoted}]")
+        return None
     if not value or _VALUE_START.match(value):
         return None
-    quoted = f"{indent}{key.strip()} = {json.dumps(value)}"
     return (
-        f"the value of '{key.strip()}' is not valid TOML: string values must be quoted",
-        f"write {quoted.strip()}",
+        f"the value of '{key}' is not valid TOML: string values must be quoted",
+        f"write {key} = {json.dumps(value)}",
     )
 
 

@@ -199,3 +199,15 @@ def test_a_number_where_a_string_is_meant_says_to_quote_it(tmp_path: Path) -> No
     (problem,) = problems_of(path)
     assert problem.where == f"{path}:7:1"
     assert problem.fix == 'quote it: version = "0.4"'
+
+
+@pytest.mark.parametrize(("line", "fix"), [
+    ("task_configs = [titanic.yaml, 3]", 'write task_configs = ["titanic.yaml", 3]'),
+    ("enabled = True", "write enabled = true"),
+    ("name = Qwen/Qwen3-0.6B  # the model", 'write name = "Qwen/Qwen3-0.6B"'),
+])
+def test_bare_values_get_the_corrected_line(tmp_path: Path, line: str, fix: str) -> None:
+    path = write(tmp_path / "p.toml", f"[x]\n{line}\n")
+    (problem,) = problems_of(path)
+    assert problem.where.startswith(f"{path}:2:")
+    assert problem.fix == fix
