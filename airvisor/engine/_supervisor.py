@@ -40,7 +40,7 @@ from airvisor.policy import (
     step_from_metrics_row,
     transition,
 )
-from airvisor.proc import Launched, ProcessIdentity, launch
+from airvisor.proc import ProcessIdentity, launch
 from airvisor.profile._schema import Profile
 from airvisor.store import Store
 
@@ -66,6 +66,22 @@ class ContainerPoolLike(Protocol):
     def status(self) -> list[Any]: ...
 
 
+class LaunchedLike(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def identity(self) -> ProcessIdentity: ...
+
+    def wait(self) -> int: ...
+
+
+class ProberLike(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass
 class Hooks:
     """The supervisor's I/O beyond process launch, injectable for tests."""
@@ -77,6 +93,10 @@ class Hooks:
     container_pool: Callable[[Profile, str], ContainerPoolLike] | None = None
     # Run ids that count as live (for the reaper), provided by the manager.
     live_run_ids: Callable[[], set[str]] = field(default=lambda: set())
+    # The process constructor and the inference prober: real by default, replaced in the
+    # policy tests that replay histories without processes.
+    launch: Callable[..., LaunchedLike] = launch
+    prober: Callable[..., ProberLike] = InferenceProber
 
 
 @dataclass
@@ -87,7 +107,7 @@ class ComponentHandle:
     log: LogTail
     argv: list[str]
     gpus: list[int]
-    launched: Launched | None = None  # None when adopted from an earlier supervisor
+    launched: LaunchedLike | None = None  # None when adopted from an earlier supervisor
     exit_code: int | None = None
     exited: bool = False
 
@@ -131,7 +151,7 @@ class RunSupervisor:
         self._attempt_started = clock()
         self._attempt_progress: float | None = None  # monotonic time of the last advance
         self._attempt_max_step = 0
-        self._prober: InferenceProber | None = None
+        self._prober: ProberLike | None = None
         self._pool: ContainerPoolLike | None = None
         self._metrics: LogTail | None = None
         self._restart_times: list[float] = []
@@ -245,21 +265,24 @@ class RunSupervisor:
         # starts only once the server answers /health and /v1/models.
         for name in ("inference", "trainer"):
             self._start_component(name)
-        self._prober = InferenceProber(
+        self._start_prober()
+        if self._pool is not None:
+            self._record_containers()
+
+    def _start_prober(self) -> None:
+        self._prober = self._hooks.prober(
             run_id=self.run_id, attempt=self.attempt,
             base_url=inference_base_url(self.profile.inference.host, self.profile.inference.port),
             interval=self.profile.health.probe_interval,
             failures=self.profile.health.probe_failures, post=self._post,
         )
         self._prober.start()
-        if self._pool is not None:
-            self._record_containers()
 
     def _start_component(self, name: str) -> None:
         spec = self._specs[name]
         log_path = self.attempt_dir / f"{name}.log"
-        launched = launch(spec.argv, env=spec.env, cwd=spec.cwd, log_path=log_path,
-                          run_id=self.run_id, component=name)
+        launched = self._hooks.launch(spec.argv, env=spec.env, cwd=spec.cwd, log_path=log_path,
+                                      run_id=self.run_id, component=name)
         gpus = list(getattr(self.profile.gpus, name, []))
         handle = ComponentHandle(
             name=name, identity=launched.identity, pgid=launched.pid,
@@ -276,7 +299,7 @@ class RunSupervisor:
         attempt = self.attempt
 
         def wait_for_exit() -> None:
-            code = launched.popen.wait()
+            code = launched.wait()
             self._post(ComponentExited(self.run_id, attempt, name, code, time.time()))
 
         threading.Thread(target=wait_for_exit, name=f"wait-{name}", daemon=True).start()
@@ -296,13 +319,7 @@ class RunSupervisor:
             # The old supervisor died before the server was ready: wait for it again.
             self.state = RunState.STARTING
             self.store.update_run(self.run_id, state=str(RunState.STARTING))
-        self._prober = InferenceProber(
-            run_id=self.run_id, attempt=self.attempt,
-            base_url=inference_base_url(self.profile.inference.host, self.profile.inference.port),
-            interval=self.profile.health.probe_interval,
-            failures=self.profile.health.probe_failures, post=self._post,
-        )
-        self._prober.start()
+        self._start_prober()
         if self.profile.containers.enabled and self._hooks.container_pool is not None:
             self._pool = self._hooks.container_pool(self.profile, self.run_id)
 

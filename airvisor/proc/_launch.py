@@ -44,6 +44,9 @@ class Launched:
     def pid(self) -> int:
         return self.popen.pid
 
+    def wait(self) -> int:
+        return self.popen.wait()
+
 
 def identity_of(pid: int) -> ProcessIdentity | None:
     try:

@@ -1,0 +1,239 @@
+"""Supervisor policy replayed without processes: fake launcher, fake prober, injected clock.
+
+Honcho-style: the supervisor consumes typed events (exited, ready, lines in the log files) and
+decides; here the test plays the history and advances the clock by hand, so stall timeouts,
+backoff delays and crash loops are checked exactly and instantly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airvisor.engine import InferenceReady, RunManager
+from airvisor.policy import RunState
+from airvisor.proc import ProcessIdentity
+from airvisor.profile import Profile, load_profile
+from airvisor.store import Store
+
+from .conftest import demo_profile_dict, write_profile
+
+_pids = itertools.count(900_000)
+
+
+class FakeProcess:
+    def __init__(self, component: str, log_path: Path) -> None:
+        self.component = component
+        self.log_path = log_path
+        self._pid = next(_pids)
+        self._code: int | None = None
+        self._done = threading.Event()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.touch()
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def identity(self) -> ProcessIdentity:
+        return ProcessIdentity(self._pid, 1.0)
+
+    def wait(self) -> int:
+        self._done.wait()
+        assert self._code is not None
+        return self._code
+
+    def exit(self, code: int) -> None:
+        if not self._done.is_set():
+            self._code = code
+            self._done.set()
+
+    def say(self, line: str) -> None:
+        with open(self.log_path, "a") as handle:
+            handle.write(line + "\n")
+
+
+class FakeProber:
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class Replay:
+    def __init__(self, tmp_path: Path, **profile_extra: Any) -> None:
+        self.now = 1000.0
+        self.store = Store(tmp_path / "state.sqlite3")
+        self.manager = RunManager(self.store, clock=lambda: self.now)
+        self.processes: list[FakeProcess] = []
+        self.stops = 0
+        hooks = self.manager.hooks
+        hooks.prepare_machine = lambda profile, run_id, live: "fake preflight"
+        hooks.prober = FakeProber
+        hooks.launch = self._launch
+        hooks.stop_tree = self._stop_tree
+        data = demo_profile_dict(tmp_path / "run", **profile_extra)
+        self.profile: Profile = load_profile(write_profile(tmp_path / "p.toml", data))
+        self.run_id = self.manager.submit(self.profile).id
+        supervisor = self.manager.supervisor(self.run_id)
+        assert supervisor is not None
+        self.sup = supervisor
+
+    def _launch(self, argv: list[str], *, log_path: Path, component: str, **_: Any) -> FakeProcess:
+        proc = FakeProcess(component, log_path)
+        self.processes.append(proc)
+        return proc
+
+    def _stop_tree(self, identities: list[ProcessIdentity], pgids: list[int], run_id: str,
+                   grace: float) -> str:
+        self.stops += 1
+        for proc in self.processes:
+            proc.exit(-15)
+        return "fake stop"
+
+    def current(self, component: str) -> FakeProcess:
+        return next(p for p in reversed(self.processes) if p.component == component)
+
+    def settle(self, until: RunState | None = None, rounds: int = 50) -> None:
+        """Let worker threads report back (real time, tiny) without moving the fake clock."""
+        for _ in range(rounds):
+            self.manager.tick(0.02)
+            if until is not None and self.sup.state == until:
+                return
+        if until is not None:
+            raise AssertionError(f"state is {self.sup.state}, expected {until}")
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.manager.tick(0.0)
+
+    def ready(self) -> None:
+        self.manager.post(InferenceReady(self.run_id, self.sup.attempt, time.time()))
+        self.settle(RunState.RUNNING)
+
+    def events(self, kind: str) -> list[Any]:
+        return [e for e in self.store.events(self.run_id) if e.kind == kind]
+
+    def close(self) -> None:
+        for proc in self.processes:
+            proc.exit(0)
+
+
+@pytest.fixture
+def replay_factory(tmp_path: Path) -> Iterator[Any]:
+    made: list[Replay] = []
+
+    def make(**extra: Any) -> Replay:
+        replay = Replay(tmp_path, **extra)
+        made.append(replay)
+        return replay
+
+    yield make
+    for replay in made:
+        replay.close()
+
+
+def complete_checkpoint(run_dir: Path, step: int) -> None:
+    base = run_dir / "checkpoints" / f"step_{step}"
+    (base / "trainer").mkdir(parents=True)
+    (base / "trainer" / ".metadata").write_text("")
+    (base / "orchestrator").mkdir(parents=True)
+    (base / "orchestrator" / "progress.pt").write_text("")
+
+
+def test_orchestrator_waits_for_readiness_and_a_stall_triggers_resume(replay_factory: Any) -> None:
+    r = replay_factory(health={"stall_timeout": 60, "first_step_grace": 300},
+                       restart={"backoff_initial": 5, "backoff_factor": 2})
+    r.settle(RunState.STARTING)
+    assert [p.component for p in r.processes] == ["inference", "trainer"]
+    r.ready()
+    assert [p.component for p in r.processes][-1] == "orchestrator"
+
+    r.current("trainer").say("\x1b[32mSUCCESS\x1b[0m Step 1 | Time: 1s | Loss: 0.1")
+    r.advance(10)
+    assert r.sup.step == 1
+    complete_checkpoint(Path(r.profile.run.output_dir), 2)
+    r.current("trainer").say("SUCCESS Step 2 | Time: 1s")
+    r.advance(10)
+    # 59 s of silence is fine, 61 s is a hang.
+    r.advance(59)
+    assert r.sup.state == RunState.RUNNING
+    r.advance(2)
+    assert r.sup.state == RunState.RECOVERING
+    assert "step 2 has not advanced for 60 s" in r.events("failure")[0].message
+    r.settle()
+    assert r.stops == 1
+    # Backoff: nothing happens before 5 s have passed on the injected clock.
+    r.advance(4.9)
+    assert r.sup.attempt == 1
+    r.advance(0.2)
+    r.settle(RunState.STARTING)
+    assert r.sup.attempt == 2
+    assert [a["resume_step"] for a in r.store.attempts(r.run_id)] == [None, 2]
+    trainer = next(c for c in r.store.components(r.run_id, 2) if c.name == "trainer")
+    assert trainer.argv[-2:] == ["--ckpt.resume-step", "2"]
+
+
+def test_first_step_grace_is_longer_than_stall_timeout(replay_factory: Any) -> None:
+    r = replay_factory(health={"stall_timeout": 10, "first_step_grace": 100})
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.advance(99)
+    assert r.sup.state == RunState.RUNNING
+    r.advance(2)
+    assert r.sup.state == RunState.RECOVERING
+    assert "no training step within health.first_step_grace = 100 s" in \
+        r.events("failure")[0].message
+
+
+def test_crash_loop_replay_ends_failed(replay_factory: Any) -> None:
+    r = replay_factory(restart={"max_restarts": 2, "window": 600, "backoff_initial": 1,
+                                "backoff_factor": 2, "backoff_max": 10})
+    delays = []
+    for _ in range(3):
+        r.settle(RunState.STARTING)
+        r.current("inference").exit(1)
+        r.settle()
+        scheduled = r.events("restart_scheduled")
+        if r.sup.state == RunState.FAILED:
+            break
+        delays.append(scheduled[-1].data["delay"])
+        r.advance(scheduled[-1].data["delay"])
+    assert delays == [1, 2]
+    assert r.sup.state == RunState.FAILED
+    run = r.store.get_run(r.run_id)
+    assert run is not None and run.last_error is not None
+    assert run.last_error.startswith("crash loop: 2 restarts within 600 s")
+    assert "inference exited with status 1" in run.last_error
+
+
+def test_both_exiting_zero_is_success_and_stops_inference(replay_factory: Any) -> None:
+    r = replay_factory()
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.current("trainer").exit(0)
+    r.settle()
+    assert r.sup.state == RunState.RUNNING  # the orchestrator is still working
+    r.current("orchestrator").exit(0)
+    r.settle(RunState.SUCCEEDED)
+    assert r.stops == 1  # the inference server was stopped
+    assert r.events("success")
+
+
+def test_readiness_timeout_fails_the_attempt(replay_factory: Any) -> None:
+    r = replay_factory(health={"ready_timeout": 30})
+    r.settle(RunState.STARTING)
+    r.advance(31)
+    assert r.sup.state == RunState.RECOVERING
+    assert "not ready after 31 s" in r.events("failure")[0].message
