@@ -174,12 +174,9 @@ class DockerShell:
             raise ShellDied(f"could not write to the shell: {e}") from None
         return self._read_until_sentinel(timeout, no_output_timeout or timeout)
 
-    def interrupt(self, grace: float = 5.0) -> RunResult | None:
-        """Kill every process the shell started and wait for its sentinel.
-
-        Returns the rest of the timed-out command's output, or None when the shell did not
-        come back (it should then be replaced).
-        """
+    def kill_children(self) -> int | None:
+        """SIGKILL every process the shell started (its descendants, found with `ps` in the
+        container); the number killed, or None when the container could not be asked."""
         if self.pid is None or self.dead:
             return None
         try:
@@ -195,10 +192,21 @@ class DockerShell:
                 self._api.exec_start(kill["Id"])
         except DOCKER_ERRORS:
             return None
+        return len(victims)
+
+    def interrupt(self, grace: float = 5.0) -> RunResult | None:
+        """Kill the running command's processes and wait for its sentinel.
+
+        Returns the rest of the timed-out command's output, or None when the shell did not
+        come back (it should then be replaced).
+        """
+        if self.kill_children() is None:
+            return None
         try:
-            return self._read_until_sentinel(grace, grace)
+            result = self._read_until_sentinel(grace, grace)
         except ShellDied:
             return None
+        return None if result.timed_out else result
 
     def alive(self) -> bool:
         if self.dead or self.exec_id is None:

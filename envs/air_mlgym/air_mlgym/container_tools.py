@@ -14,6 +14,7 @@ import fnmatch
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
 
 MAX_SEARCH_FILES = 100
 MAX_SEARCH_LINES = 100
@@ -158,7 +159,7 @@ def cmd_search_file(term: str, path: str) -> int:
     return 0
 
 
-def _walk(directory: str):  # type: ignore[no-untyped-def]
+def _walk(directory: str) -> Iterator[str]:
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
         for name in sorted(files):
@@ -203,7 +204,7 @@ def cmd_find_file(name: str, directory: str) -> int:
     return 0
 
 
-COMMANDS = {
+COMMANDS: dict[str, Callable[..., int]] = {
     "view": cmd_view,
     "create": cmd_create,
     "edit": cmd_edit,

@@ -1,0 +1,373 @@
+"""One episode of an MLGym task: model replies in, observations and rewards out.
+
+No verifiers here; the adapters call `reset`, `step` and `finish` (from a worker thread, the
+calls block on docker). Container trouble never raises out of `step`: the episode tries once to
+get its container back (rebuilding the workspace) and otherwise ends with an observation that
+says so, so the rollout completes normally instead of erroring (an errored rollout is masked out
+of training entirely).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from air_mlgym._actions import Command, NoCommand, extract_command
+from air_mlgym._containers import ContainerUnavailable
+from air_mlgym._reward import MetricSpec, ScoreTracker, baseline_score
+from air_mlgym._session import Evaluation, TaskSession
+from air_mlgym._shell import RunResult
+from air_mlgym._tasks import TaskSpec
+
+logger = logging.getLogger(__name__)
+
+TRAIN_WORDS = re.compile(r"\b(python3?|torchrun|accelerate|deepspeed)\b")
+
+
+@dataclass(frozen=True)
+class EpisodeConfig:
+    window: int = 100  # lines shown by open/goto/scroll
+    max_observation_chars: int = 12_000
+    clip_negative: bool = False
+    reward_scale: float = 1.0
+    evaluate_on_exit: bool = True  # evaluate once more when the episode ends without submit
+    trajectory_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    observation: str
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Editor:
+    file: str | None = None
+    line: int = 1
+
+
+class Episode:
+    def __init__(
+        self,
+        task: TaskSpec,
+        session: TaskSession,
+        metric: MetricSpec,
+        config: EpisodeConfig | None = None,
+        *,
+        episode_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        self.task = task
+        self.session = session
+        self.metric = metric
+        self.config = config or EpisodeConfig()
+        self.episode_id = episode_id or uuid.uuid4().hex[:12]
+        self.meta = dict(meta or {})
+        self.tracker = ScoreTracker(
+            metric,
+            baseline_score(task.baseline_scores, metric),
+            clip_negative=self.config.clip_negative,
+            scale=self.config.reward_scale,
+        )
+        self.done = False
+        self.submitted = False
+        self.end_reason: str | None = None
+        self.steps: list[dict[str, Any]] = []
+        self.events: list[str] = []
+        self._editor = _Editor()
+        self._started = time.time()
+        self._ready = False
+        self._trajectory_path: Path | None = None
+
+    @property
+    def total_reward(self) -> float:
+        return self.tracker.total_reward
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def reset(self) -> bool:
+        """Prepare the workspace; False (with `end_reason` set) when the container is gone."""
+        try:
+            self.session.reset(self.task)
+        except ContainerUnavailable as e:
+            logger.warning("episode %s: reset failed: %s", self.episode_id, e)
+            self.events.append(f"reset failed: {e}")
+            self._end("container_unavailable")
+            return False
+        self._ready = True
+        return True
+
+    def step(self, reply: str) -> StepResult:
+        began = time.time()
+        if self.done:
+            return StepResult("The episode is over.", 0.0, True)
+        if not self._ready:
+            self._end("container_unavailable")
+            result = StepResult(self._unavailable_message(), 0.0, True)
+            self._record(reply, None, result, began)
+            return result
+        parsed = extract_command(reply)
+        if isinstance(parsed, NoCommand):
+            result = StepResult(parsed.message, 0.0, False, {"kind": "no_command"})
+            self._record(reply, None, result, began)
+            return result
+        try:
+            result = self._dispatch(parsed)
+        except ContainerUnavailable as e:
+            result = self._recover(e)
+        except Exception as e:  # a bug here must end the episode, not error the rollout
+            logger.exception("episode %s: internal error on %r", self.episode_id, parsed.text)
+            self.events.append(f"internal error: {type(e).__name__}: {e}")
+            self._end("internal_error")
+            result = StepResult(
+                "The environment hit an internal error; the episode ends here.", 0.0, True
+            )
+        if parsed.note:
+            result = StepResult(
+                f"{result.observation}\n({parsed.note})", result.reward, result.done, result.info
+            )
+        self._record(reply, parsed, result, began)
+        return result
+
+    def finish(self, reason: str | None = None) -> float:
+        """End the episode (evaluating once more unless it was submitted) and save the
+        trajectory; returns the final reward of that last evaluation."""
+        final_reward = 0.0
+        if not self.done and self._ready and self.config.evaluate_on_exit and not self.submitted:
+            try:
+                evaluation = self.session.evaluate()
+                outcome = self.tracker.observe(evaluation.metrics)
+                final_reward = outcome.reward
+                self.events.append(
+                    f"final evaluation: {evaluation.metrics} (reward {outcome.reward:+.6g})"
+                )
+            except ContainerUnavailable as e:
+                self.events.append(f"final evaluation failed: {e}")
+        if not self.done:
+            self._end(reason or "finished")
+        self.save_trajectory()
+        return final_reward
+
+    # --- commands -------------------------------------------------------------------------
+
+    def _dispatch(self, command: Command) -> StepResult:
+        kind = command.kind
+        if kind == "validate":
+            return self._evaluate(submit=False)
+        if kind == "submit":
+            return self._evaluate(submit=True)
+        if kind == "shell":
+            if TRAIN_WORDS.search(command.text):  # training runs get MLGym's long timeout
+                timeout = self.task.training_timeout or self.session.config.long_timeout
+            else:
+                timeout = self.session.config.short_timeout
+            result, notes = self.session.run(command.text, timeout=timeout)
+            return self._observe(result, notes, {"kind": kind, "exit_code": result.exit_code})
+        return self._file_command(command)
+
+    def _file_command(self, command: Command) -> StepResult:
+        editor = self._editor
+        window = str(self.config.window)
+        args = command.args
+        if command.kind in {"goto", "scroll_up", "scroll_down", "edit", "insert"} and (
+            editor.file is None
+        ):
+            return StepResult(
+                f"No file is open. Use `open <path>` first ({command.kind} needs an open file).",
+                0.0,
+                False,
+                {"kind": command.kind},
+            )
+        payload: str | None = None
+        if command.kind == "open":
+            line = int(args[1]) if len(args) > 1 else 1
+            argv = ["view", args[0], str(line), window]
+        elif command.kind == "goto":
+            argv = ["view", str(editor.file), args[0], window]
+        elif command.kind in {"scroll_up", "scroll_down"}:
+            sign = 1 if command.kind == "scroll_down" else -1
+            argv = ["view", str(editor.file), str(editor.line + sign * self.config.window), window]
+        elif command.kind == "create":
+            argv = ["create", args[0], window]
+        elif command.kind == "edit":
+            payload = command.body or ""
+            argv = [
+                "edit",
+                str(editor.file),
+                str(command.start),
+                str(command.end),
+                "{payload}",
+                window,
+            ]
+        elif command.kind == "insert":
+            payload = command.body or ""
+            argv = ["insert", str(editor.file), str(command.start), "{payload}", window]
+        elif command.kind == "search_file":
+            target = args[1] if len(args) > 1 else editor.file
+            if target is None:
+                return StepResult(
+                    "No file is open; give the file: search_file <term> <file>",
+                    0.0,
+                    False,
+                    {"kind": command.kind},
+                )
+            argv = ["search_file", args[0], target]
+        elif command.kind == "search_dir":
+            argv = ["search_dir", args[0], args[1] if len(args) > 1 else "."]
+        else:  # find_file
+            argv = ["find_file", args[0], args[1] if len(args) > 1 else "."]
+        result, notes = self.session.tool(argv, payload)
+        output = self._take_editor_state(result.output)
+        return self._observe(
+            RunResult(output=output, exit_code=result.exit_code, timed_out=result.timed_out),
+            notes,
+            {"kind": command.kind, "exit_code": result.exit_code},
+        )
+
+    def _take_editor_state(self, output: str) -> str:
+        kept: list[str] = []
+        for line in output.splitlines():
+            if line.startswith("@@AIR "):
+                try:
+                    state = json.loads(line[len("@@AIR ") :])
+                    self._editor = _Editor(file=str(state["file"]), line=int(state["line"]))
+                except (ValueError, KeyError, TypeError):
+                    pass
+                continue
+            kept.append(line)
+        return "\n".join(kept)
+
+    def _evaluate(self, *, submit: bool) -> StepResult:
+        evaluation: Evaluation = self.session.evaluate()
+        outcome = self.tracker.observe(evaluation.metrics)
+        info = {
+            "kind": "submit" if submit else "validate",
+            "metrics": evaluation.metrics,
+            "score": outcome.score,
+            "best": outcome.best,
+        }
+        baseline = self.tracker.baseline
+        if submit:
+            self.submitted = True
+            self._end("submitted")
+            text = f"Submitted. Evaluation score: {evaluation.message}"
+            return StepResult(text, outcome.reward, True, info)
+        if evaluation.metrics is None:
+            return StepResult(evaluation.message, 0.0, False, info)
+        base = "NA (no baseline)" if baseline is None else f"{{'{self.metric.name}': {baseline}}}"
+        text = (
+            "Your code produced a valid submission artefact.\n"
+            f"Baseline Score: {base}\nEvaluation Score: {evaluation.message}"
+        )
+        return StepResult(text, outcome.reward, False, info)
+
+    def _observe(self, result: RunResult, notes: list[str], info: dict[str, Any]) -> StepResult:
+        text = result.output.rstrip("\n")
+        if not text.strip() and not notes:
+            text = "Your command ran successfully and did not produce any output."
+        text = _clip(text, self.config.max_observation_chars)
+        if notes:
+            text = (text + "\n" if text else "") + "\n".join(notes)
+        return StepResult(text, 0.0, False, info)
+
+    def _recover(self, error: ContainerUnavailable) -> StepResult:
+        """The container went away mid-episode: rebuild once if it is back, else end."""
+        logger.warning("episode %s: container trouble: %s", self.episode_id, error)
+        self.events.append(f"container trouble: {error}")
+        self.session.close()
+        try:
+            self.session.reset(self.task)
+        except ContainerUnavailable as again:
+            self.events.append(f"recovery failed: {again}")
+            self._ready = False
+            self._end("container_unavailable")
+            return StepResult(self._unavailable_message(), 0.0, True, {"kind": "container_lost"})
+        self._editor = _Editor()
+        self.events.append("container recovered; workspace rebuilt")
+        return StepResult(
+            "The task container had a problem and was recovered: the workspace was rebuilt from "
+            "the starter code, so your earlier changes are gone. Continue from there.",
+            0.0,
+            False,
+            {"kind": "container_recovered"},
+        )
+
+    def _unavailable_message(self) -> str:
+        return (
+            f"The task container {self.session.container_name} is unavailable, so this episode "
+            "ends here. No action is needed."
+        )
+
+    def _end(self, reason: str) -> None:
+        self.done = True
+        self.end_reason = self.end_reason or reason
+
+    # --- trajectory -----------------------------------------------------------------------
+
+    def _record(
+        self, reply: str, command: Command | None, result: StepResult, began: float
+    ) -> None:
+        self.steps.append(
+            {
+                "turn": len(self.steps) + 1,
+                "reply": reply,
+                "command": None if command is None else asdict(command),
+                "observation": result.observation,
+                "reward": result.reward,
+                "done": result.done,
+                "info": result.info,
+                "seconds": round(time.time() - began, 3),
+            }
+        )
+
+    def trajectory(self) -> dict[str, Any]:
+        return {
+            "episode_id": self.episode_id,
+            "task_id": self.task.id,
+            "task_config": str(self.task.config_path),
+            "container": self.session.container_name,
+            "metric": asdict(self.metric),
+            "baseline": self.tracker.baseline,
+            "best": self.tracker.best,
+            "total_reward": self.tracker.total_reward,
+            "submitted": self.submitted,
+            "end_reason": self.end_reason,
+            "started_at": self._started,
+            "ended_at": time.time(),
+            "events": self.events,
+            "meta": self.meta,
+            "steps": self.steps,
+        }
+
+    def save_trajectory(self) -> Path | None:
+        directory = self.config.trajectory_dir
+        if directory is None:
+            return None
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._started))
+            path = directory / f"{stamp}_{self.task.id}_{self.episode_id}.json"
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(self.trajectory(), indent=2, default=str), encoding="utf-8")
+            tmp.replace(path)
+        except OSError as e:  # a full disk must not fail the rollout
+            logger.warning("episode %s: cannot save trajectory: %s", self.episode_id, e)
+            return None
+        self._trajectory_path = path
+        return path
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = text[: limit // 2]
+    tail = text[-limit // 2 :]
+    return f"{head}\n[... {len(text) - limit} characters omitted ...]\n{tail}"
