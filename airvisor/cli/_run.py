@@ -101,8 +101,8 @@ def render_run(run: RunRecord, components: list[ComponentRecord], events: list[A
         lines.append("")
         lines.append("recent events:")
         for event in events:
-            comp = f" [{event.component}]" if event.component else ""
-            lines.append(f"  {_fmt_time(event.at)}{comp} {event.message}")
+            where = f" [{event.component}]" if event.component else ""
+            lines.append(f"  {_fmt_time(event.at)}{where} {event.message}")
     return "\n".join(lines)
 
 
@@ -159,9 +159,9 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
 
 
 def _preflight_problems(profile: Any) -> list[Any]:
-    from airvisor.profile import check_profile
+    from airvisor.cli._check import preflight_problems
 
-    return list(check_profile(profile))
+    return list(preflight_problems(profile))
 
 
 class _StopFlag:
