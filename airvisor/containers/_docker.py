@@ -218,6 +218,7 @@ class DockerEngine:
         """
         results: dict[str, ProbeResult] = {}
         threads: dict[str, threading.Thread] = {}
+        self._hung_probes = {k: t for k, t in self._hung_probes.items() if t.is_alive()}
         for container_id in container_ids:
             hung = self._hung_probes.get(container_id)
             if hung is not None and hung.is_alive():

@@ -247,16 +247,21 @@ class ContainerPool:
             str(gpu) for gpu in slot.gpus
         )
 
-    def _create(self, index: int) -> ContainerFacts:
-        """Create (not start) the container of `index`; for inspecting what up() would run."""
-        slot = self._slots[index]
+    def create_only(self, index: int) -> ContainerStatus:
+        """Create the container of `index` without starting it, to inspect what up() would run
+        (e.g. its GPU device requests on a machine without the GPU runtime); down() removes it."""
+        with self._op_lock:
+            facts = self._create(self._slots[index])
+            return _status_of_facts(facts, "unknown")
+
+    def _create(self, slot: _Slot) -> ContainerFacts:
         facts = self._engine.create(self._spec(slot))
         with self._state_lock:
             slot.container_id = facts.container_id
         return facts
 
     def _create_and_start(self, slot: _Slot) -> None:
-        facts = self._create(slot.index)
+        facts = self._create(slot)
         self._engine.start(facts.container_id, slot.name)
 
     def _verify_started(self, slots: list[_Slot]) -> None:

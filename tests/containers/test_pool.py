@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -174,6 +176,11 @@ def test_container_whose_shell_hangs_is_recreated(
     replacement = docker_client.containers.get(pool.names[0])
     assert replacement.id != old_id and replacement.status == "running"
     assert pool.status()[0].health == "healthy"
+    # The probe stuck in the old container ended when that container was removed.
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("airvisor-probe-") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a probe thread outlived its container"
+        time.sleep(0.05)
 
 
 def test_recreate_limit_gives_up_once(
@@ -282,13 +289,16 @@ def test_unreachable_engine_says_where_and_what_to_do(
 def test_gpu_device_requests(make_pool: PoolFactory, docker_client: docker.DockerClient) -> None:
     pool = make_pool(count=2, gpus=[6, 7])
     for index, gpu in enumerate(["6", "7"]):
-        created = pool._create(index)  # created, not started: no GPU runtime here
-        assert created.gpu_ids == (gpu,)
+        created = pool.create_only(index)  # created, not started: no GPU runtime here
+        assert (created.state, created.gpus, created.index) == ("created", (int(gpu),), index)
+        assert created.container_id is not None
         requests = docker_client.containers.get(created.container_id).attrs["HostConfig"][
             "DeviceRequests"]
         assert [(r["Driver"], r["DeviceIDs"], r["Capabilities"]) for r in requests] == [
             ("nvidia", [gpu], [["gpu"]])]
     assert [s.gpus for s in pool.status()] == [(6,), (7,)]
+    pool.down()
+    assert [s.state for s in pool.status()] == ["missing", "missing"]
 
 
 def test_up_without_gpu_runtime_fails_clearly_and_leaves_nothing(
