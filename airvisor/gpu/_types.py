@@ -1,0 +1,58 @@
+"""Plain values of the GPU view, and the small interface an NVML backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+GIB = 2**30
+
+
+class GPUUnavailable(Exception):
+    """NVML cannot be used on this machine; str() is one sentence saying why."""
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """One device as NVML reports it (before the holders are joined to psutil)."""
+
+    index: int
+    name: str
+    uuid: str
+    total: int
+    used: int
+    free: int
+    utilization: int | None  # percent, None where NVML cannot say
+    holders: tuple[tuple[int, int | None], ...] = ()  # (pid, bytes or None if not reported)
+
+
+class NVMLBackend(Protocol):
+    """What airvisor reads through NVML. The real one wraps pynvml; tests inject a fake."""
+
+    def read_devices(self) -> list[DeviceReading]:
+        """Every device, freshly read. Raises GPUUnavailable."""
+        ...
+
+
+@dataclass(frozen=True)
+class GPUProcess:
+    pid: int
+    used_bytes: int | None
+    user: str | None
+    command: str
+
+
+@dataclass(frozen=True)
+class GPUInfo:
+    index: int
+    name: str
+    uuid: str
+    total: int
+    used: int
+    free: int
+    utilization: int | None
+    processes: tuple[GPUProcess, ...] = field(default_factory=tuple)
+
+
+def gib(n: int | float | None) -> str:
+    return "?" if n is None else f"{n / GIB:.1f} GiB"

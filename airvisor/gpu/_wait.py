@@ -1,0 +1,118 @@
+"""Waiting until GPUs have enough free memory: a pure policy over an injected reader and clock,
+and the table that says who holds the memory when the wait fails."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from airvisor.gpu._nvml import default_backend, free_memory
+from airvisor.gpu._types import GPUInfo, NVMLBackend, gib
+
+
+@dataclass(frozen=True)
+class MemoryWait:
+    ok: bool
+    waited: float
+    free: dict[int, int]  # the last reading, GPU index -> free bytes
+    short: dict[int, int] = field(default_factory=dict)  # GPU index -> bytes still missing
+    polls: int = 0
+
+
+def shortfall(requirements: Mapping[int, int], free: Mapping[int, int]) -> dict[int, int]:
+    """GPU index -> missing bytes, for every GPU whose free memory is below its requirement
+    (a GPU absent from the reading misses all of it)."""
+    return {
+        gpu: need - free.get(gpu, 0)
+        for gpu, need in sorted(requirements.items())
+        if free.get(gpu, 0) < need
+    }
+
+
+def wait_until_free(
+    requirements: Mapping[int, int],
+    read_free: Callable[[], Mapping[int, int]],
+    *,
+    timeout: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    poll_interval: float = 0.5,
+) -> MemoryWait:
+    """Poll `read_free` until every GPU's free memory covers its requirement, at most `timeout`
+    seconds by `clock`. Memory is released a moment after its holder dies, hence the wait."""
+    started = clock()
+    polls = 0
+    while True:
+        free = dict(read_free())
+        polls += 1
+        short = shortfall(requirements, free)
+        waited = clock() - started
+        if not short:
+            return MemoryWait(True, waited, free, {}, polls)
+        if waited >= timeout:
+            return MemoryWait(False, waited, free, short, polls)
+        sleep(min(poll_interval, max(timeout - waited, 0.0)))
+
+
+def wait_for_free_memory(
+    requirements: Mapping[int, int],
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    *,
+    backend: NVMLBackend | None = None,
+    poll_interval: float = 0.5,
+) -> MemoryWait:
+    """`wait_until_free` over NVML. Raises GPUUnavailable."""
+    nvml = backend or default_backend()
+    return wait_until_free(requirements, lambda: free_memory(nvml), timeout=timeout,
+                           clock=clock, sleep=sleep, poll_interval=poll_interval)
+
+
+def format_gpu_table(gpus: list[GPUInfo]) -> str:
+    """`airvisor gpus`: one line per GPU, then its holders."""
+    if not gpus:
+        return "NVML sees no GPU on this machine."
+    lines = []
+    for g in gpus:
+        util = f"{g.utilization}%" if g.utilization is not None else "?"
+        lines.append(f"GPU {g.index}  {g.name}  {g.uuid}")
+        lines.append(f"    memory: {gib(g.used)} used, {gib(g.free)} free of {gib(g.total)}; "
+                     f"utilization {util}")
+        lines.extend(_holder_lines(g, indent="    "))
+    return "\n".join(lines)
+
+
+def _holder_lines(g: GPUInfo, indent: str) -> list[str]:
+    if not g.processes:
+        return [f"{indent}no process holds memory on it"]
+    rows = [("PID", "USER", "GPU MEM", "COMMAND")]
+    for p in sorted(g.processes, key=lambda p: -(p.used_bytes or 0)):
+        rows.append((str(p.pid), p.user or "?", gib(p.used_bytes), p.command[:100]))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return [f"{indent}{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}"
+            for r in rows]
+
+
+def format_memory_shortfall(
+    gpus: list[GPUInfo], requirements: Mapping[int, int], needs: Mapping[int, str],
+    waited: float,
+) -> str:
+    """The failure message of the preflight: per short GPU, what it needs and who holds it."""
+    by_index = {g.index: g for g in gpus}
+    free = {g.index: g.free for g in gpus}
+    short = shortfall(requirements, free)
+    lines = [f"GPU memory is still held after waiting {waited:.0f} s:"]
+    for index, missing in short.items():
+        g = by_index.get(index)
+        if g is None:
+            lines.append(f"GPU {index}: not found")
+            continue
+        lines.append(f"GPU {index} ({g.name}): {gib(g.free)} free of {gib(g.total)}, "
+                     f"{needs.get(index, 'the run')} needs {gib(requirements[index])} "
+                     f"({gib(missing)} short)")
+        lines.extend(_holder_lines(g, indent="    "))
+    lines.append("Stop these processes (`airvisor reap` lists stale ones), or lower the "
+                 "requirement (gpus.inference_memory_share, trainer.min_free_gib).")
+    return "\n".join(lines)

@@ -1,0 +1,193 @@
+"""Plain facts about the processes of the machine, read through psutil and /proc.
+
+The reaper's verdicts are pure functions of these facts; this module is the only place that
+reads them. A sweep over all processes must stay cheap (the benchmark plants 500 extra ones),
+so the expensive facts (listening ports, cwd) are read only for the few processes that turn out
+to be candidates (`enrich`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import psutil
+
+from airvisor.proc._marker import Marker, parse_environ
+
+# Environment variables that identify a process without looking at its command line: torchrun's
+# elastic agent gives every worker these.
+TORCHELASTIC_ENV = "TORCHELASTIC_RUN_ID"
+_TORCHELASTIC_PREFIX = TORCHELASTIC_ENV.encode() + b"="
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    pid: int
+    ppid: int
+    create_time: float
+    uid: int | None
+    username: str | None
+    exe: str  # resolved executable, "" when unreadable (other user, kernel thread)
+    argv: tuple[str, ...]  # /proc/<pid>/cmdline; a process title set with setproctitle
+    comm: str  # the kernel's short name (prctl PR_SET_NAME, 15 characters)
+    status: str
+    pgid: int | None
+    marker: Marker | None
+    ancestors: tuple[int, ...] = ()  # ppid chain, nearest first, ending at 1 (or where unknown)
+    ancestor_markers: tuple[Marker, ...] = ()  # markers along the ppid chain, nearest first
+    torchelastic_worker: bool = False  # carries torchrun's TORCHELASTIC_RUN_ID
+    gpu_memory: Mapping[int, int] = field(default_factory=dict)  # GPU index -> bytes held
+    # Filled by `enrich` for candidates only:
+    listening_ports: tuple[int, ...] = ()
+    cwd: str | None = None
+
+    @property
+    def command(self) -> str:
+        return " ".join(self.argv) if self.argv else f"[{self.comm}]"
+
+
+class _Users:
+    def __init__(self) -> None:
+        self._names: dict[int, str] = {}
+
+    def name(self, uid: int | None) -> str | None:
+        if uid is None:
+            return None
+        if uid not in self._names:
+            try:
+                self._names[uid] = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                self._names[uid] = str(uid)
+        return self._names[uid]
+
+
+def _read_environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def collect_facts(
+    gpu_memory_by_pid: Mapping[int, Mapping[int, int]] | None = None,
+) -> dict[int, ProcessFacts]:
+    """Facts about every process of the machine (kernel threads left out), by pid.
+
+    `gpu_memory_by_pid` (pid -> GPU index -> bytes, from NVML) is joined in when given.
+    Processes that exit while they are read are left out.
+    """
+    gpu_memory_by_pid = gpu_memory_by_pid or {}
+    users = _Users()
+    raw: dict[int, ProcessFacts] = {}
+    attrs = ["pid", "ppid", "create_time", "uids", "exe", "cmdline", "name", "status"]
+    for proc in psutil.process_iter(attrs=attrs, ad_value=None):
+        info = proc.info
+        pid: int = info["pid"]
+        ppid = info["ppid"] or 0
+        if pid == 2 or ppid == 2:
+            continue  # kernel threads
+        uids = info["uids"]
+        uid = uids.real if uids is not None else None
+        environ = _read_environ(pid)
+        raw[pid] = ProcessFacts(
+            pid=pid,
+            ppid=ppid,
+            create_time=info["create_time"] or 0.0,
+            uid=uid,
+            username=users.name(uid),
+            exe=info["exe"] or "",
+            argv=tuple(info["cmdline"] or ()),
+            comm=info["name"] or "",
+            status=info["status"] or "unknown",
+            pgid=_pgid(pid),
+            marker=parse_environ(environ),
+            torchelastic_worker=_TORCHELASTIC_PREFIX in environ
+            and (environ.startswith(_TORCHELASTIC_PREFIX)
+                 or b"\0" + _TORCHELASTIC_PREFIX in environ),
+            gpu_memory=dict(gpu_memory_by_pid.get(pid, {})),
+        )
+    return {pid: _with_ancestry(facts, raw) for pid, facts in raw.items()}
+
+
+def _with_ancestry(facts: ProcessFacts, all_facts: Mapping[int, ProcessFacts]) -> ProcessFacts:
+    ancestors: list[int] = []
+    markers: list[Marker] = []
+    seen = {facts.pid}
+    ppid = facts.ppid
+    while ppid and ppid not in seen:
+        ancestors.append(ppid)
+        seen.add(ppid)
+        parent = all_facts.get(ppid)
+        if parent is None:
+            break
+        if parent.marker is not None:
+            markers.append(parent.marker)
+        ppid = parent.ppid
+    return replace(facts, ancestors=tuple(ancestors), ancestor_markers=tuple(markers))
+
+
+def listening_ports_by_pid(pids: Iterable[int] | None = None) -> dict[int, tuple[int, ...]]:
+    """TCP/UDP ports each process listens on (of `pids`, or of every process)."""
+    wanted = set(pids) if pids is not None else None
+    ports: dict[int, set[int]] = {}
+    if wanted is not None and len(wanted) < 50:
+        # Per process: reads only its own fd table (cheap for a handful of candidates).
+        for pid in wanted:
+            with contextlib.suppress(psutil.Error):
+                for conn in psutil.Process(pid).net_connections(kind="inet"):
+                    if _is_listening(conn):
+                        ports.setdefault(pid, set()).add(_port(conn))
+    else:
+        with contextlib.suppress(psutil.Error):
+            for sconn in psutil.net_connections(kind="inet"):
+                if sconn.pid is None or not _is_listening(sconn):
+                    continue
+                if wanted is None or sconn.pid in wanted:
+                    ports.setdefault(sconn.pid, set()).add(_port(sconn))
+    return {pid: tuple(sorted(p)) for pid, p in ports.items()}
+
+
+def _port(conn: Any) -> int:
+    return int(conn.laddr.port)
+
+
+def _is_listening(conn: Any) -> bool:
+    if not conn.laddr:
+        return False
+    return conn.status == psutil.CONN_LISTEN or (conn.status == psutil.CONN_NONE
+                                                 and not conn.raddr)
+
+
+def listeners_on(ports: Iterable[int]) -> dict[int, list[int]]:
+    """port -> pids listening on it, for the given ports (all processes are looked at)."""
+    wanted = set(ports)
+    found: dict[int, list[int]] = {}
+    with contextlib.suppress(psutil.Error):
+        for conn in psutil.net_connections(kind="inet"):
+            if _is_listening(conn) and _port(conn) in wanted:
+                pids = found.setdefault(_port(conn), [])
+                if conn.pid is not None and conn.pid not in pids:
+                    pids.append(conn.pid)
+    return found
+
+
+def enrich(facts: ProcessFacts) -> ProcessFacts:
+    """The same facts plus listening ports and cwd (read only for candidates)."""
+    ports = listening_ports_by_pid([facts.pid]).get(facts.pid, ())
+    cwd: str | None = None
+    with contextlib.suppress(psutil.Error):
+        cwd = psutil.Process(facts.pid).cwd()
+    return replace(facts, listening_ports=ports, cwd=cwd)

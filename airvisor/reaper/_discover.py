@@ -1,0 +1,149 @@
+"""Discovery: the facts of every process, the verdicts, and the candidates as a forest."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from airvisor.proc._facts import ProcessFacts, collect_facts, enrich
+from airvisor.proc._kill import protected_pids
+from airvisor.reaper._verdict import Judged, ReapContext, judge_all
+
+
+@dataclass(frozen=True)
+class Candidate:
+    pid: int
+    ppid: int
+    children: tuple[int, ...]
+    depth: int  # number of candidate ancestors (for the tree view)
+    user: str | None
+    uid: int | None
+    age: float  # seconds since it started
+    command: str
+    kind: str
+    reason: str
+    gpu_memory: dict[int, int] = field(default_factory=dict)  # GPU index -> bytes
+    ports: tuple[int, ...] = ()
+    create_time: float = 0.0
+    pgid: int | None = None
+    marker_run_id: str | None = None
+    blocked_by: str | None = None  # set on processes a safety rule keeps from being reaped
+
+
+@dataclass(frozen=True)
+class Discovery:
+    candidates: list[Candidate]
+    blocked: list[Candidate]  # would be candidates, but belong to other users
+    scanned: int
+
+
+def default_context(
+    live_run_ids: Iterable[str] = (),
+    *,
+    own_pids: Iterable[int] = (),
+    allow_other_users: bool = False,
+    profile_gpus: Iterable[int] = (),
+) -> ReapContext:
+    """The context of the calling process: it and its ancestors are protected."""
+    return ReapContext(
+        live_run_ids=frozenset(live_run_ids),
+        protected_pids=frozenset(protected_pids()),
+        kept_pids=frozenset(own_pids),
+        own_uid=os.getuid(),
+        allow_other_users=allow_other_users,
+        profile_gpus=frozenset(profile_gpus),
+        now=time.time(),
+    )
+
+
+def _gpu_holders() -> dict[int, dict[int, int]]:
+    from airvisor.gpu import GPUUnavailable, gpu_memory_by_pid
+
+    try:
+        return gpu_memory_by_pid()
+    except GPUUnavailable:
+        return {}
+
+
+def build_candidates(
+    judged: list[Judged], facts_by_pid: Mapping[int, ProcessFacts], now: float
+) -> list[Candidate]:
+    """Candidates ordered as a forest (each candidate under its nearest candidate ancestor)."""
+    chosen = {j.facts.pid: j for j in judged}
+    children_of: dict[int, list[int]] = {}
+    for facts in facts_by_pid.values():
+        children_of.setdefault(facts.ppid, []).append(facts.pid)
+
+    def candidate_parent(j: Judged) -> int | None:
+        for pid in j.facts.ancestors:
+            if pid in chosen:
+                return pid
+        return None
+
+    kids: dict[int | None, list[int]] = {}
+    for pid, j in chosen.items():
+        kids.setdefault(candidate_parent(j), []).append(pid)
+
+    ordered: list[Candidate] = []
+
+    def visit(pid: int, depth: int) -> None:
+        j = chosen[pid]
+        f = j.facts
+        ordered.append(Candidate(
+            pid=f.pid, ppid=f.ppid, children=tuple(sorted(children_of.get(f.pid, ()))),
+            depth=depth, user=f.username, uid=f.uid, age=max(now - f.create_time, 0.0),
+            command=f.command, kind=j.verdict.kind, reason=j.verdict.reason,
+            gpu_memory=dict(f.gpu_memory), ports=f.listening_ports,
+            create_time=f.create_time, pgid=f.pgid,
+            marker_run_id=f.marker.run_id if f.marker else None,
+            blocked_by=j.verdict.blocked_by,
+        ))
+        for child in sorted(kids.get(pid, ())):
+            visit(child, depth + 1)
+
+    for root in sorted(kids.get(None, ())):
+        visit(root, 0)
+    return ordered
+
+
+def discover_all(
+    context: ReapContext | None = None,
+    *,
+    live_run_ids: Iterable[str] | None = None,
+    gpu_holders: Mapping[int, Mapping[int, int]] | None = None,
+    with_ports: bool = True,
+) -> Discovery:
+    """Every stale candidate of the machine (and those kept off the list by a safety rule)."""
+    if context is None:
+        context = default_context(live_run_ids or ())
+    elif live_run_ids is not None:
+        context = replace(context, live_run_ids=context.live_run_ids | frozenset(live_run_ids))
+    holders = _gpu_holders() if gpu_holders is None else gpu_holders
+    facts_by_pid = collect_facts(holders)
+    judgement = judge_all(facts_by_pid, context)
+    if with_ports:
+        for group in (judgement.stale, judgement.blocked):
+            for i, j in enumerate(group):
+                enriched = enrich(j.facts)
+                group[i] = Judged(enriched, j.verdict)
+                facts_by_pid[enriched.pid] = enriched
+    now = context.now or time.time()
+    return Discovery(
+        candidates=build_candidates(judgement.stale, facts_by_pid, now),
+        blocked=build_candidates(judgement.blocked, facts_by_pid, now),
+        scanned=len(facts_by_pid),
+    )
+
+
+def discover(
+    context: ReapContext | None = None,
+    *,
+    live_run_ids: Iterable[str] | None = None,
+    gpu_holders: Mapping[int, Mapping[int, int]] | None = None,
+    with_ports: bool = True,
+) -> list[Candidate]:
+    """The stale candidates: pid, tree, user, age, command, GPU memory, ports and reason."""
+    return discover_all(context, live_run_ids=live_run_ids, gpu_holders=gpu_holders,
+                        with_ports=with_ports).candidates

@@ -1,0 +1,145 @@
+"""Reaping: kill the candidates' whole trees, then free what they leave behind."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from airvisor.proc._facts import listeners_on
+from airvisor.proc._kill import KillReport, terminate_tree
+from airvisor.reaper._discover import Candidate, default_context, discover
+from airvisor.reaper._leftovers import LeftoverResult, find_leftovers, remove_leftovers
+
+LogFn = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class BusyPort:
+    port: int
+    pid: int | None
+    command: str
+
+
+@dataclass(frozen=True)
+class ReapReport:
+    candidates: list[Candidate]
+    dry_run: bool = False
+    kill: KillReport | None = None
+    leftovers: LeftoverResult = field(default_factory=lambda: LeftoverResult([], []))
+    busy_ports: list[BusyPort] = field(default_factory=list)
+    containers: list[Any] = field(default_factory=list)  # airvisor.containers.ContainerStatus
+    container_note: str | None = None  # why containers could not be looked at
+
+    @property
+    def summary(self) -> str:
+        if not self.candidates and not self.leftovers.removed and not self.containers:
+            return "no stale processes"
+        verb = "would stop" if self.dry_run else "stopped"
+        parts = [f"{verb} {len(self.candidates)} stale process(es)"]
+        if self.kill is not None:
+            parts.append(f"{len(self.kill.terminated)} on SIGTERM, {len(self.kill.killed)} "
+                         f"needed SIGKILL")
+            if self.kill.survivors:
+                parts.append("still alive: " + ", ".join(
+                    f"{s.pid} ({s.status})" for s in self.kill.survivors))
+        if self.leftovers.removed:
+            verb = "would remove" if self.dry_run else "removed"
+            parts.append(f"{verb} {len(self.leftovers.removed)} leftover file(s)")
+        if self.containers:
+            parts.append(f"{len(self.containers)} orphan container(s)")
+        if self.busy_ports:
+            parts.append("ports still in use: " + ", ".join(
+                f"{b.port} (pid {b.pid})" for b in self.busy_ports))
+        return "; ".join(parts)
+
+
+def _describe(pid: int | None) -> str:
+    if pid is None:
+        return "?"
+    try:
+        proc = psutil.Process(pid)
+        return " ".join(proc.cmdline()) or proc.name()
+    except psutil.Error:
+        return "?"
+
+
+def busy_ports(ports: Iterable[int]) -> list[BusyPort]:
+    """Ports of `ports` something listens on (after reaping: what the new run will hit)."""
+    found = []
+    for port, pids in sorted(listeners_on(ports).items()):
+        for pid in pids or [None]:  # type: ignore[list-item]
+            found.append(BusyPort(port, pid, _describe(pid)))
+    return found
+
+
+def orphan_containers(
+    live_run_ids: Iterable[str], *, dry_run: bool
+) -> tuple[list[Any], str | None]:
+    """Task containers of runs that are not live (through airvisor.containers, if present)."""
+    try:
+        from airvisor.containers import reap_orphan_containers
+    except ImportError:
+        return [], "containers not checked: airvisor.containers is not available in this build"
+    try:
+        return list(reap_orphan_containers(set(live_run_ids), dry_run=dry_run)), None
+    except Exception as err:  # no engine, no permission on the socket, ...
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return [], f"containers not checked: the Docker engine is not reachable ({first_line})"
+
+
+def reap(
+    candidates: list[Candidate] | None = None,
+    *,
+    grace: float = 10.0,
+    kill_wait: float = 5.0,
+    ports: Iterable[int] = (),
+    live_run_ids: Iterable[str] | None = None,
+    dry_run: bool = False,
+    leftovers: bool = True,
+    leftover_min_age: float = 10.0,
+    allow_other_users: bool = False,
+    containers: bool = False,
+    log: LogFn | None = None,
+) -> ReapReport:
+    """Stop the candidates (found by `discover` when not given) with their whole trees:
+    SIGTERM, `grace` seconds, SIGKILL. Then remove /dev/shm and temp-dir leftovers that no live
+    process uses, report which of `ports` are still busy, and (with `containers`) remove task
+    containers of runs that are not live. `dry_run` only lists.
+    """
+    live = set(live_run_ids or ())
+    if candidates is None:
+        candidates = discover(default_context(live, allow_other_users=allow_other_users))
+    candidates = [c for c in candidates if c.blocked_by is None]
+    kill: KillReport | None = None
+    if candidates and not dry_run:
+        # Identities guard against pid reuse between discovery and the kill.
+        kill = terminate_tree(
+            [c.pid for c in candidates], grace=grace, kill_wait=kill_wait,
+            identities={c.pid: c.create_time for c in candidates},
+        )
+        if log is not None:
+            log("reaper.reaped", {
+                "pids": [c.pid for c in candidates], "terminated": kill.terminated,
+                "killed": kill.killed, "survivors": [s.pid for s in kill.survivors],
+            })
+    leftover_result = LeftoverResult([], [])
+    if leftovers:
+        leftover_result = remove_leftovers(
+            find_leftovers(), min_age=leftover_min_age, own_uid=os.getuid(),
+            allow_other_users=allow_other_users, dry_run=dry_run,
+        )
+        if log is not None and leftover_result.removed and not dry_run:
+            log("reaper.leftovers_removed", {"paths": leftover_result.removed})
+    container_list: list[Any] = []
+    container_note: str | None = None
+    if containers:
+        container_list, container_note = orphan_containers(live, dry_run=dry_run)
+    return ReapReport(
+        candidates=candidates, dry_run=dry_run, kill=kill, leftovers=leftover_result,
+        busy_ports=busy_ports(ports) if ports else [], containers=container_list,
+        container_note=container_note,
+    )
