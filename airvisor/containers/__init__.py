@@ -7,7 +7,7 @@ status. `reap_orphan_containers` removes task containers whose run is not live; 
 without airvisor's labels are never touched.
 """
 
-from airvisor.containers._policy import container_name
+from airvisor.containers._policy import container_gpus, container_name
 from airvisor.containers._pool import ContainerPool, reap_orphan_containers
 from airvisor.containers._types import (
     ContainerError,
@@ -22,6 +22,7 @@ __all__ = [
     "ContainerEventKind",
     "ContainerPool",
     "ContainerStatus",
+    "container_gpus",
     "container_name",
     "reap_orphan_containers",
 ]

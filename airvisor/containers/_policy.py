@@ -17,7 +17,7 @@ from airvisor.containers._types import (
     MountSpec,
     ProbeResult,
 )
-from airvisor.profile._schema import ContainerSection
+from airvisor.profile._schema import ContainerSection, Profile
 
 COMPONENT = "mlgym"
 RUN_LABEL = "airvisor.run"
@@ -79,6 +79,11 @@ def assign_gpus(gpus: Sequence[int], count: int) -> list[tuple[int, ...]]:
     if len(gpus) >= count:
         return [tuple(gpus[i::count]) for i in range(count)]
     return [(gpus[i % len(gpus)],) for i in range(count)]
+
+
+def container_gpus(profile: Profile) -> list[int]:
+    """The task containers' GPUs: `[containers] gpus`, else the profile's `[gpus] containers`."""
+    return list(profile.containers.gpus or profile.gpus.containers)
 
 
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?) ?([kmgtp])?i?b?$", re.IGNORECASE)

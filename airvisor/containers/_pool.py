@@ -4,6 +4,7 @@ status; and the reaper of containers whose run is gone."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -173,7 +174,7 @@ class ContainerPool:
                 for slot in to_create:  # created (maybe not started) by this call
                     self._discard(slot)
                 raise
-            return self._status_locked()
+            return self._statuses()
 
     def check(self) -> list[ContainerEvent]:
         """Health of every container; unhealthy ones are recreated (up to max_recreates per
@@ -223,8 +224,7 @@ class ContainerPool:
 
     def status(self) -> list[ContainerStatus]:
         """One entry per index; never raises (state "unknown" when the engine cannot answer)."""
-        with self._state_lock:
-            return self._status_locked()
+        return self._statuses()
 
     def close(self) -> None:
         self._engine.close()
@@ -351,9 +351,11 @@ class ContainerPool:
         )
         return events
 
-    def _status_locked(self) -> list[ContainerStatus]:
+    def _statuses(self) -> list[ContainerStatus]:
+        with self._state_lock:  # a consistent snapshot; the engine is asked without the lock
+            slots = [dataclasses.replace(slot) for slot in self._slots]
         statuses = []
-        for slot in self._slots:
+        for slot in slots:
             try:
                 facts = self._engine.inspect(slot.container_id or slot.name)
             except ContainerError:

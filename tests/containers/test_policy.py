@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airvisor.containers import ContainerError, ContainerStatus, container_name
+from airvisor.containers import ContainerError, ContainerStatus, container_gpus, container_name
 from airvisor.containers._docker import _split_image
 from airvisor.containers._policy import (
     Verdict,
@@ -22,7 +22,7 @@ from airvisor.containers._policy import (
     parse_memory,
 )
 from airvisor.containers._types import ContainerFacts, ProbeResult
-from airvisor.profile._schema import ContainerSection, Mount
+from airvisor.profile._schema import ContainerSection, Mount, Profile
 
 DOCKER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
 
@@ -152,3 +152,11 @@ def test_status_as_dict() -> None:
 )
 def test_image_reference_split_for_pull(image: str, expected: tuple[str, str | None]) -> None:
     assert _split_image(image) == expected
+
+
+def test_container_gpus_default_to_the_profiles_gpu_split() -> None:
+    base = {"run": {"name": "r", "output_dir": "/tmp/r"}, "prime_rl": {"version": "main"}}
+    split = Profile.model_validate({**base, "gpus": {"containers": [7]}})
+    assert container_gpus(split) == [7]
+    own = Profile.model_validate({**base, "gpus": {"containers": [7]}, "containers": {"gpus": [5]}})
+    assert container_gpus(own) == [5]
