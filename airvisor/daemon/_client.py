@@ -1,0 +1,238 @@
+"""The CLI's side of the API: find a daemon, submit/stop runs, read status, events and logs."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from airvisor._paths import state_dir
+
+URL_ENV = "AIRVISOR_URL"
+TOKEN_ENV = "AIRVISOR_TOKEN"
+TOKEN_FILE_ENV = "AIRVISOR_TOKEN_FILE"
+DEFAULT_URL = "http://127.0.0.1:8765"
+# Requests other than the /health probe and streams: submit may run profile checks.
+REQUEST_TIMEOUT = 30.0
+
+
+class DaemonError(Exception):
+    """The daemon refused or failed a request; str() is its message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _transport_for(url: str) -> tuple[str, httpx.HTTPTransport | None]:
+    """`unix:/path/to/sock` (or unix:///path) talks HTTP over a unix socket."""
+    if url.startswith("unix:"):
+        path = url.removeprefix("unix:")
+        path = "/" + path.lstrip("/")
+        return "http://airvisor", httpx.HTTPTransport(uds=path)
+    return url.rstrip("/"), None
+
+
+def read_token(env: dict[str, str] | None = None) -> str | None:
+    """$AIRVISOR_TOKEN, else the token file ($AIRVISOR_TOKEN_FILE or <state dir>/token)."""
+    env = dict(os.environ) if env is None else env
+    if env.get(TOKEN_ENV):
+        return env[TOKEN_ENV].strip()
+    path = Path(env[TOKEN_FILE_ENV]) if env.get(TOKEN_FILE_ENV) else state_dir() / "token"
+    try:
+        token = path.expanduser().read_text().strip()
+    except OSError:
+        return None
+    return token or None
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip() or response.reason_phrase
+    detail = body.get("detail") if isinstance(body, dict) else None
+    if isinstance(detail, list):  # FastAPI's validation errors
+        return "; ".join(
+            f"{'.'.join(str(p) for p in item.get('loc', []))}: {item.get('msg')}"
+            for item in detail if isinstance(item, dict))
+    return str(detail) if detail is not None else response.text
+
+
+class DaemonClient:
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = REQUEST_TIMEOUT
+                 ) -> None:
+        base, transport = _transport_for(url)
+        self.url = url
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=base, transport=transport, timeout=timeout,
+                                  headers=headers)
+
+    @classmethod
+    def connect(cls, url: str | None = None, timeout: float = 0.5) -> DaemonClient | None:
+        """A client for the daemon at `url` ($AIRVISOR_URL, else http://127.0.0.1:8765), or
+        None when no airvisor daemon answers /health there within `timeout` seconds."""
+        url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+        client = cls(url, token=read_token())
+        try:
+            response = client._http.get("/health", timeout=timeout)
+            body = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            body = None
+        if not isinstance(body, dict) or body.get("service") != "airvisor":
+            client.close()
+            return None
+        return client
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> DaemonClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise DaemonError(response.status_code, _message(response))
+        return response.json()
+
+    # -- the API ------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", "/health")
+        return result
+
+    def submit(self, profile_ref: str, overrides: dict[str, Any] | None = None,
+               start_mode: str = "auto") -> dict[str, Any]:
+        """Start a run; `profile_ref` is a name known to the daemon or an absolute path."""
+        body = {"profile": profile_ref, "overrides": overrides or {}, "start_mode": start_mode}
+        result: dict[str, Any] = self._json("POST", "/runs", json=body)
+        return result
+
+    def get_run(self, run_id: str = "current") -> dict[str, Any]:
+        """One run's details; "current" is the newest live run (DaemonError 404 when none)."""
+        result: dict[str, Any] = self._json("GET", f"/runs/{run_id}")
+        return result
+
+    def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._json("GET", "/runs", params={"limit": limit})
+        return result
+
+    def _resolve(self, run_id: str) -> str:
+        """"current" -> the current run's id (the other endpoints take real ids only)."""
+        if run_id != "current":
+            return run_id
+        return str(self.get_run("current")["id"])
+
+    def stop(self, run_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("POST", f"/runs/{self._resolve(run_id)}/stop")
+        return result
+
+    def restart(self, run_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("POST", f"/runs/{self._resolve(run_id)}/restart")
+        return result
+
+    def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._json(
+            "GET", f"/runs/{self._resolve(run_id)}/events", params={"after": after})
+        return result
+
+    def logs(self, run_id: str, component: str, tail: int = 200, follow: bool = False
+             ) -> Iterator[str]:
+        """Lines of a component's log (without their newlines); with follow, until the run
+        ends. `run_id` may be "current"."""
+        run_id = self._resolve(run_id)
+        params = {"tail": tail, "follow": "true" if follow else "false"}
+        timeout = httpx.Timeout(REQUEST_TIMEOUT, read=None) if follow else None
+        kwargs: dict[str, Any] = {"params": params}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        with self._http.stream("GET", f"/runs/{run_id}/logs/{component}", **kwargs) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise DaemonError(response.status_code, _message(response))
+            yield from response.iter_lines()
+
+    def follow(self, run_id: str, *, interval: float = 1.0) -> Iterator[dict[str, Any]]:
+        """New events of a run as they happen, until the run is no longer live."""
+        after = 0
+        while True:
+            batch = self.events(run_id, after)
+            for event in batch:
+                after = max(after, int(event["id"]))
+                yield event
+            if not batch and not self.get_run(run_id)["live"]:
+                return
+            if not batch:
+                time.sleep(interval)
+
+
+# -- rendering ----------------------------------------------------------------------------------
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f}s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def render_run(run: dict[str, Any], *, now: float | None = None) -> str:
+    """A run's status as a small text table (what `airvisor status` prints)."""
+    now = time.time() if now is None else now
+    since = None if run.get("last_progress_at") is None else now - run["last_progress_at"]
+    step = _cell(run.get("step"))
+    if run.get("max_steps"):
+        step = f"{step}/{run['max_steps']}"
+    lines = [
+        f"run      {run['id']}  (profile {run.get('profile_name') or run.get('name')})",
+        f"state    {run['state']}   attempt {run.get('attempt', 0)}   step {step}   "
+        f"last progress {_ago(since)}   restarts {run.get('restarts', 0)}",
+    ]
+    if run.get("resume_step") is not None:
+        lines.append(f"resumed  from checkpoint step {run['resume_step']}")
+    if run.get("gpus"):
+        lines.append(f"gpus     {_cell(run['gpus'])}")
+    if run.get("run_dir"):
+        lines.append(f"dir      {run['run_dir']}")
+    components = run.get("components") or []
+    if components:
+        header = ("COMPONENT", "STATE", "PID", "GPUS", "RESTARTS", "HEALTH", "CONTAINER")
+        rows = [header] + [
+            (c["name"], c["state"], _cell(c.get("pid")), _cell(c.get("gpus")),
+             _cell(c.get("restarts")), _cell(c.get("health")),
+             _cell((c.get("container_id") or "")[:12] or None))
+            for c in components
+        ]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        lines.append("")
+        lines.extend("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)
+                               ).rstrip() for row in rows)
+    if run.get("last_error"):
+        lines.append("")
+        lines.append(f"last error: {run['last_error']}")
+    events = run.get("recent_events") or []
+    if events:
+        lines.append("")
+        lines.append("recent events:")
+        for event in events:
+            stamp = time.strftime("%H:%M:%S", time.localtime(event["at"]))
+            who = f" [{event['component']}]" if event.get("component") else ""
+            lines.append(f"  {stamp} {event['kind']}{who}: {event['message']}")
+    return "\n".join(lines)

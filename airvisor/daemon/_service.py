@@ -1,0 +1,33 @@
+"""What the daemon needs from the supervision engine (`airvisor.engine.RunManager`).
+
+The API and the main loop depend only on this Protocol, so tests can drive them with a small
+in-memory implementation and the engine can change behind it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from airvisor.profile._schema import Profile
+    from airvisor.store import RunRecord
+
+StartMode = Literal["auto", "resume", "fresh"]
+
+
+class RunService(Protocol):
+    def submit(self, profile: Profile, *, start_mode: StartMode = "auto") -> RunRecord: ...
+
+    def request_stop(self, run_id: str) -> None: ...
+
+    def request_restart(self, run_id: str) -> None: ...
+
+    def tick(self, timeout: float) -> None: ...
+
+    def adopt_on_boot(self) -> list[str]: ...
+
+    def shutdown(self, *, stop_runs: bool) -> None: ...
+
+    def status_line(self) -> str: ...
+
+    def live_run_ids(self) -> set[str]: ...

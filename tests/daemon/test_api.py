@@ -1,0 +1,259 @@
+"""Every endpoint over a real uvicorn server on loopback, through httpx."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from .conftest import PROFILE_NAME, Api, fake_profile, write_profile
+
+
+def has(module: str, function: str) -> bool:
+    try:
+        return hasattr(importlib.import_module(module), function)
+    except ImportError:
+        return False
+
+
+def submit(api: Api, profile: str = PROFILE_NAME, **body: object) -> httpx.Response:
+    with api.client() as client:
+        return client.post("/runs", json={"profile": profile, **body})
+
+
+def test_health_names_the_service_version_and_nvml(api: Api) -> None:
+    body = httpx.get(f"{api.url}/health").json()
+    assert body["service"] == "airvisor"
+    assert body["status"] == "ok"
+    assert body["version"]
+    assert body["uptime_seconds"] >= 0
+    assert body["auth_required"] is True
+    assert isinstance(body["nvml_available"], bool)
+    assert body["live_runs"] == 0
+
+
+def test_current_run_is_404_with_a_message_before_any_run(api: Api) -> None:
+    response = httpx.get(f"{api.url}/runs/current")
+    assert response.status_code == 404
+    assert "airvisor start" in response.json()["detail"]
+
+
+def test_submit_then_read_the_run_every_way(api: Api) -> None:
+    response = submit(api, overrides={"run.max_steps": 7}, start_mode="fresh")
+    assert response.status_code == 201, response.text
+    run = response.json()
+    assert run["state"] == "running"
+    assert run["profile_name"] == PROFILE_NAME
+    assert run["max_steps"] == 7  # the override reached the loaded profile
+    assert [c["name"] for c in run["components"]] == ["inference", "orchestrator", "trainer"]
+    trainer = next(c for c in run["components"] if c["name"] == "trainer")
+    assert trainer["pid"] == 102 and trainer["gpus"] == [0, 1]
+
+    current = httpx.get(f"{api.url}/runs/current").json()
+    assert current["id"] == run["id"]
+    assert current["step"] == 3 and current["attempt"] == 1
+    assert current["seconds_since_progress"] is not None
+    assert current["recent_events"][0]["kind"] == "submitted"
+
+    assert httpx.get(f"{api.url}/runs/{run['id']}").json()["id"] == run["id"]
+    listed = httpx.get(f"{api.url}/runs").json()
+    assert [r["id"] for r in listed] == [run["id"]]
+    assert httpx.get(f"{api.url}/health").json()["live_runs"] == 1
+
+
+def test_unknown_and_malformed_run_ids(api: Api) -> None:
+    assert httpx.get(f"{api.url}/runs/nope-1").status_code == 404
+    assert "GET /runs" in httpx.get(f"{api.url}/runs/nope-1").json()["detail"]
+    assert httpx.get(f"{api.url}/runs/..%2F..%2Fetc").status_code in (404, 422)
+    assert httpx.get(f"{api.url}/runs/{'x' * 300}").status_code == 422
+    assert httpx.get(f"{api.url}/runs/nope-1/events").status_code == 404
+
+
+def test_events_after_an_id(api: Api) -> None:
+    run_id = submit(api).json()["id"]
+    api.store.add_event(run_id, "progress", "step 4")
+    api.store.add_event(run_id, "progress", "step 5")
+    events = httpx.get(f"{api.url}/runs/{run_id}/events").json()
+    assert [e["message"] for e in events][-2:] == ["step 4", "step 5"]
+    later = httpx.get(f"{api.url}/runs/{run_id}/events",
+                      params={"after": events[-2]["id"]}).json()
+    assert [e["message"] for e in later] == ["step 5"]
+    assert httpx.get(f"{api.url}/runs/{run_id}/events", params={"after": -1}).status_code == 422
+
+
+def test_logs_tail_and_component_validation(api: Api) -> None:
+    run_id = submit(api).json()["id"]
+    response = httpx.get(f"{api.url}/runs/{run_id}/logs/trainer", params={"tail": 3})
+    assert response.status_code == 200
+    assert response.text == "trainer line 48\ntrainer line 49\ntrainer line 50\n"
+    missing = httpx.get(f"{api.url}/runs/{run_id}/logs/vllm")
+    assert missing.status_code == 404
+    assert "inference, orchestrator, trainer" in missing.json()["detail"]
+    for bad in ("..%2F..%2Fetc%2Fpasswd", "..trainer", "%2Fetc%2Fpasswd", "trainer.log%00"):
+        code = httpx.get(f"{api.url}/runs/{run_id}/logs/{bad}").status_code
+        assert code in (404, 422), (bad, code)
+
+
+def test_logs_follow_streams_new_lines_until_the_run_ends(api: Api) -> None:
+    run_id = submit(api).json()["id"]
+    log_path = Path(api.store.components(run_id)[2].log_path or "")
+    assert log_path.name == "trainer.log"
+    received: list[str] = []
+
+    def read() -> None:
+        with httpx.stream("GET", f"{api.url}/runs/{run_id}/logs/trainer",
+                          params={"tail": 1, "follow": "true"}, timeout=30) as response:
+            received.extend(response.iter_lines())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + 10
+    while not received and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with log_path.open("a") as out:
+        out.write("step 4 done\nstep 5 done\npartial")
+    while len(received) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert received[:3] == ["trainer line 50", "step 4 done", "step 5 done"]
+    with api.client() as client:
+        assert client.post(f"/runs/{run_id}/stop").status_code == 202
+    reader.join(15)
+    assert not reader.is_alive(), "the stream did not end with the run"
+    assert received[-1] == "partial"  # the unterminated last line is flushed at the end
+
+
+def test_stop_and_restart(api: Api) -> None:
+    run_id = submit(api).json()["id"]
+    with api.client() as client:
+        restarted = client.post(f"/runs/{run_id}/restart")
+        assert restarted.status_code == 202 and restarted.json()["action"] == "restart"
+        assert api.service.restarts == [run_id]
+        stopped = client.post(f"/runs/{run_id}/stop")
+        assert stopped.status_code == 202 and stopped.json()["action"] == "stop"
+        assert httpx.get(f"{api.url}/runs/current").json()["state"] == "stopped"
+        again = client.post(f"/runs/{run_id}/stop")
+        assert again.status_code == 409 and "ended" in again.json()["detail"]
+        assert client.post("/runs/nope-1/stop").status_code == 404
+        assert client.post("/runs/nope-1/restart").status_code == 404
+
+
+def test_mutating_endpoints_need_the_token(api: Api) -> None:
+    run_id = submit(api).json()["id"]
+    for token in (None, "wrong-token"):
+        with api.client(token=token) as client:
+            for path in ("/runs", f"/runs/{run_id}/stop", f"/runs/{run_id}/restart", "/reap"):
+                response = client.post(path, json={"profile": PROFILE_NAME})
+                assert response.status_code == 401, (path, token)
+                assert "Bearer" in response.json()["detail"]
+                assert response.headers["www-authenticate"] == "Bearer"
+    with httpx.Client(base_url=api.url) as client:
+        basic = client.post("/runs", json={"profile": PROFILE_NAME},
+                            headers={"Authorization": "Basic dGVzdDp0ZXN0"})
+        assert basic.status_code == 401
+    assert api.service.live == {run_id: {0, 1}}  # nothing changed
+
+
+def test_auth_off_lets_mutations_through(open_api: Api) -> None:
+    assert httpx.get(f"{open_api.url}/health").json()["auth_required"] is False
+    with open_api.client(token=None) as client:
+        assert client.post("/runs", json={"profile": PROFILE_NAME}).status_code == 201
+
+
+def test_bad_submissions_get_4xx_with_a_message(api: Api) -> None:
+    cases = {
+        "no-such-profile": 404,
+        "../../etc/passwd": 422,
+        "configs/demo.toml": 422,
+        "/etc/passwd": 422,
+        "/nonexistent/dir/x.toml": 404,
+        "/tmp/../etc/x.toml": 422,
+        "a b": 422,
+    }
+    for ref, code in cases.items():
+        response = submit(api, ref)
+        assert response.status_code == code, (ref, response.text)
+        assert response.json()["detail"], ref
+    assert "systemctl reload airvisor" in submit(api, "no-such-profile").json()["detail"]
+
+    broken = write_profile(api.tmp / "broken.toml", {**fake_profile(api.tmp),
+                                                     "gpus": {"inference": "zero"}})
+    response = submit(api, str(broken))
+    assert response.status_code == 422
+    assert "broken.toml" in response.json()["detail"] and "inference" in response.json()["detail"]
+    unknown_key = submit(api, overrides={"run.max_stepz": 3})
+    assert unknown_key.status_code == 422 and "max_step" in unknown_key.json()["detail"]
+
+    with api.client() as client:
+        malformed = client.post("/runs", content=b"{not json",
+                                headers={"Content-Type": "application/json"})
+        assert malformed.status_code == 422
+        assert client.post("/runs", json={"profile": PROFILE_NAME, "x": 1}).status_code == 422
+        assert client.post("/runs", json={"profile": PROFILE_NAME,
+                                          "start_mode": "sideways"}).status_code == 422
+        assert client.post("/runs", json=[1, 2]).status_code == 422
+    assert api.service.live == {}
+
+
+def test_a_second_run_on_the_same_gpus_is_a_conflict(api: Api) -> None:
+    assert submit(api).status_code == 201
+    second = submit(api)
+    assert second.status_code == 409
+    assert "GPUs [0, 1]" in second.json()["detail"]
+
+
+def test_absolute_profile_path_is_accepted(api: Api) -> None:
+    path = write_profile(api.tmp / "elsewhere" / "mine.toml", fake_profile(api.tmp, "mine"))
+    response = submit(api, str(path))
+    assert response.status_code == 201, response.text
+    assert response.json()["profile_path"] == str(path)
+
+
+def test_a_profile_added_later_is_found_after_a_catalog_reload(api: Api) -> None:
+    write_profile(api.profiles / "added_later.toml", fake_profile(api.tmp, "added_later"))
+    assert submit(api, "added_later").status_code == 404
+    api.ctx.catalog.reload()  # what SIGHUP does
+    assert submit(api, "added_later").status_code == 201
+
+
+def test_gpus_processes_and_reap(api: Api) -> None:
+    gpus = httpx.get(f"{api.url}/gpus")
+    if not has("airvisor.gpu", "list_gpus"):
+        assert gpus.status_code == 503 and "airvisor.gpu" in gpus.json()["detail"]
+    else:
+        assert gpus.status_code == 200
+        assert gpus.json()["nvml_available"] is False  # no driver on this machine
+        assert gpus.json()["error"]
+    processes = httpx.get(f"{api.url}/processes")
+    with api.client() as client:
+        reap = client.post("/reap", json={"dry_run": True})
+    if not has("airvisor.reaper", "reap"):
+        assert processes.status_code == 503 and reap.status_code == 503
+        assert "airvisor.reaper" in reap.json()["detail"]
+    else:
+        assert processes.status_code == 200 and isinstance(processes.json()["processes"], list)
+        assert reap.status_code == 200 and reap.json()["dry_run"] is True
+
+
+def test_metrics_in_prometheus_format(api: Api) -> None:
+    run_id = submit(api).json()["id"]
+    text = httpx.get(f"{api.url}/metrics").text
+    labels = f'profile="{PROFILE_NAME}",run_id="{run_id}"'
+    assert f"airvisor_run_step{{{labels}}} 3.0" in text
+    assert f'airvisor_run_state{{{labels},state="running"}} 1.0' in text
+    assert f"airvisor_run_restarts{{{labels}}} 0.0" in text
+    assert f"airvisor_run_seconds_since_progress{{{labels}}}" in text
+    assert "airvisor_nvml_available 0.0" in text
+    assert "# TYPE airvisor_gpu_memory_used_bytes gauge" in text
+
+
+def test_openapi_schema_documents_every_endpoint(api: Api) -> None:
+    paths = httpx.get(f"{api.url}/openapi.json").json()["paths"]
+    assert set(paths) >= {
+        "/health", "/runs", "/runs/current", "/runs/{run_id}", "/runs/{run_id}/events",
+        "/runs/{run_id}/logs/{component}", "/runs/{run_id}/stop", "/runs/{run_id}/restart",
+        "/gpus", "/processes", "/reap", "/metrics",
+    }
+    assert paths["/runs"]["post"]["security"] == [{"HTTPBearer": []}]
