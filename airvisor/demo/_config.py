@@ -274,11 +274,17 @@ def resolve_flag(
         raise DemoConfigError(f"malformed option --{key}")
     if path in known or _defined_in(file_config, path):
         return path, parse_flag_value(raw)
-    # `--no-flag` switches a boolean off.
-    if raw is None and path[-1].startswith("no_"):
-        positive = (*path[:-1], path[-1][3:])
-        if known.get(positive) is bool or _defined_in(file_config, positive):
-            return positive, False
+    # `--no-a.flag` (argparse's BooleanOptionalAction, which pydantic-settings uses) or
+    # `--a.no-flag` switches a boolean off.
+    if raw is None:
+        candidates = []
+        if path[0].startswith("no_"):
+            candidates.append((path[0][3:], *path[1:]))
+        if path[-1].startswith("no_"):
+            candidates.append((*path[:-1], path[-1][3:]))
+        for positive in candidates:
+            if known.get(positive) is bool or _defined_in(file_config, positive):
+                return positive, False
     raise DemoConfigError(_unknown_flag_message(key, known, file_config, component))
 
 
