@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from typing import TYPE_CHECKING
 
 import httpx
@@ -113,6 +114,27 @@ def test_ignore_sigterm_survives_sigterm_and_dies_on_sigkill(standins: Standins)
     standins.wait_until(lambda: "Application startup complete." in again.plain_log(), "startup")
     again.process.send_signal(signal.SIGTERM)
     assert again.wait(10) == 0
+
+
+def test_crash_after_and_unhealthy_after_fire_once(standins: Standins) -> None:
+    port = standins.free_port()
+    base = f"http://127.0.0.1:{port}"
+    config = standins.write_config(
+        "infer", standins.inference_config(port, unhealthy_after=0.3, crash_after=0.8, exit_code=4)
+    )
+    server = standins.start("inference", ["@", str(config)])
+    # Healthy, then /health 503 while still serving, then dead with the injected status.
+    standins.wait_until(lambda: (r := _get(f"{base}/health")) and r.status_code == 200, "200")
+    standins.wait_until(lambda: (r := _get(f"{base}/health")) and r.status_code == 503, "503")
+    assert httpx.get(f"{base}/v1/models").status_code == 200
+    assert server.wait() == 4
+    assert "demo fault injected: inference crash" in server.plain_log()
+    # The next server in the same output_dir stays up and healthy.
+    again = standins.start("inference", ["@", str(config)])
+    standins.wait_until(lambda: "Application startup complete." in again.plain_log(), "startup")
+    time.sleep(1.0)  # past both fault times
+    assert again.process.poll() is None
+    assert _get(f"{base}/health").status_code == 200  # type: ignore[union-attr]
 
 
 def _get(url: str) -> httpx.Response | None:
