@@ -573,13 +573,21 @@ class RunSupervisor:
                 step = step_from_metrics_row(row)
                 if step is not None:
                     newest = max(newest, step)
-        if newest > self._attempt_max_step:
+        # The run's step is the trainer's (the orchestrator may be one step ahead); any
+        # advance of either counts as progress for the stall watchdog.
+        shown = trainer_step
+        advanced = newest > self._attempt_max_step
+        if advanced:
             self._attempt_max_step = newest
             self._attempt_progress = now
-            self.step = max(self.step or 0, trainer_step or newest)
             self.last_progress_wall = time.time()
+        if shown is not None and shown > (self.step or 0):
+            self.step = shown
+        if advanced:
             self.store.update_run(self.run_id, step=self.step,
                                   last_progress_at=self.last_progress_wall)
+        elif shown is not None and shown == self.step:
+            self.store.update_run(self.run_id, step=self.step)
 
     def _record_containers(self) -> None:
         if self._pool is None:
