@@ -265,7 +265,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
             found = discover_stale(ctx.service.live_run_ids())
         except FeatureMissing as err:
             raise HTTPException(503, str(err)) from err
-        return ProcessesOut(processes=[plain(p) for p in found])
+        return ProcessesOut(processes=[plain(p) for p in found.candidates],
+                            blocked=[plain(p) for p in found.blocked], scanned=found.scanned)
 
     @app.post("/reap", response_model=ReapOut, responses=ERRORS, dependencies=[Authorized],
               tags=["machine"])
@@ -277,7 +278,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
             report = reap_stale(ctx.service.live_run_ids(), dry_run=dry_run)
         except FeatureMissing as err:
             raise HTTPException(503, str(err)) from err
-        return ReapOut(dry_run=dry_run, report=plain(report))
+        log.info("reap requested", dry_run=dry_run, summary=report.summary)
+        return ReapOut(dry_run=dry_run, summary=report.summary, report=plain(report))
 
     registry = metrics_registry(ctx.store, ctx.gpus, ctx.started_at)
 

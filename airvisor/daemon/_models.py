@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 # Identifiers that may appear in URLs: no '/', no '..', bounded length.
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
@@ -107,17 +107,22 @@ class GPUsOut(_Out):
 
 
 class ProcessesOut(_Out):
-    processes: list[dict[str, Any]]
+    processes: list[dict[str, Any]] = Field(description="Stale processes the reaper would stop.")
+    blocked: list[dict[str, Any]] = Field(
+        description="Would be stale, but a safety rule keeps them (e.g. other users').")
+    scanned: int
 
 
 class ReapIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    dry_run: bool = Field(default=True, description="Only report what would be reaped.")
+    # Strict: "false", 0 or "no" must not turn a dry run into a real one.
+    dry_run: StrictBool = Field(default=True, description="Only report what would be reaped.")
 
 
 class ReapOut(_Out):
     dry_run: bool
+    summary: str
     report: dict[str, Any]
 
 

@@ -18,11 +18,11 @@ def _reaper(function: str) -> Any:
         ) from err
 
 
-def discover_stale(live_run_ids: set[str]) -> list[Any]:
-    """What the reaper would stop, and why (a dry run)."""
-    found: list[Any] = _reaper("discover")(live_run_ids=live_run_ids)
-    return found
+def discover_stale(live_run_ids: set[str]) -> Any:
+    """What the reaper would stop, and why (a dry run): airvisor.reaper.Discovery."""
+    return _reaper("discover_all")(live_run_ids=live_run_ids)
 
 
 def reap_stale(live_run_ids: set[str], *, dry_run: bool) -> Any:
+    """Stops stale processes (not those of `live_run_ids`): airvisor.reaper.ReapReport."""
     return _reaper("reap")(live_run_ids=live_run_ids, dry_run=dry_run)
