@@ -1,1 +1,211 @@
-"""Commands: placeholder (filled in by its owner)."""
+"""Commands: `airvisor processes`, `airvisor reap`, `airvisor gpus`.
+
+    airvisor processes [--profile NAME]          stale training processes, and why
+    airvisor reap --dry-run [--profile NAME]     what `reap` would stop and remove
+    airvisor reap [--yes] [--profile NAME]       stop them (asks first on a terminal)
+    airvisor gpus                                GPUs, memory and who holds it
+
+Exit status: 0 done (or nothing to do), 1 something could not be done (survivors, no GPU
+driver, refused without --yes), 2 bad command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from typing import Any
+
+import click
+import psutil
+
+from airvisor.cli import main
+
+EXIT_FAILED = 1
+
+
+def live_run_ids() -> set[str]:
+    """Runs of this machine's store whose supervisor is still that same process."""
+    from airvisor._paths import database_path
+    from airvisor.store import Store
+
+    path = database_path()
+    if not path.exists():
+        return set()
+    live: set[str] = set()
+    for run in Store(path).live_runs():
+        if run.supervisor_pid is None:
+            continue
+        try:
+            proc = psutil.Process(run.supervisor_pid)
+            started = getattr(run, "supervisor_started", None)
+            if started is not None and abs(proc.create_time() - started) > 0.01:
+                continue
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                live.add(run.id)
+        except psutil.Error:
+            continue
+    return live
+
+
+def _load_profile(ref: str | None) -> Any:
+    if ref is None:
+        return None
+    from airvisor.profile import ProfileError, load_profile
+
+    try:
+        return load_profile(ref)
+    except ProfileError as err:
+        click.echo(str(err), err=True)
+        sys.exit(EXIT_FAILED)
+
+
+def _context(profile: Any, live: set[str]) -> Any:
+    from airvisor.reaper import default_context, profile_gpus
+
+    if profile is None:
+        return default_context(live)
+    return default_context(live, allow_other_users=profile.reaper.allow_other_users,
+                           profile_gpus=profile_gpus(profile))
+
+
+def _restrict(candidates: list[Any], pids: tuple[int, ...]) -> list[Any]:
+    """Only the candidates among `pids` and their descendants (--pid)."""
+    if not pids:
+        return candidates
+    wanted = set(pids)
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            wanted.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+    return [c for c in candidates if c.pid in wanted]
+
+
+def _discover(profile: Any, pids: tuple[int, ...]) -> tuple[list[Any], list[Any], set[str]]:
+    from airvisor.reaper import discover_all
+
+    live = live_run_ids()
+    found = discover_all(_context(profile, live))
+    return _restrict(found.candidates, pids), _restrict(found.blocked, pids), live
+
+
+def _print_candidates(candidates: list[Any], blocked: list[Any]) -> None:
+    from airvisor.reaper import format_candidates
+
+    click.echo(format_candidates(candidates))
+    if blocked:
+        click.echo("")
+        click.echo("Kept (a safety rule applies):")
+        click.echo(format_candidates(blocked))
+
+
+def _as_json(value: Any) -> str:
+    import dataclasses
+
+    def plain(v: Any) -> Any:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, list | tuple | set | frozenset):
+            return [plain(x) for x in v]
+        return v
+
+    return json.dumps(plain(value), indent=2)
+
+
+_profile_option = click.option(
+    "--profile", "profile_ref", metavar="NAME",
+    help="Use this profile's GPUs, ports and reaper.allow_other_users.")
+_pid_option = click.option(
+    "--pid", "pids", type=int, multiple=True, metavar="PID",
+    help="Only candidates among these processes and their descendants (repeatable).")
+
+
+@main.command("processes")
+@_profile_option
+@_pid_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def processes_command(profile_ref: str | None, pids: tuple[int, ...], as_json: bool) -> None:
+    """List stale training processes: pid, tree, user, age, GPU memory, ports, command, why."""
+    profile = _load_profile(profile_ref)
+    candidates, blocked, _ = _discover(profile, pids)
+    if as_json:
+        click.echo(_as_json({"candidates": candidates, "kept": blocked}))
+        return
+    _print_candidates(candidates, blocked)
+
+
+@main.command("reap")
+@_profile_option
+@_pid_option
+@click.option("--dry-run", is_flag=True, help="Only list what would be stopped and removed.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (needed without a terminal).")
+@click.option("--grace", type=float, default=10.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL.")
+def reap_command(profile_ref: str | None, pids: tuple[int, ...], dry_run: bool, yes: bool,
+                 grace: float) -> None:
+    """Stop stale training processes (whole trees) and remove what they left behind."""
+    from airvisor.reaper import find_leftovers, orphan_containers, reap, remove_leftovers
+
+    profile = _load_profile(profile_ref)
+    candidates, blocked, live = _discover(profile, pids)
+    allow_others = bool(profile and profile.reaper.allow_other_users)
+    ports: list[int] = []
+    if profile is not None:
+        ports = sorted({*profile.reaper.ports, profile.inference.port,
+                        profile.trainer.rdzv_port})
+    _print_candidates(candidates, blocked)
+    leftovers = remove_leftovers(find_leftovers(), own_uid=os.getuid(),
+                                 allow_other_users=allow_others, dry_run=True)
+    containers, container_note = orphan_containers(live, dry_run=True)
+    if leftovers.removed:
+        click.echo("")
+        click.echo("Leftover files of dead processes:")
+        for path in leftovers.removed:
+            click.echo(f"  {path}")
+    if containers:
+        click.echo("")
+        click.echo("Orphan task containers (their run is not live):")
+        for status in containers:
+            click.echo(f"  {status.name}  {status.state}")
+    if container_note:
+        click.echo(container_note)
+    if dry_run:
+        return
+    if not candidates and not leftovers.removed and not containers:
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            click.echo("Not reaping: no terminal to ask on. Run `airvisor reap --yes` to reap "
+                       "without asking.", err=True)
+            sys.exit(EXIT_FAILED)
+        if not click.confirm("Stop these processes and remove these files?", default=False):
+            click.echo("Nothing done.")
+            return
+    report = reap(candidates, grace=grace, ports=ports, live_run_ids=live,
+                  allow_other_users=allow_others, leftovers=True, containers=False)
+    if containers:
+        containers, container_note = orphan_containers(live, dry_run=False)
+        if container_note:
+            click.echo(container_note)
+        click.echo(f"removed {len(containers)} orphan container(s)")
+    click.echo(report.summary)
+    if report.kill is not None and report.kill.survivors:
+        for s in report.kill.survivors:
+            click.echo(f"  still alive: {s.pid} ({s.status}) {s.cmdline[:80]}", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+@main.command("gpus")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def gpus_command(as_json: bool) -> None:
+    """GPUs through NVML: memory, utilization and the processes holding memory."""
+    from airvisor.gpu import GPUUnavailable, format_gpu_table, list_gpus
+
+    try:
+        gpus = list_gpus()
+    except GPUUnavailable as err:
+        click.echo(str(err), err=True)
+        sys.exit(EXIT_FAILED)
+    click.echo(_as_json(gpus) if as_json else format_gpu_table(gpus))

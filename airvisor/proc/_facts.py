@@ -40,6 +40,11 @@ class ProcessFacts:
     marker: Marker | None
     ancestors: tuple[int, ...] = ()  # ppid chain, nearest first, ending at 1 (or where unknown)
     ancestor_markers: tuple[Marker, ...] = ()  # markers along the ppid chain, nearest first
+    sid: int | None = None
+    # The marker of the process's session when its own environ shows none: setproctitle (used
+    # by vLLM's EngineCore and Worker) overwrites /proc/<pid>/environ, but the process stays in
+    # the session airvisor started the component in, whose other members still show it.
+    session_marker: Marker | None = None
     torchelastic_worker: bool = False  # carries torchrun's TORCHELASTIC_RUN_ID
     gpu_memory: Mapping[int, int] = field(default_factory=dict)  # GPU index -> bytes held
     # Filled by `enrich` for candidates only:
@@ -74,6 +79,16 @@ def _read_environ(pid: int) -> bytes:
         return b""
 
 
+def _argv(cmdline: list[str] | None) -> tuple[str, ...]:
+    """The cmdline without the empty padding a process title leaves at its end."""
+    argv = list(cmdline or ())
+    while argv and not argv[-1].strip():
+        argv.pop()
+    if len(argv) == 1:
+        argv[0] = argv[0].rstrip()
+    return tuple(argv)
+
+
 def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -81,13 +96,48 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def session_markers(
+    facts_by_pid: Mapping[int, ProcessFacts], ignore_sessions: Iterable[int] = ()
+) -> dict[int, Marker]:
+    """sid -> the run marker its members show, where they all agree on one run.
+
+    Sessions in `ignore_sessions` (the caller's own, e.g. a login shell's) are left out: their
+    members are not one component's tree.
+    """
+    ignored = {0, 1, *ignore_sessions}
+    seen: dict[int, set[Marker]] = {}
+    for facts in facts_by_pid.values():
+        if facts.sid is not None and facts.sid not in ignored and facts.marker is not None:
+            seen.setdefault(facts.sid, set()).add(facts.marker)
+    found: dict[int, Marker] = {}
+    for sid, markers in seen.items():
+        run_ids = {m.run_id for m in markers}
+        if len(run_ids) == 1:
+            leader = facts_by_pid.get(sid)
+            if leader is not None and leader.marker is not None:
+                found[sid] = leader.marker
+            else:
+                found[sid] = Marker(run_id=run_ids.pop())
+    return found
+
+
 def collect_facts(
     gpu_memory_by_pid: Mapping[int, Mapping[int, int]] | None = None,
+    *,
+    ignore_sessions: Iterable[int] | None = None,
 ) -> dict[int, ProcessFacts]:
     """Facts about every process of the machine (kernel threads left out), by pid.
 
     `gpu_memory_by_pid` (pid -> GPU index -> bytes, from NVML) is joined in when given.
-    Processes that exit while they are read are left out.
+    Processes that exit while they are read are left out. Session markers are not inferred for
+    `ignore_sessions` (default: the sessions of the caller and its ancestors).
     """
     gpu_memory_by_pid = gpu_memory_by_pid or {}
     users = _Users()
@@ -109,17 +159,30 @@ def collect_facts(
             uid=uid,
             username=users.name(uid),
             exe=info["exe"] or "",
-            argv=tuple(info["cmdline"] or ()),
+            argv=_argv(info["cmdline"]),
             comm=info["name"] or "",
             status=info["status"] or "unknown",
             pgid=_pgid(pid),
+            sid=_sid(pid),
             marker=parse_environ(environ),
             torchelastic_worker=_TORCHELASTIC_PREFIX in environ
             and (environ.startswith(_TORCHELASTIC_PREFIX)
                  or b"\0" + _TORCHELASTIC_PREFIX in environ),
             gpu_memory=dict(gpu_memory_by_pid.get(pid, {})),
         )
-    return {pid: _with_ancestry(facts, raw) for pid, facts in raw.items()}
+    if ignore_sessions is None:
+        from airvisor.proc._kill import protected_pids
+
+        ignore_sessions = {sid for pid in protected_pids() if (sid := _sid(pid)) is not None}
+    by_session = session_markers(raw, ignore_sessions)
+    return {
+        pid: _with_ancestry(
+            replace(facts, session_marker=by_session.get(facts.sid) if facts.sid else None)
+            if facts.marker is None else facts,
+            raw,
+        )
+        for pid, facts in raw.items()
+    }
 
 
 def _with_ancestry(facts: ProcessFacts, all_facts: Mapping[int, ProcessFacts]) -> ProcessFacts:

@@ -205,9 +205,33 @@ def collect_targets(
         for pgid in pgids:
             targets.add_group(pgid, all_pids)
     if marker_run_id is not None:
-        for pid in marked_pids(marker_run_id):
+        for pid in _marker_sweep(marker_run_id, targets.protected):
             targets.add_pid_tree(pid)
     return targets
+
+
+def _sid_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def _marker_sweep(run_id: str, protected: set[int]) -> list[int]:
+    """The carriers of the run's marker, plus the other members of their sessions.
+
+    A process that retitles itself with setproctitle (vLLM's EngineCore and Worker) wipes its
+    /proc/<pid>/environ, so its marker no longer shows; it still sits in the session of the
+    component that started it. Sessions of protected processes (the caller's own) are never
+    swept whole.
+    """
+    carriers = list(marked_pids(run_id))
+    unsafe = {sid for pid in protected if pid > 0 and (sid := _sid_of(pid)) is not None}
+    sessions = {sid for pid in carriers if (sid := _sid_of(pid)) is not None} - unsafe - {0, 1}
+    if not sessions:
+        return carriers
+    members = [pid for pid in psutil.pids() if _sid_of(pid) in sessions]
+    return sorted({*carriers, *members})
 
 
 def terminate_tree(
@@ -248,7 +272,7 @@ def terminate_tree(
     for proc in alive:
         late.add_with_children(proc)
     if marker_run_id is not None:
-        for pid in marked_pids(marker_run_id):
+        for pid in _marker_sweep(marker_run_id, snapshot.protected):
             late.add_pid_tree(pid)
     if snapshot.groups:
         current = psutil.pids()

@@ -187,24 +187,23 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
                               or any(pid in context.kept_pids for pid in facts.ancestors)):
         return None
     live = context.live_run_ids
-    if facts.marker is not None and facts.marker.run_id in live:
+    marker = facts.marker or facts.session_marker
+    if marker is not None and marker.run_id in live:
         return None
     if any(m.run_id in live for m in facts.ancestor_markers):
         return None
 
     verdict: Verdict | None = None
-    if facts.marker is not None:
-        component = f" ({facts.marker.component})" if facts.marker.component else ""
-        kind_match = known_kind(facts)
+    kind_match = known_kind(facts)
+    if marker is not None:
+        component = f" ({marker.component})" if marker.component else ""
+        how = "marker" if facts.marker is not None else "marker of its session"
         kind = kind_match[0] if kind_match else "airvisor-run"
-        verdict = Verdict(kind, f"marker of run {facts.marker.run_id}{component}, which is "
-                                f"not live")
-    else:
-        kind_match = known_kind(facts)
-        if kind_match is not None:
-            kind, matched = kind_match
-            verdict = Verdict(kind, f"{KIND_LABELS[kind]} ({matched}) that no live airvisor "
-                                    f"run owns")
+        verdict = Verdict(kind, f"{how}: run {marker.run_id}{component}, which is not live")
+    elif kind_match is not None:
+        kind, matched = kind_match
+        verdict = Verdict(kind, f"{KIND_LABELS[kind]} ({matched}) that no live airvisor run "
+                                f"owns")
     if verdict is None:
         return None
     reason = verdict.reason + _gpu_note(facts, context)
@@ -247,7 +246,11 @@ def judge_all(facts_by_pid: Mapping[int, ProcessFacts], context: ReapContext) ->
             stale[facts.pid] = judged
         else:
             blocked.append(judged)
-    stale_groups = {j.facts.pgid: j for j in stale.values() if j.facts.pgid is not None}
+    # The first (lowest pid) stale process of each group: usually the group's oldest member.
+    stale_groups: dict[int, Judged] = {}
+    for j in sorted(stale.values(), key=lambda j: j.facts.pid):
+        if j.facts.pgid is not None:
+            stale_groups.setdefault(j.facts.pgid, j)
     for facts in facts_by_pid.values():
         if facts.pid in stale or not is_mp_helper(facts):
             continue

@@ -12,8 +12,9 @@ Shapes:
   setsid-grandchild      root -> child -> grandchild that calls setsid (all stay alive)
   double-fork            root -> child -> grandchild (setsid); the child exits, so the
                          grandchild is an orphan reparented to init; then the root exits too
-  vllm-serve             parent titled like `vllm serve` with a child retitled
-                         `VLLM::EngineCore`, which has a `VLLM::Worker` child
+  vllm-serve             parent titled like `vllm serve` with a resource-tracker child and
+                         a child retitled `VLLM::EngineCore`, which has a `VLLM::Worker`
+                         child (setproctitle wipes /proc/<pid>/environ, as in vLLM)
   tree N                 N processes: a root and N-1 descendants in a chain of fan-outs
 """
 
@@ -119,6 +120,15 @@ def main() -> None:
             ready(ready_dir, "engine")
             sleep_forever()
 
+        # Like vLLM's API server: a multiprocessing resource tracker (fork + exec, so its
+        # environment is its own), then the retitled engine core.
+        import subprocess
+
+        tracker = subprocess.Popen([
+            sys.executable, "-B", "-c",
+            "from multiprocessing.resource_tracker import main;import time;time.sleep(3600)",
+        ])
+        (ready_dir / "tracker").write_text(str(tracker.pid))
         retitle("vllm serve /models/tiny --port 8000")
         fork(engine)
         ready(ready_dir, "root")

@@ -1,0 +1,136 @@
+"""Scenario (first process of its own PID namespace): plant stale processes and decoys, then
+check discovery, `airvisor reap --dry-run` and `airvisor reap --yes`. Prints one JSON object.
+
+    stand_ins.py OTHER_USER_UID
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+spec = importlib.util.spec_from_file_location("planting", HERE.parent.parent / "proc" /
+                                              "planting.py")
+assert spec is not None and spec.loader is not None
+planting = importlib.util.module_from_spec(spec)
+sys.modules["planting"] = planting
+spec.loader.exec_module(planting)
+
+from airvisor.proc._marker import MARKER_COMPONENT_ENV, MARKER_RUN_ENV  # noqa: E402
+from airvisor.reaper import default_context, discover_all  # noqa: E402
+from airvisor.store import Store  # noqa: E402
+
+SLEEPER = "#!/usr/bin/env python3\nimport time\nwhile True:\n    time.sleep(3600)\n"
+
+
+def marker(run_id: str, component: str = "trainer") -> dict[str, str]:
+    return {MARKER_RUN_ENV: run_id, MARKER_COMPONENT_ENV: component}
+
+
+def main() -> None:
+    assert os.getpid() == 1, "run me with unshare --pid --fork --mount-proc"
+    other_uid = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else None
+    work = Path(tempfile.mkdtemp(prefix="airvisor-reaper-"))
+    work.chmod(0o755)
+    bin_dir = work / "bin"
+    bin_dir.mkdir()
+    for name in ("orchestrator", "fake-editor"):
+        script = bin_dir / name
+        script.write_text(SLEEPER)
+        script.chmod(0o755)
+    p = planting.Planter(work)
+    dead, live = planting.unique_run_id("dead"), planting.unique_run_id("live")
+    stale: dict[str, int] = {}
+    decoys: dict[str, int] = {}
+
+    # Stale: a `vllm serve` stand-in whose API server is SIGKILLed; its EngineCore and Worker
+    # (retitled with setproctitle) are orphaned.
+    vllm = p.plant("vllm-serve", roles=("root", "tracker", "engine", "worker"))
+    os.kill(vllm.root, signal.SIGKILL)
+    vllm.popen.wait()
+    for role in ("tracker", "engine", "worker"):
+        stale[role] = vllm.pids[role]
+    # Stale: marked processes of a run that is not live: a tree whose grandchild called setsid,
+    # a SIGTERM-ignorer, and a double-forked orphan.
+    tree = p.plant("setsid-grandchild", roles=("root", "child", "grandchild"), env=marker(dead))
+    stale.update({f"tree-{k}": v for k, v in tree.pids.items()})
+    stale["ignorer"] = p.plant("ignore-term", env=marker(dead)).root
+    orphan = p.plant("double-fork", roles=("root", "orphan"), env=marker(dead))
+    orphan.popen.wait()
+    stale["orphan"] = orphan.pids["orphan"]
+    # Stale: prime-rl's orchestrator console script, run by its interpreter.
+    stale["orchestrator"] = p.spawn(
+        [sys.executable, str(bin_dir / "orchestrator"), "@", "orch.toml"]).pid
+
+    # Decoys.
+    decoys["editor"] = p.spawn([sys.executable, str(bin_dir / "fake-editor"),
+                                "orchestrator.py"]).pid
+    logs = work / "outputs" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "orchestrator.stdout").write_text("Step 1\n")
+    decoys["tail"] = p.spawn(["tail", "-f", str(logs / "orchestrator.stdout")]).pid
+    vllm_dir = work / "vllm"
+    vllm_dir.mkdir()
+    decoys["shell-in-vllm-dir"] = p.spawn(["bash", "-c", "sleep 600; true"], cwd=vllm_dir).pid
+    # A live run's vLLM whose API server died a moment ago: the engine and worker show no
+    # marker (setproctitle wiped it) but their session's resource tracker does.
+    live_vllm = p.plant("vllm-serve", roles=("root", "tracker", "engine", "worker"),
+                        env=marker(live, "inference"))
+    os.kill(live_vllm.root, signal.SIGKILL)
+    live_vllm.popen.wait()
+    for role in ("tracker", "engine", "worker"):
+        decoys[f"live-{role}"] = live_vllm.pids[role]
+    # A live run's component, running.
+    decoys["live-run"] = p.plant("setsid-grandchild", roles=("root", "child", "grandchild"),
+                                 env=marker(live)).root
+    decoys["unmarked"] = p.plant("sleep").root
+    if other_uid is not None:
+        decoys["other-user"] = p.spawn(
+            ["setpriv", f"--reuid={other_uid}", f"--regid={other_uid}", "--clear-groups",
+             "/usr/bin/python3", str(bin_dir / "orchestrator"), "@", "orch.toml"]).pid
+    time.sleep(0.3)  # let exec'd programs settle (their argv is what discovery reads)
+
+    # A store in which `live` is a live run supervised by this process.
+    state = work / "state"
+    Store(state / "airvisor.sqlite3").create_run(
+        run_id=live, name="live", profile_path=None, profile={}, run_dir=str(work),
+        gpus=[], supervisor_pid=os.getpid())
+
+    result: dict[str, object] = {"stale": stale, "decoys": decoys}
+    found = discover_all(default_context({live}))
+    result["found"] = {c.pid: c.reason for c in found.candidates}
+    result["kept"] = {c.pid: c.blocked_by for c in found.blocked}
+    result["tree"] = {c.pid: [c.depth, c.ppid] for c in found.candidates}
+
+    env = {**os.environ, "AIRVISOR_STATE_DIR": str(state)}
+    cli = [sys.executable, "-m", "airvisor", "reap"]
+    dry = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True, env=env,
+                         timeout=60)
+    result["dry_run_rc"] = dry.returncode
+    result["dry_run_out"] = dry.stdout + dry.stderr
+    no_tty = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60,
+                            stdin=subprocess.DEVNULL)
+    result["no_tty_rc"] = no_tty.returncode
+    result["no_tty_out"] = no_tty.stdout + no_tty.stderr
+    started = time.monotonic()
+    real = subprocess.run([*cli, "--yes", "--grace", "0.5"], capture_output=True, text=True,
+                          env=env, timeout=60)
+    result["reap_seconds"] = time.monotonic() - started
+    result["reap_rc"] = real.returncode
+    result["reap_out"] = real.stdout + real.stderr
+    result["alive_stale"] = [k for k, pid in stale.items() if planting.pid_alive(pid)]
+    result["alive_decoys"] = [k for k, pid in decoys.items() if planting.pid_alive(pid)]
+    p.cleanup()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Discovery and reaping of real planted processes, each scenario in its own PID namespace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def test_stale_stand_ins_found_and_reaped_decoys_survive(scenario: Any,
+                                                         other_user: tuple[str, int]) -> None:
+    result = scenario("stand_ins", str(other_user[1]))
+    stale: dict[str, int] = result["stale"]
+    decoys: dict[str, int] = result["decoys"]
+    found = {int(pid): reason for pid, reason in result["found"].items()}
+
+    # Discovery lists exactly the planted stale processes, each with a reason.
+    assert set(found) == set(stale.values()), (found, stale, decoys)
+    assert "VLLM::EngineCore" in found[stale["engine"]]
+    assert "orphaned" in found[stale["engine"]]
+    assert "not live" in found[stale["orphan"]]
+    assert "prime-rl" in found[stale["orchestrator"]]
+    # The worker is shown under its engine in the tree.
+    assert result["tree"][str(stale["worker"])][0] == 1
+    # Another user's orchestrator is kept, and says why.
+    kept = {int(pid): why for pid, why in result["kept"].items()}
+    assert set(kept) == {decoys["other-user"]}
+    assert "reaper.allow_other_users" in kept[decoys["other-user"]]
+
+    # `airvisor reap --dry-run` lists them all, kills nothing.
+    assert result["dry_run_rc"] == 0, result["dry_run_out"]
+    for pid in stale.values():
+        assert str(pid) in result["dry_run_out"]
+    # Without a terminal, `airvisor reap` refuses and says how to go on.
+    assert result["no_tty_rc"] == 1
+    assert "--yes" in result["no_tty_out"]
+    # `airvisor reap --yes` stops every stale process (the SIGTERM-ignorer by SIGKILL) and no
+    # decoy.
+    assert result["reap_rc"] == 0, result["reap_out"]
+    assert result["alive_stale"] == [], result["reap_out"]
+    assert result["alive_decoys"] == sorted(decoys) or set(result["alive_decoys"]) == set(decoys)
+    assert "needed SIGKILL" in result["reap_out"]
