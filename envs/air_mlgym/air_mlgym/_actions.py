@@ -45,7 +45,8 @@ SHELL_WORDS = frozenset(
         "head", "kill", "less", "ln", "ls", "make", "mkdir", "more", "mv", "nproc", "nvidia-smi",
         "pip", "pip3", "printf", "ps", "pwd", "python", "python3", "rm", "rmdir", "sed", "sh",
         "sort", "source", "stat", "tail", "tar", "time", "timeout", "top", "touch", "tr", "tree",
-        "uniq", "unzip", "wc", "which", "xargs", "torchrun", "accelerate",
+        "uniq", "unzip", "wc", "which", "xargs", "torchrun", "accelerate", "sleep", "nohup",
+        "date", "uname", "df", "tee", "id", "whoami", "jq", "wget", "zcat", "gzip",
     }
 )  # fmt: skip
 
@@ -100,6 +101,11 @@ _INSERT_HEADER = re.compile(r"^insert\s+(\d+)\s*$")
 
 
 def strip_thinking(reply: str) -> str:
+    return _split_thinking(reply)[0]
+
+
+def _split_thinking(reply: str) -> tuple[str, bool]:
+    """(the reply without thinking, whether it ended inside an unclosed <think>)."""
     text = _THINK_BLOCK.sub("", reply)
     lowered = text.lower()
     close = lowered.rfind("</think>")
@@ -108,8 +114,8 @@ def strip_thinking(reply: str) -> str:
         lowered = text.lower()
     opening = lowered.find("<think>")
     if opening != -1:  # unclosed: the model ran out of tokens while thinking
-        text = text[:opening]
-    return text
+        return text[:opening], True
+    return text, False
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -129,9 +135,9 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
 
 
 def extract_command(reply: str) -> Command | NoCommand:
-    text = strip_thinking(reply or "")
+    text, unclosed = _split_thinking(reply or "")
     if not text.strip():
-        if "<think>" in (reply or "").lower():
+        if unclosed:
             return NoCommand(
                 "Your reply ended inside <think> without a command. Think briefly, close "
                 "</think>, then give the command.\n" + HOW_TO_REPLY
@@ -172,7 +178,7 @@ def _parse_command_text(text: str, *, fenced: bool) -> Command | NoCommand:
         word = _first_word(line)
         if not word:
             continue
-        if fenced or word in SPECIAL_COMMANDS or word in SHELL_WORDS:
+        if fenced or word in SPECIAL_COMMANDS or word in SHELL_WORDS or word.startswith("./"):
             start = i
             break
     if start is None:

@@ -33,6 +33,12 @@ from air_mlgym._shell import DOCKER_ERRORS, DockerShell, RunResult, ShellDied
 from air_mlgym._tasks import TaskSpec
 
 TOOLS_DIR = "/opt/air_mlgym"
+
+
+class WorkspaceLost(ContainerUnavailable):
+    """The container was recreated mid-episode: it runs, but the workspace must be rebuilt."""
+
+
 TOOLS_PATH = f"{TOOLS_DIR}/tools.py"
 
 
@@ -98,6 +104,9 @@ class TaskSession:
         self._ids = _Ids()
         self.python = "python"
         self.task: TaskSpec | None = None
+        self._replaced_quietly = False
+        self._container_id: str | None = None
+        self._resetting = False
 
     # --- container and shell -----------------------------------------------------------
 
@@ -119,12 +128,20 @@ class TaskSession:
         except ContainerUnavailable:
             self._container = None
             raise
+        replaced = self._container_id is not None and self._container.id != self._container_id
+        self._container_id = self._container.id
+        if replaced and self.task is not None and not self._resetting:
+            # Recreated under the same name (airvisor's pool does that): the files are gone.
+            self._drop_shell()
+            raise WorkspaceLost(f"container {self.container_name} was recreated")
         return self._container
 
     def shell(self) -> DockerShell:
         """The live shell, starting a new one when there is none or it died."""
         if self._shell is not None and not self._shell.dead and self._shell.alive():
             return self._shell
+        if self._shell is not None and self.task is not None:
+            self._replaced_quietly = True  # it died between commands: tell the agent
         self._drop_shell()
         container = self.container()
         shell = DockerShell(
@@ -182,9 +199,28 @@ class TaskSession:
     # --- workspace -----------------------------------------------------------------------
 
     def reset(self, task: TaskSpec) -> None:
-        """Leave and rebuild the workspace for a new episode of `task`."""
+        """Leave and rebuild the workspace for a new episode of `task`.
+
+        A shell that dies on the way (e.g. killed between episodes, before docker reports it
+        gone) is replaced and the reset retried once.
+        """
         self.task = task
+        self._resetting = True
+        try:
+            for attempt in (1, 2):
+                try:
+                    self._reset_once(task)
+                    return
+                except ShellDied as e:
+                    self._drop_shell()
+                    if attempt == 2:
+                        raise ContainerUnavailable(f"shell keeps dying during reset: {e}") from e
+        finally:
+            self._resetting = False
+
+    def _reset_once(self, task: TaskSpec) -> None:
         shell = self.shell()
+        self._replaced_quietly = False
         # Whatever the previous episode left running in the background goes first.
         shell.kill_children()
         # The fix for the seeds' bug: never delete the directory the shell stands in.
@@ -257,6 +293,12 @@ class TaskSession:
         no_output = self.config.no_output_timeout or limit
         notes: list[str] = []
         shell = self.shell()
+        if self._replaced_quietly:
+            self._replaced_quietly = False
+            notes.append(
+                "(The previous shell had exited; this command ran in a new shell in "
+                f"{self.config.workspace}. Variables, functions and `cd` from before are gone.)"
+            )
         try:
             result = shell.run(command, timeout=limit, no_output_timeout=no_output)
         except ShellDied as e:
@@ -363,11 +405,8 @@ class TaskSession:
         return Evaluation(metrics, result.output, json.dumps(metrics))
 
     def _run_checked(self, shell: DockerShell, command: str) -> None:
-        try:
-            result = shell.run(command, timeout=self.config.short_timeout)
-        except ShellDied as e:
-            self._drop_shell()
-            raise ContainerUnavailable(f"shell died during setup: {e}") from e
+        """Run a setup command; ShellDied propagates (the caller retries with a new shell)."""
+        result = shell.run(command, timeout=self.config.short_timeout)
         if result.exit_code != 0:
             raise ContainerUnavailable(f"setup command {command!r} failed: {result.output!r}")
 

@@ -209,7 +209,13 @@ class DockerShell:
         return None if result.timed_out else result
 
     def alive(self) -> bool:
-        if self.dead or self.exec_id is None:
+        if self.dead or self.exec_id is None or self._raw is None:
+            return False
+        try:  # end-of-file already waiting on the stream: the shell is gone
+            readable, _, _ = select.select([self._raw], [], [], 0)
+            if readable and not self._raw.recv(1, socket.MSG_PEEK):
+                return False
+        except (OSError, ValueError):
             return False
         try:
             return bool(self._api.exec_inspect(self.exec_id).get("Running"))
