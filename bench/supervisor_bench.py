@@ -166,6 +166,9 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--window", type=float, default=30.0)
     args = parser.parse_args()
+    from airvisor._logging import configure_logging
+
+    configure_logging(quiet=True)
     print(f"machine: {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     result = bench_failures(args.kills)
