@@ -19,7 +19,7 @@ import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -162,6 +162,16 @@ SETTINGS_MODELS: dict[StandinName, type[_CommonSettings]] = {
 
 # ---------------------------------------------------------------------------------------------
 # Parsing
+
+
+@overload
+def parse_args(component: Literal["inference"], argv: Sequence[str]) -> InferenceSettings: ...
+@overload
+def parse_args(component: Literal["trainer"], argv: Sequence[str]) -> TrainerSettings: ...
+@overload
+def parse_args(component: Literal["orchestrator"], argv: Sequence[str]) -> OrchestratorSettings: ...
+@overload
+def parse_args(component: StandinName, argv: Sequence[str]) -> _CommonSettings: ...
 
 
 def parse_args(component: StandinName, argv: Sequence[str]) -> _CommonSettings:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from airvisor.demo._config import InferenceSettings, parse_args
@@ -174,7 +175,6 @@ def _metrics_text(state: _ServerState) -> str:
 
 def main(argv: Sequence[str]) -> int:
     settings = parse_args("inference", argv)
-    assert isinstance(settings, InferenceSettings)
     logger = StandinLogger()
     demo = settings.demo
     output_dir = settings.output_dir.resolve()
@@ -232,7 +232,7 @@ class _InjectedExit(Exception):
 
 
 def _serve(
-    settings: InferenceSettings, state: _ServerState, logger: StandinLogger, output_dir: Any
+    settings: InferenceSettings, state: _ServerState, logger: StandinLogger, output_dir: Path
 ) -> None:
     demo = settings.demo
     ready_at = time.monotonic()

@@ -52,7 +52,6 @@ class InferenceUnreachable(Exception):
 
 def main(argv: Sequence[str]) -> int:
     settings = parse_args("orchestrator", argv)
-    assert isinstance(settings, OrchestratorSettings)
     logger = StandinLogger()
     ctx = StepContext(
         component="orchestrator",

@@ -44,7 +44,6 @@ POLL = 0.01
 
 def main(argv: Sequence[str]) -> int:
     settings = parse_args("trainer", argv)
-    assert isinstance(settings, TrainerSettings)
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     output_dir = settings.output_dir.resolve()
