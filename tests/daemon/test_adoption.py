@@ -1,0 +1,163 @@
+"""The daemon dies mid-run (SIGKILL); the next daemon adopts the live run, or resumes it from
+its checkpoint when the components died too. Real daemons, real engine, demo stand-ins."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from airvisor.proc._marker import processes_with_marker
+
+from .conftest import DaemonProcess, free_port, write_profile
+
+PROFILE = "adoption_demo"
+
+
+def demo_profile(tmp: Path) -> dict[str, Any]:
+    return {
+        "run": {"name": PROFILE, "output_dir": str(tmp / "out"), "max_steps": 1000,
+                "demo": True, "on_existing": "replace"},
+        "prime_rl": {"version": "0.4", "command_prefix": ["{python}", "-m", "airvisor.demo"]},
+        "inference": {"port": free_port(), "config": {"model": {"name": "demo/tiny"},
+                                                      "demo": {"startup_delay": 0.3}}},
+        "trainer": {"rdzv_port": free_port(), "min_free_gib": 0,
+                    "config": {"model": {"name": "demo/tiny"}, "demo": {"step_time": 0.1}}},
+        "orchestrator": {"config": {"model": {"name": "demo/tiny"}, "demo": {"step_time": 0.05},
+                                    "seq_len": 512, "sampling": {"max_tokens": 128}}},
+        "health": {"ready_timeout": 30, "probe_interval": 0.5, "probe_failures": 3,
+                   "stall_timeout": 10, "first_step_grace": 30},
+        "checkpoint": {"interval": 2, "keep": 3, "size_gib": 0},
+        "restart": {"max_restarts": 3, "window": 120, "backoff_initial": 0.2,
+                    "backoff_factor": 2, "backoff_max": 1, "stop_grace": 1},
+        # Other developers' demo stand-ins run on this machine: never reap here.
+        "reaper": {"enabled": False},
+    }
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except httpx.HTTPError as err:
+            last = err
+        else:
+            if last:
+                return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+def current(daemon: DaemonProcess) -> dict[str, Any]:
+    response = httpx.get(f"{daemon.url}/runs/current", timeout=5)
+    response.raise_for_status()
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def event_kinds(daemon: DaemonProcess, run_id: str) -> list[str]:
+    events = httpx.get(f"{daemon.url}/runs/{run_id}/events", timeout=5).json()
+    return [e["kind"] for e in events]
+
+
+class Daemons:
+    """Starts daemons on one state dir; at the end stops the run and sweeps its processes."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.env = {"AIRVISOR_PROFILES": str(tmp / "profiles")}
+        self.started: list[DaemonProcess] = []
+        self.run_ids: list[str] = []
+
+    def start(self) -> DaemonProcess:
+        daemon = DaemonProcess(self.tmp, "--no-auth", env=self.env)
+        self.started.append(daemon)
+        daemon.wait_ready()
+        return daemon
+
+    def close(self) -> None:
+        alive = [d for d in self.started if d.proc.poll() is None]
+        for daemon in alive:
+            for run_id in self.run_ids:
+                httpx.post(f"{daemon.url}/runs/{run_id}/stop", timeout=5)
+            for run_id in self.run_ids:
+                wait_for("the run to stop", lambda r=run_id, d=daemon: not httpx.get(
+                    f"{d.url}/runs/{r}", timeout=5).json()["live"], timeout=30)
+            daemon.stop()
+        leftovers = [p for run_id in self.run_ids for p in processes_with_marker(run_id)]
+        for proc in leftovers:
+            proc.kill()
+        assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[Daemons]:
+    write_profile(tmp_path / "profiles" / f"{PROFILE}.toml", demo_profile(tmp_path))
+    handle = Daemons(tmp_path)
+    try:
+        yield handle
+    finally:
+        for daemon in handle.started:
+            if daemon.proc.poll() is None and daemon is not handle.started[-1]:
+                daemon.kill()
+        handle.close()
+
+
+@pytest.mark.slow
+def test_a_new_daemon_adopts_a_live_run_then_resumes_one_whose_components_died(
+    daemons: Daemons,
+) -> None:
+    first = daemons.start()
+    submitted = httpx.post(f"{first.url}/runs", json={"profile": PROFILE}, timeout=30)
+    assert submitted.status_code == 201, submitted.text
+    run_id = submitted.json()["id"]
+    daemons.run_ids.append(run_id)
+    before = wait_for("step 4", lambda: (r := current(first))["state"] == "running"
+                      and (r["step"] or 0) >= 4 and r)
+    pids = {c["name"]: c["pid"] for c in before["components"]}
+    assert set(pids) == {"inference", "trainer", "orchestrator"}
+
+    # 1. The daemon is SIGKILLed; training goes on without it and the next daemon adopts it.
+    first.kill()
+    step_at_kill = before["step"]
+    assert all(psutil.pid_exists(pid) for pid in pids.values())
+    second = daemons.start()
+    adopted = current(second)
+    assert adopted["id"] == run_id and adopted["live"]
+    assert adopted["attempt"] == before["attempt"]
+    assert {c["name"]: c["pid"] for c in adopted["components"]} == pids
+    wait_for("progress after adoption",
+             lambda: (current(second)["step"] or 0) >= step_at_kill + 5)
+    after = current(second)
+    assert after["restarts"] == 0 and after["attempt"] == before["attempt"]
+    assert after["state"] == "running"
+    kinds = event_kinds(second, run_id)
+    assert "adopted" in kinds
+    assert "restart_scheduled" not in kinds and "boot_resume" not in kinds
+    assert all(psutil.pid_exists(pid) for pid in pids.values())  # adoption killed nothing
+
+    # 2. The daemon and every component die (as in a reboot): the next daemon resumes the run
+    # from its last complete checkpoint, in a new attempt.
+    second.kill()
+    for proc in processes_with_marker(run_id):
+        proc.kill()
+    psutil.wait_procs([psutil.Process(p) for p in pids.values() if psutil.pid_exists(p)],
+                      timeout=10)
+    step_at_crash = max(step_at_kill, after["step"] or 0)
+    third = daemons.start()
+    resumed = wait_for("the resumed attempt to make progress", lambda: (
+        (r := current(third))["attempt"] > before["attempt"] and r["state"] == "running"
+        and r["resume_step"] is not None and (r["step"] or 0) > r["resume_step"] and r))
+    assert resumed["id"] == run_id
+    assert 2 <= resumed["resume_step"] <= step_at_crash
+    assert resumed["resume_step"] % 2 == 0  # a checkpoint step (interval 2)
+    new_pids = {c["name"]: c["pid"] for c in resumed["components"]}
+    assert not set(new_pids.values()) & set(pids.values())
+    assert "boot_resume" in event_kinds(third, run_id)
