@@ -72,9 +72,10 @@ def test_hang_stops_progress_but_keeps_the_process_alive(standins: Standins) -> 
     assert trainer.steps() == [1, 2] and orchestrator.steps() == [1, 2, 3]
     assert trainer.log_path.stat().st_size == log_size  # silent
     assert trainer.process.poll() is None and orchestrator.process.poll() is None
-    # A hung process still dies on SIGTERM (the supervisor's stop), through torchrun.
-    os.killpg(trainer.pid, signal.SIGTERM)
+    # A hung process still dies on SIGTERM: torchrun alone gets it and forwards it to both workers.
+    trainer.process.send_signal(signal.SIGTERM)
     assert trainer.wait() == 143
+    standins.wait_until(lambda: _group_members(trainer.pid) == [], "the workers to exit")
 
 
 def test_half_checkpoint_leaves_a_step_without_metadata(standins: Standins) -> None:
