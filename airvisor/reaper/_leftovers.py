@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SHM_DIR = Path("/dev/shm")
+# The inode of the initial PID namespace (PROC_PID_INIT_INO in the kernel).
+_INITIAL_PID_NAMESPACE = 0xEFFFFFFC
 SHM_PATTERNS = ("psm_*", "sem.mp-*", "vllm-*")
 TMP_PATTERNS = ("vllm_dist_*", "torchelastic_*")
 
@@ -108,6 +110,15 @@ def paths_in_use(prefixes: Iterable[str]) -> tuple[set[str], bool]:
     return used, complete
 
 
+def sees_all_processes() -> bool:
+    """False inside a PID namespace (a container, a sandbox): processes outside it are
+    invisible, so "no live process uses it" cannot be known for shared directories."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == _INITIAL_PID_NAMESPACE
+    except OSError:
+        return False
+
+
 def _is_used(path: str, used: set[str]) -> bool:
     return path in used or any(u.startswith(path + "/") for u in used)
 
@@ -119,9 +130,18 @@ def remove_leftovers(
     own_uid: int | None = None,
     allow_other_users: bool = False,
     dry_run: bool = False,
+    full_view: bool | None = None,
 ) -> LeftoverResult:
+    """Remove the leftovers nobody uses. `full_view` says whether every process that could use
+    them is visible (default: whether this runs in the initial PID namespace); without it,
+    nothing is removed."""
     own_uid = os.getuid() if own_uid is None else own_uid
     leftovers = list(leftovers)
+    if full_view is None:
+        full_view = sees_all_processes()
+    if not full_view:
+        why = "processes outside this PID namespace are invisible; not removed"
+        return LeftoverResult(removed=[], kept=[(lo.path, why) for lo in leftovers])
     used, complete = paths_in_use({str(Path(lo.path).parent) + "/" for lo in leftovers})
     removed: list[str] = []
     kept: list[tuple[str, str]] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -104,11 +105,14 @@ def reap(
     allow_other_users: bool = False,
     containers: bool = False,
     log: LogFn | None = None,
+    leftover_dirs: tuple[Path, Path] | None = None,
+    full_view: bool | None = None,
 ) -> ReapReport:
     """Stop the candidates (found by `discover` when not given) with their whole trees:
     SIGTERM, `grace` seconds, SIGKILL. Then remove /dev/shm and temp-dir leftovers that no live
     process uses, report which of `ports` are still busy, and (with `containers`) remove task
-    containers of runs that are not live. `dry_run` only lists.
+    containers of runs that are not live. `dry_run` only lists. `leftover_dirs` replaces
+    (/dev/shm, the temp dir); `full_view` see `remove_leftovers`.
     """
     live = set(live_run_ids or ())
     if candidates is None:
@@ -128,9 +132,11 @@ def reap(
             })
     leftover_result = LeftoverResult([], [])
     if leftovers:
+        found = (find_leftovers() if leftover_dirs is None else
+                 find_leftovers(shm_dir=leftover_dirs[0], tmp_dir=leftover_dirs[1]))
         leftover_result = remove_leftovers(
-            find_leftovers(), min_age=leftover_min_age, own_uid=os.getuid(),
-            allow_other_users=allow_other_users, dry_run=dry_run,
+            found, min_age=leftover_min_age, own_uid=os.getuid(),
+            allow_other_users=allow_other_users, dry_run=dry_run, full_view=full_view,
         )
         if log is not None and leftover_result.removed and not dry_run:
             log("reaper.leftovers_removed", {"paths": leftover_result.removed})

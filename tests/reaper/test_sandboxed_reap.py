@@ -38,3 +38,24 @@ def test_stale_stand_ins_found_and_reaped_decoys_survive(scenario: Any,
     assert result["alive_stale"] == [], result["reap_out"]
     assert result["alive_decoys"] == sorted(decoys) or set(result["alive_decoys"]) == set(decoys)
     assert "needed SIGKILL" in result["reap_out"]
+
+
+def test_preflight_reaps_gpu_holders_and_names_the_ones_it_cannot(scenario: Any) -> None:
+    result = scenario("preflight")
+    stale = result["stale"]
+    # The orphaned engine, its worker (holding 70 GiB of GPU 0) and the resource tracker were
+    # reaped; the kept tree (own_pids) and the bystander were not.
+    assert sorted(result["reaped"]) == sorted(stale)
+    worker_reason = result["reasons"][str(stale[2])]
+    assert "70.0 GiB on GPU 0" in worker_reason and "profile uses GPU 0" in worker_reason
+    assert result["alive_after"]["stale"] == []
+    assert len(result["alive_after"]["kept"]) == result["kept_count"]
+    assert result["alive_after"]["bystander"] is True
+    # It waited for the memory to come back after the kill.
+    assert result["waited"] > 0
+    assert "reaper.reaped" in result["events"] and "preflight.done" in result["events"]
+    # A holder that is no training process is never killed: the preflight fails with a table.
+    second = result["second"]
+    assert second != "passed"
+    assert "GPU 1" in second and str(result["bystander_pid"]) in second
+    assert result["bystander_alive"] is True
