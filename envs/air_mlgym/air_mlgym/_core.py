@@ -173,7 +173,9 @@ time and ends the task. Improving the score over the baseline is the goal."""
 def build_system_prompt(override: str | None = None) -> str:
     if override:
         return override
-    usage = "\n".join(f"  {text}" for text in USAGE.values())
+    usage = "\n".join(
+        "\n".join(f"  {line}" for line in text.splitlines()) for text in USAGE.values()
+    )
     return SYSTEM_PROMPT.format(usage=usage)
 
 

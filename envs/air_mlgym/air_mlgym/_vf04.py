@@ -1,0 +1,162 @@
+"""Adapter for the verifiers 0.4 v1 API (`import verifiers.v1 as vf`), what current prime-rl
+loads: a taskset package whose `__all__` exports one `Taskset` and one `Env` subclass.
+
+The env plays MLGym host-side, like verifiers' own TextArena env: the model is the run's
+agent (tool-less `null` chat harness, program in a local subprocess), `interaction.turn()`
+carries each observation back as the next user turn, and the episode's summed metric improvement
+is recorded as the trace's reward. Container trouble ends the exchange with an observation; the
+run itself never raises for it (a failed episode is dropped from training).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import verifiers.v1 as vf
+from pydantic import Field
+
+from air_mlgym._core import EnvArgs, MLGymRunner
+
+logger = logging.getLogger(__name__)
+
+REWARD_NAME = "mlgym_improvement"
+
+
+class MLGymTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
+    """`[env.taskset]`: the arguments of `load_environment` of the 0.3 adapter, except that the
+    MLGym task(s) go in `tasks` (v1 reserves `task` for the per-task config)."""
+
+    mlgym_path: str = ""
+    tasks: str | list[str] = ""
+    container_names: list[str] = Field(default_factory=list)
+    image: str | None = None
+    containers: int = 1
+    metric: str | None = None
+    higher_is_better: bool | None = None
+    metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    max_turns: int = 30
+    num_examples: int = 64
+    trajectory_dir: str | None = None
+    lock_dir: str | None = None
+    short_timeout: float | None = None
+    long_timeout: float | None = None
+    container_wait: float = 60.0
+    lease_timeout: float = 3600.0
+    clip_negative_rewards: bool = False
+    reward_scale: float = 1.0
+    evaluate_on_exit: bool = True
+    user: str = "agent"
+    home: str = "/home/agent"
+
+    def env_args(self) -> EnvArgs:
+        fields = set(EnvArgs.__dataclass_fields__)
+        dumped = self.model_dump()
+        values = {
+            k: v
+            for k, v in dumped.items()
+            if k in fields and k != "task" and not (k == "trajectory_dir" and v is None)
+        }
+        return EnvArgs.from_kwargs(task=dumped["tasks"], **values)
+
+
+class MLGymData(vf.TaskData):  # type: ignore[misc]
+    task_id: str
+
+
+class MLGymTask(vf.Task[MLGymData, vf.State, vf.TaskConfig]):  # type: ignore[misc]
+    pass
+
+
+class MLGymTaskset(vf.Taskset[MLGymTask, MLGymTasksetConfig]):  # type: ignore[misc]
+    def load(self) -> Iterator[MLGymTask]:
+        runner = _runner_for(self.config)
+        for task_id in runner.tasks:
+            system, user = runner.prompts(task_id)
+            for i in range(runner.args.num_examples):
+                yield MLGymTask(
+                    MLGymData(
+                        id=f"{task_id}#{i}",
+                        name=task_id,
+                        prompt=user,
+                        system_prompt=system,
+                        task_id=task_id,
+                    ),
+                    self.config.task,
+                )
+
+
+class MLGymEnvConfig(vf.EnvConfig):  # type: ignore[misc]
+    # The policy: a plain chat loop (no tools, no code run by the harness itself); its program
+    # runs as a local subprocess, the task container is ours.
+    agent: vf.AgentConfig = vf.AgentConfig(harness={"id": "null"}, runtime={"type": "subprocess"})
+
+
+class MLGymEnv(vf.Env[MLGymEnvConfig]):  # type: ignore[misc]
+    async def run(self, task: Any, agents: Any) -> None:
+        runner = _runner_for(self.taskset.config)
+        task_id = task.data.task_id
+        lease = await _acquire(runner)
+        episode = None
+        if lease is not None:
+            episode = runner.new_episode(task_id, lease, meta={"task_name": task.data.id})
+            await asyncio.to_thread(episode.reset)  # a failed reset ends at the first step
+        try:
+            async with agents.agent.interaction(task) as interaction:
+                segment = await interaction.turn()
+                while not segment.terminated:
+                    if episode is None:
+                        break  # no container free: the one model turn ends the exchange
+                    result = await asyncio.to_thread(episode.step, segment.last_reply)
+                    if result.done:
+                        break
+                    segment = await interaction.turn(result.observation)
+            trace = interaction.trace
+        finally:
+            if episode is not None:
+                try:
+                    await asyncio.to_thread(episode.finish)
+                except Exception:  # never fail the episode while finishing
+                    logger.exception("air-mlgym: finishing episode %s failed", episode.episode_id)
+            if lease is not None:
+                lease.release()
+        total = episode.total_reward if episode is not None else 0.0
+        trace.record_reward(REWARD_NAME, total, 1.0)
+        trace.info["air_mlgym"] = {
+            "task_id": task_id,
+            "container": None if lease is None else lease.name,
+            "end_reason": "no_container_free" if episode is None else episode.end_reason,
+            "submitted": bool(episode and episode.submitted),
+            "best": None if episode is None else episode.tracker.best,
+            "baseline": None if episode is None else episode.tracker.baseline,
+        }
+
+    async def stop(self) -> None:
+        for runner in _RUNNERS.values():
+            await asyncio.to_thread(runner.close)
+        _RUNNERS.clear()
+
+
+_RUNNERS: dict[str, MLGymRunner] = {}
+
+
+def _runner_for(config: MLGymTasksetConfig) -> MLGymRunner:
+    """One runner (containers, leases, sessions) per distinct taskset config in a process."""
+    key = config.model_dump_json()
+    runner = _RUNNERS.get(key)
+    if runner is None:
+        runner = MLGymRunner(config.env_args())
+        _RUNNERS[key] = runner
+    return runner
+
+
+async def _acquire(runner: MLGymRunner) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + runner.args.lease_timeout
+    while True:
+        lease = await asyncio.to_thread(runner.try_acquire)
+        if lease is not None or loop.time() >= deadline:
+            return lease
+        await asyncio.sleep(0.5)

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Creates the two virtual environments the adapter tests drive episodes in, one per verifiers
+# API: verifiers 0.3.1 (MultiTurnEnv, what prime-rl up to v0.8 loads) and verifiers 0.4.0
+# (v1 Tasksets, what current prime-rl loads). Each gets docker, pyyaml and this package
+# (editable); the 0.4 one also gets uv, which verifiers' v1 chat harness runs its program with.
+# Idempotent: an environment whose verifiers version already matches is left alone.
+# Usage: envs/air_mlgym/scripts/make_test_venvs.sh
+#   AIR_MLGYM_VENV_VF03 (default /opt/airvisor-test/venv-vf03)
+#   AIR_MLGYM_VENV_VF04 (default /opt/airvisor-test/venv-vf04)
+#   PYTHON (default python3, must be >= 3.11)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+package="$(cd "$here/.." && pwd)"
+python="${PYTHON:-python3}"
+vf03="${AIR_MLGYM_VENV_VF03:-/opt/airvisor-test/venv-vf03}"
+vf04="${AIR_MLGYM_VENV_VF04:-/opt/airvisor-test/venv-vf04}"
+
+make_venv() {
+  local dir="$1" version="$2"; shift 2
+  if [ -x "$dir/bin/python" ] \
+    && "$dir/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('verifiers') != '$version')" 2>/dev/null \
+    && "$dir/bin/python" -c "import air_mlgym" 2>/dev/null; then
+    echo "venv $dir already has verifiers $version"
+    return 0
+  fi
+  echo "creating $dir with verifiers $version"
+  rm -rf "$dir"
+  mkdir -p "$(dirname "$dir")"
+  "$python" -m venv "$dir"
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip 2>/dev/null || true
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "verifiers==$version" docker pyyaml "$@" -e "$package" 2>&1 | grep -v "^WARNING: Location" || true
+  "$dir/bin/python" -c "import importlib.metadata as m; assert m.version('verifiers') == '$version'; import air_mlgym"
+}
+
+make_venv "$vf03" 0.3.1
+make_venv "$vf04" 0.4.0 uv
+echo "test venvs ready: $vf03 $vf04"

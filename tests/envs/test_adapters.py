@@ -1,0 +1,158 @@
+"""Both verifiers adapters driving full episodes with a scripted model, each in a virtual
+environment with its own verifiers version (envs/air_mlgym/scripts/make_test_venvs.sh).
+
+The drivers run under the venv's python as subprocesses and talk to a scripted
+OpenAI-compatible server through verifiers' real clients, so the whole path prime-rl takes is
+exercised: load by id, dataset/taskset, rollout loop, env responses, stop conditions, scoring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.docker
+
+DRIVERS = Path(__file__).resolve().parent / "drivers"
+VENVS = {
+    "vf03": Path(os.environ.get("AIR_MLGYM_VENV_VF03", "/opt/airvisor-test/venv-vf03")),
+    "vf04": Path(os.environ.get("AIR_MLGYM_VENV_VF04", "/opt/airvisor-test/venv-vf04")),
+}
+SCRIPT = [
+    "<think>Let me look at the workspace first.</think>\n```bash\nls\n```",
+    "I will open the strategy.\n```\nopen strategy.py\n```",
+    "Always play 0, the opponent copies me.\n```\nedit 12:12\n    return 0\nend_of_edit\n```",
+    "Checking the score.\n\nvalidate",
+    "```\nsubmit\n```",
+]
+
+
+def venv_python(kind: str) -> Path:
+    python = VENVS[kind] / "bin" / "python"
+    if not python.exists():
+        reason = (
+            f"{kind} test venv missing at {VENVS[kind]}: run "
+            "envs/air_mlgym/scripts/make_test_venvs.sh (or set AIR_MLGYM_VENV_"
+            f"{kind.upper()})"
+        )
+        print(reason, file=sys.stderr)
+        pytest.skip(reason)
+    return python
+
+
+def drive(kind: str, tmp_path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    python = venv_python(kind)
+    config_path = tmp_path / f"{kind}.json"
+    out_path = tmp_path / f"{kind}-out.json"
+    config_path.write_text(json.dumps(config))
+    env = dict(os.environ)
+    # verifiers' v1 chat harness runs its program with uv, which the venv provides.
+    env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(
+        [str(python), str(DRIVERS / f"drive_{kind}.py"), str(config_path), str(out_path)],
+        cwd=tmp_path,  # nothing may depend on the cwd
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result: dict[str, Any] = json.loads(out_path.read_text())
+    return result
+
+
+def env_args(kind: str, checkout: Path, tmp_path: Path, name: str, **extra: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "mlgym_path": str(checkout),
+        "container_names": [name],
+        "lock_dir": str(tmp_path / "locks"),
+        "trajectory_dir": str(tmp_path / "trajectories"),
+        "max_turns": 10,
+        "num_examples": 1,
+        "short_timeout": 10,
+        "container_wait": 1,
+        **extra,
+    }
+    # v1 reserves `task` for the per-task config: the MLGym task goes in `tasks` there.
+    args["tasks" if kind == "vf04" else "task"] = "battleOfSexes"
+    return args
+
+
+def saved_trajectory(tmp_path: Path) -> dict[str, Any]:
+    files = list((tmp_path / "trajectories").glob("*_battleOfSexes_*.json"))
+    assert len(files) == 1
+    trajectory: dict[str, Any] = json.loads(files[0].read_text())
+    return trajectory
+
+
+def test_vf03_multiturn_env_full_episode(
+    checkout: Path, tmp_path: Path, make_container: Callable[[], str]
+) -> None:
+    name = make_container()
+    result = drive(
+        "vf03",
+        tmp_path,
+        {"env_args": env_args("vf03", checkout, tmp_path, name), "replies": SCRIPT},
+    )
+    assert result["verifiers"].startswith("0.3")
+    assert result["error"] is None
+    assert result["stop_condition"] == "has_final_env_response"
+    assert result["reward"] == pytest.approx(1.98 - 0.75)
+    assert result["metrics"]["mlgym_submitted"] == 1.0
+    completion = result["completion"]
+    assert [m["role"] for m in completion] == ["assistant", "user"] * 5
+    assert completion[1]["content"].split() == ["evaluate.py", "strategy.py", "target.py"]
+    assert '"Score": 1.98' in completion[7]["content"]
+    # the model saw the observations as user turns
+    assert result["last_request_messages"][-1]["content"].startswith("Your code produced")
+    assert saved_trajectory(tmp_path)["end_reason"] == "submitted"
+
+
+def test_vf04_taskset_full_episode(
+    checkout: Path, tmp_path: Path, make_container: Callable[[], str]
+) -> None:
+    name = make_container()
+    result = drive(
+        "vf04",
+        tmp_path,
+        {"env_args": env_args("vf04", checkout, tmp_path, name), "replies": SCRIPT},
+    )
+    assert result["verifiers"].startswith("0.4")
+    assert (result["env_class"], result["taskset_class"]) == ("MLGymEnv", "MLGymTaskset")
+    assert result["ok"] is True and result["errors"] == []
+    assert result["reward"] == pytest.approx(1.98 - 0.75)
+    assert result["info"]["end_reason"] == "submitted"
+    assert result["num_turns"] == 5
+    assert result["last_request_messages"][-1]["content"].startswith("Your code produced")
+    assert saved_trajectory(tmp_path)["best"] == pytest.approx(1.98)
+
+
+@pytest.mark.parametrize("kind", ["vf03", "vf04"])
+def test_container_stopped_mid_episode_ends_without_error(
+    kind: str, checkout: Path, tmp_path: Path, make_container: Callable[[], str]
+) -> None:
+    name = make_container()
+    config = {
+        "env_args": env_args(kind, checkout, tmp_path, name),
+        "replies": SCRIPT,
+        "stop_container": {"name": name, "at_request": 3},  # while the model "thinks"
+    }
+    result = drive(kind, tmp_path, config)
+    if kind == "vf03":
+        assert result["error"] is None
+        assert result["is_completed"] is True
+        assert result["summary"]["end_reason"] == "container_unavailable"
+        assert "unavailable" in result["completion"][-1]["content"]
+        assert result["metrics"]["mlgym_container_lost"] == 1.0
+    else:
+        assert result["ok"] is True and result["errors"] == []
+        assert result["info"]["end_reason"] == "container_unavailable"
+    assert result["reward"] == pytest.approx(0.0)
+    assert saved_trajectory(tmp_path)["end_reason"] == "container_unavailable"
