@@ -55,12 +55,12 @@ def test_image(docker_client: object) -> str:
 
 
 @pytest.fixture
-def make_container(docker_client: object, test_image: str) -> Iterator[Callable[[], str]]:
+def make_container(docker_client: object, test_image: str) -> Iterator[Callable[..., str]]:
     """Start containers like airvisor does (`/bin/bash -l`, user agent); removed afterwards."""
     started: list[object] = []
     run_id = uuid.uuid4().hex[:8]
 
-    def make() -> str:
+    def make(volumes: dict[str, dict[str, str]] | None = None) -> str:
         name = f"airvisor-test{run_id}-{len(started)}-mlgym-{len(started)}"
         container = docker_client.containers.run(  # type: ignore[attr-defined]
             test_image,
@@ -72,6 +72,7 @@ def make_container(docker_client: object, test_image: str) -> Iterator[Callable[
             working_dir="/home/agent",
             network_mode="none",
             labels={TEST_LABEL: run_id},
+            volumes=volumes or {},
         )
         started.append(container)
         return name

@@ -20,12 +20,14 @@ CWD_PROBE = "python3 -c 'import os; print(os.getcwd())'"  # what pip does first
 
 @pytest.fixture
 def runner_for(
-    checkout: Path, tmp_path: Path, make_container: Callable[[], str]
+    checkout: Path, tmp_path: Path, make_container: Callable[..., str]
 ) -> Iterator[Callable[..., tuple[MLGymRunner, str]]]:
     runners: list[MLGymRunner] = []
 
-    def build(**overrides: Any) -> tuple[MLGymRunner, str]:
-        name = make_container()
+    def build(
+        volumes: dict[str, dict[str, str]] | None = None, **overrides: Any
+    ) -> tuple[MLGymRunner, str]:
+        name = make_container(volumes)
         args = {
             "mlgym_path": str(checkout),
             "task": ["battleOfSexes", "titanic"],
@@ -128,6 +130,30 @@ def test_csv_task_needs_a_submission(runner_for: Any) -> None:
     assert '"accuracy": 0.85' in scored.observation
     assert scored.reward == pytest.approx(0.85 - 0.45)
     end(episode)
+
+
+def test_datasets_copied_from_a_mounted_checkout(runner_for: Any, checkout: Path) -> None:
+    runner, _ = runner_for(
+        volumes={str(checkout): {"bind": "/mnt/MLGym", "mode": "ro"}},
+        task="titanic",
+        mlgym_mount="/mnt/MLGym",
+    )
+    for _ in range(2):  # twice: the read-only copy must not block the next reset
+        episode = start(runner, "titanicSurvival")
+        listing = episode.step("ls -l data").observation
+        assert "ground_truth.csv" in listing and "root" in listing
+        assert "Permission denied" in episode.step("touch data/x").observation
+        end(episode)
+
+
+def test_missing_mount_is_reported(runner_for: Any) -> None:
+    runner, _ = runner_for(task="titanic", mlgym_mount="/mnt/nowhere")
+    lease = runner.acquire_blocking(timeout=5)
+    episode = runner.new_episode("titanicSurvival", lease)
+    assert episode.reset() is False
+    assert any("mounted at /mnt/nowhere" in event for event in episode.events)
+    episode.finish()
+    lease.release()
 
 
 def test_tampered_evaluation_script_is_restored(runner_for: Any) -> None:

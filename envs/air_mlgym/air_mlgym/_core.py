@@ -66,6 +66,7 @@ class EnvArgs:
     evaluate_on_exit: bool = True
     setup_commands: list[str] = field(default_factory=list)
     conda_env: str | None = "mlgym_generic"
+    mlgym_mount: str | None = None  # the checkout's mount point inside the containers
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> EnvArgs:
@@ -136,6 +137,7 @@ class EnvArgs:
             container_wait=float(self.container_wait),
             setup_commands=tuple(self.setup_commands),
             conda_env=self.conda_env,
+            mlgym_mount=self.mlgym_mount,
             **overrides,
         )
 

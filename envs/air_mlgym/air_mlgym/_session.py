@@ -65,6 +65,9 @@ class SessionConfig:
     container_wait: float = 60.0  # how long a missing container may take to come back
     setup_commands: tuple[str, ...] = ()  # run in every new shell (after conda activation)
     conda_env: str | None = "mlgym_generic"  # activated when the task uses the generic env
+    # Where the MLGym checkout is mounted inside the container (read-only); datasets are then
+    # copied from there inside the container instead of being uploaded every episode.
+    mlgym_mount: str | None = None
 
     @property
     def workspace(self) -> str:
@@ -235,10 +238,29 @@ class TaskSession:
             container.exec_run(["mkdir", "-p", TOOLS_DIR], user="root")
             container.put_archive(TOOLS_DIR, _tar(self._tool_entries()))
             container.put_archive(self.config.home, _tar(self._workspace_entries(task)))
+            self._copy_mounted_datasets(container, task)
         except DOCKER_ERRORS as e:
             raise ContainerUnavailable(f"cannot rebuild the workspace: {e}") from e
         self._run_checked(shell, f"cd {shlex.quote(ws)}")
         self._run_checked(shell, 'export CURRENT_FILE="" CURRENT_LINE=0')
+
+    def _copy_mounted_datasets(self, container: Container, task: TaskSpec) -> None:
+        """With the checkout mounted in the container, copy datasets there (no upload)."""
+        mount = self.config.mlgym_mount
+        if mount is None:
+            return
+        data = f"{self.config.workspace}/data"
+        for dataset in (d for d in task.datasets if d.is_local):
+            source = posixpath.join(mount, dataset.data_path.relative_to(task.checkout).as_posix())
+            copied = container.exec_run(["cp", "-R", f"{source}/.", data], user="root")
+            if copied.exit_code != 0:
+                output = copied.output if isinstance(copied.output, bytes) else b""
+                raise ContainerUnavailable(
+                    f"cannot copy dataset {dataset.name} from {source} (is the MLGym checkout "
+                    f"mounted at {mount}?): {output.decode(errors='replace').strip()}"
+                )
+        container.exec_run(["chown", "-R", "0:0", data], user="root")
+        container.exec_run(["chmod", "-R", "a-w", data], user="root")
 
     def restore_evaluation_files(self) -> None:
         """Put pristine evaluation scripts back before evaluating (the agent may edit them)."""
@@ -261,6 +283,7 @@ class TaskSession:
         local = [d for d in task.datasets if d.is_local]
         if local:
             yield _Entry("workspace/data", None, mode=0o555, uid=0, gid=0)
+        if local and self.config.mlgym_mount is None:
             for dataset in local:
                 # MLGym copies each local dataset's directory into workspace/data.
                 yield from _tree(dataset.data_path, "workspace/data", read_only=True, owner=(0, 0))

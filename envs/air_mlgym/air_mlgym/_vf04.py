@@ -50,6 +50,7 @@ class MLGymTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
     evaluate_on_exit: bool = True
     user: str = "agent"
     home: str = "/home/agent"
+    mlgym_mount: str | None = None
 
     def env_args(self) -> EnvArgs:
         fields = set(EnvArgs.__dataclass_fields__)
