@@ -282,3 +282,34 @@ def test_recreated_container_gets_a_rebuilt_workspace(
     assert "no file is open" in episode.step("goto 3").observation.lower()  # editor reset
     assert episode.step("validate").reward == pytest.approx(0.0)
     end(episode)
+
+
+def test_standalone_containers_are_started_and_removed(
+    checkout: Path, tmp_path: Path, test_image: str, docker_client: Any
+) -> None:
+    args = EnvArgs.from_kwargs(
+        mlgym_path=str(checkout),
+        task="battleOfSexes",
+        image=test_image,
+        containers=2,
+        network="none",
+        lock_dir=str(tmp_path / "locks"),
+        trajectory_dir=None,
+    )
+    runner = MLGymRunner(args)
+    try:
+        first = runner.acquire_blocking(timeout=5)
+        second = runner.acquire_blocking(timeout=5)
+        assert first is not None and second is not None and first.name != second.name
+        assert runner.acquire_blocking(timeout=0) is None  # both leased
+        episode = runner.new_episode("battleOfSexes", first)
+        assert episode.reset()
+        assert episode.step("whoami").observation.strip() == "agent"
+        episode.finish()
+        first.release()
+        second.release()
+        names = [first.name, second.name]
+    finally:
+        runner.close()
+    remaining = docker_client.containers.list(all=True, filters={"name": names[0]})
+    assert [c.name for c in remaining if c.name in names] == []

@@ -3,8 +3,10 @@ real local bash, process trees, metrics parsing, leases and environment args."""
 
 from __future__ import annotations
 
+import importlib.util
 import struct
 import subprocess
+import sys
 from pathlib import Path
 from typing import ClassVar
 
@@ -134,3 +136,26 @@ def test_message_text_handles_dicts_objects_and_parts() -> None:
     assert message_text({"role": "assistant", "content": None}) == ""
     messages = [{"role": "assistant", "content": "old"}, Msg(), {"role": "user", "content": "obs"}]
     assert last_assistant_text(messages) == "ab"
+
+
+def test_core_imports_without_verifiers() -> None:
+    code = "import sys, air_mlgym; print('verifiers' in sys.modules)"
+    package_root = Path(__file__).resolve().parents[2] / "envs" / "air_mlgym"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(package_root), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+def test_load_environment_without_verifiers_says_what_to_do(checkout: Path) -> None:
+    if importlib.util.find_spec("verifiers") is not None:
+        pytest.skip("verifiers is installed in this interpreter")
+    import air_mlgym
+
+    with pytest.raises(ImportError, match=r"\[env.taskset\] id = \"air-mlgym\""):
+        air_mlgym.load_environment(mlgym_path=str(checkout), task="battleOfSexes", image="x")

@@ -77,7 +77,7 @@ class OwnedContainers:
     command: Sequence[str] = ("/bin/bash", "-l")
     labels: dict[str, str] = field(default_factory=dict)
     volumes: dict[str, dict[str, str]] = field(default_factory=dict)
-    network_mode: str = "none"
+    network_mode: str = "host"
     names: list[str] = field(default_factory=list)
 
     def start(self) -> list[str]:

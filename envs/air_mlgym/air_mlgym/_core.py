@@ -43,6 +43,7 @@ class EnvArgs:
     container_names: list[str] = field(default_factory=list)
     image: str | None = None  # standalone: start `containers` containers from this image
     containers: int = 1
+    network: str = "host"  # network of containers started here (MLGym uses the host's)
     metric: str | None = None
     higher_is_better: bool | None = None
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # per task id
@@ -229,6 +230,7 @@ class MLGymRunner:
                     user=self.args.user,
                     workdir=self.args.home,
                     command=tuple(self.args.shell_command),
+                    network_mode=self.args.network,
                 )
                 names = self._owned.start()
             lock_dir = Path(self.args.lock_dir) if self.args.lock_dir else DEFAULT_LOCK_DIR
