@@ -147,8 +147,8 @@ def collect_facts(
         info = proc.info
         pid: int = info["pid"]
         ppid = info["ppid"] or 0
-        if pid == 2 or ppid == 2:
-            continue  # kernel threads
+        if (pid == 2 or ppid == 2) and not info["cmdline"] and not info["exe"]:
+            continue  # kernel threads (kthreadd and its children: no executable, no argv)
         uids = info["uids"]
         uid = uids.real if uids is not None else None
         environ = _read_environ(pid)
@@ -247,10 +247,14 @@ def listeners_on(ports: Iterable[int]) -> dict[int, list[int]]:
     return found
 
 
-def enrich(facts: ProcessFacts) -> ProcessFacts:
-    """The same facts plus listening ports and cwd (read only for candidates)."""
-    ports = listening_ports_by_pid([facts.pid]).get(facts.pid, ())
-    cwd: str | None = None
-    with contextlib.suppress(psutil.Error):
-        cwd = psutil.Process(facts.pid).cwd()
-    return replace(facts, listening_ports=ports, cwd=cwd)
+def enrich(facts_list: Iterable[ProcessFacts]) -> list[ProcessFacts]:
+    """The same facts plus listening ports and cwd (read only for candidates, in one batch)."""
+    facts_list = list(facts_list)
+    ports = listening_ports_by_pid([f.pid for f in facts_list]) if facts_list else {}
+    enriched = []
+    for facts in facts_list:
+        cwd: str | None = None
+        with contextlib.suppress(psutil.Error):
+            cwd = psutil.Process(facts.pid).cwd()
+        enriched.append(replace(facts, listening_ports=ports.get(facts.pid, ()), cwd=cwd))
+    return enriched

