@@ -58,19 +58,25 @@ class FakeRunService:
             profile_path=str(profile.source) if profile.source else None,
             profile=profile.model_dump(mode="json"), run_dir=str(run_dir),
             gpus=sorted(gpus), supervisor_pid=os.getpid())
-        self.store.start_attempt(run_id, 1, None)
+        self._attempt(run_id, run_dir, 1, gpus)
         self.store.update_run(run_id, state="running", step=3, last_progress_at=time.time())
-        log_dir = run_dir / "airvisor" / "attempt_1"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        for name, pid in (("inference", 101), ("trainer", 102), ("orchestrator", 103)):
-            log_path = log_dir / f"{name}.log"
-            log_path.write_text("".join(f"{name} line {i}\n" for i in range(1, 51)))
-            self.store.upsert_component(run_id, 1, name, state="running", pid=pid, pgid=pid,
-                                        gpus=sorted(gpus), log_path=str(log_path))
         self.store.add_event(run_id, "submitted", f"run {run_id} accepted",
                              data={"start_mode": start_mode})
         self.live[run_id] = gpus
         return record
+
+    def _attempt(self, run_id: str, run_dir: Path, number: int, gpus: set[int]) -> None:
+        """Attempt `number` with its three components and their log files, as the engine
+        records them (<run dir>/airvisor/attempt_K/<component>.log)."""
+        self.store.start_attempt(run_id, number, None if number == 1 else 2)
+        log_dir = run_dir / "airvisor" / f"attempt_{number}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for name, pid in (("inference", 101), ("trainer", 102), ("orchestrator", 103)):
+            log_path = log_dir / f"{name}.log"
+            log_path.write_text("".join(f"{name} line {i}\n" for i in range(1, 51)))
+            self.store.upsert_component(run_id, number, name, state="running",
+                                        pid=pid + 100 * (number - 1), pgid=pid,
+                                        gpus=sorted(gpus), log_path=str(log_path))
 
     def _live_or_raise(self, run_id: str) -> None:
         if run_id not in self.live:
@@ -85,8 +91,13 @@ class FakeRunService:
         self.store.add_event(run_id, "stopped", "stopped on request")
 
     def request_restart(self, run_id: str) -> None:
+        """A restart at once: the next attempt, resumed from step 2, with fresh logs."""
         self._live_or_raise(run_id)
         self.restarts.append(run_id)
+        run = self.store.get_run(run_id)
+        assert run is not None
+        self._attempt(run_id, Path(run.run_dir), run.attempt + 1, self.live[run_id])
+        self.store.update_run(run_id, restarts=run.restarts + 1)
 
     def tick(self, timeout: float) -> None:
         self.ticks += 1

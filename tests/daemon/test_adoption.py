@@ -3,6 +3,8 @@ its checkpoint when the components died too. Real daemons, real engine, demo sta
 
 from __future__ import annotations
 
+import signal
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -68,6 +70,15 @@ def event_kinds(daemon: DaemonProcess, run_id: str) -> list[str]:
     return [e["kind"] for e in events]
 
 
+def drain(sock: socket.socket) -> list[str]:
+    messages: list[str] = []
+    while True:
+        try:
+            messages.append(sock.recv(4096).decode())
+        except TimeoutError:
+            return messages
+
+
 class Daemons:
     """Starts daemons on one state dir; at the end stops the run and sweeps its processes."""
 
@@ -77,8 +88,8 @@ class Daemons:
         self.started: list[DaemonProcess] = []
         self.run_ids: list[str] = []
 
-    def start(self) -> DaemonProcess:
-        daemon = DaemonProcess(self.tmp, "--no-auth", env=self.env)
+    def start(self, *args: str, env: dict[str, str] | None = None) -> DaemonProcess:
+        daemon = DaemonProcess(self.tmp, "--no-auth", *args, env={**self.env, **(env or {})})
         self.started.append(daemon)
         daemon.wait_ready()
         return daemon
@@ -115,7 +126,10 @@ def daemons(tmp_path: Path) -> Iterator[Daemons]:
 def test_a_new_daemon_adopts_a_live_run_then_resumes_one_whose_components_died(
     daemons: Daemons,
 ) -> None:
-    first = daemons.start()
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(daemons.tmp / "notify.sock"))
+    notify.settimeout(0.2)
+    first = daemons.start(env={"NOTIFY_SOCKET": str(daemons.tmp / "notify.sock")})
     submitted = httpx.post(f"{first.url}/runs", json={"profile": PROFILE}, timeout=30)
     assert submitted.status_code == 201, submitted.text
     run_id = submitted.json()["id"]
@@ -124,6 +138,11 @@ def test_a_new_daemon_adopts_a_live_run_then_resumes_one_whose_components_died(
                       and (r["step"] or 0) >= 4 and r)
     pids = {c["name"]: c["pid"] for c in before["components"]}
     assert set(pids) == {"inference", "trainer", "orchestrator"}
+    # systemctl status shows the run's state and step (STATUS= follows the main loop).
+    statuses = wait_for("a STATUS= naming the run", lambda: [
+        m for m in drain(notify) if m.startswith("STATUS=") and run_id in m and "step" in m])
+    assert "running" in statuses[-1]
+    notify.close()
 
     # 1. The daemon is SIGKILLed; training goes on without it and the next daemon adopts it.
     first.kill()
@@ -162,3 +181,25 @@ def test_a_new_daemon_adopts_a_live_run_then_resumes_one_whose_components_died(
     new_pids = {c["name"]: c["pid"] for c in resumed["components"]}
     assert not set(new_pids.values()) & set(pids.values())
     assert "boot_resume" in event_kinds(third, run_id)
+
+
+@pytest.mark.slow
+def test_sigterm_with_stop_runs_stops_the_training_too(daemons: Daemons) -> None:
+    daemon = daemons.start("--stop-runs")
+    submitted = httpx.post(f"{daemon.url}/runs", json={"profile": PROFILE}, timeout=30)
+    assert submitted.status_code == 201, submitted.text
+    run_id = submitted.json()["id"]
+    daemons.run_ids.append(run_id)
+    running = wait_for("step 2", lambda: (r := current(daemon))["state"] == "running"
+                       and (r["step"] or 0) >= 2 and r)
+    pids = [c["pid"] for c in running["components"]]
+    daemon.proc.send_signal(signal.SIGTERM)
+    assert daemon.proc.wait(60) == 0, daemon.output()
+    assert not processes_with_marker(run_id)
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+                   for pid in pids)
+    # The next daemon finds the run stopped, not something to adopt or resume.
+    again = daemons.start()
+    run = current(again)
+    assert run["id"] == run_id and run["state"] == "stopped" and not run["live"]
+    assert "adopted" not in event_kinds(again, run_id)

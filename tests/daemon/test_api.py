@@ -121,12 +121,46 @@ def test_logs_follow_streams_new_lines_until_the_run_ends(api: Api) -> None:
     assert received[-1] == "partial"  # the unterminated last line is flushed at the end
 
 
+def test_logs_follow_moves_on_to_the_next_attempt(api: Api) -> None:
+    run_id = submit(api).json()["id"]
+    received: list[str] = []
+
+    def read() -> None:
+        with httpx.stream("GET", f"{api.url}/runs/{run_id}/logs/trainer",
+                          params={"tail": 1, "follow": "true"}, timeout=30) as response:
+            received.extend(response.iter_lines())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + 10
+    while not received and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with api.client() as client:
+        assert client.post(f"/runs/{run_id}/restart").status_code == 202
+        while len(received) < 52 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.post(f"/runs/{run_id}/stop").status_code == 202
+    reader.join(15)
+    assert not reader.is_alive()
+    assert received[:2] == ["trainer line 50", "--- airvisor: attempt 2 ---"]
+    assert received[2:52] == [f"trainer line {i}" for i in range(1, 51)]
+    # An explicit attempt is served as it is, without switching.
+    old = httpx.get(f"{api.url}/runs/{run_id}/logs/trainer", params={"attempt": 1, "tail": 1})
+    assert old.text == "trainer line 50\n"
+    assert httpx.get(f"{api.url}/runs/{run_id}/logs/trainer",
+                     params={"attempt": 7}).status_code == 404
+
+
 def test_stop_and_restart(api: Api) -> None:
     run_id = submit(api).json()["id"]
     with api.client() as client:
         restarted = client.post(f"/runs/{run_id}/restart")
         assert restarted.status_code == 202 and restarted.json()["action"] == "restart"
         assert api.service.restarts == [run_id]
+        # The snapshot was invalidated: the new attempt shows at once.
+        after = httpx.get(f"{api.url}/runs/current").json()
+        assert after["attempt"] == 2 and after["restarts"] == 1 and after["resume_step"] == 2
+        assert {c["pid"] for c in after["components"]} == {201, 202, 203}
         stopped = client.post(f"/runs/{run_id}/stop")
         assert stopped.status_code == 202 and stopped.json()["action"] == "stop"
         assert httpx.get(f"{api.url}/runs/current").json()["state"] == "stopped"
