@@ -92,7 +92,7 @@ def wait_files(directory: Path, names: list[str], timeout: float = 180) -> dict[
 
 
 def free_bytes(gpu: int) -> int:
-    return next(g.free for g in list_gpus() if g.index == gpu)
+    return next(g.free_bytes for g in list_gpus() if g.index == gpu)
 
 
 def plant_vllm(work: Path, engine_gib: float) -> tuple[subprocess.Popen[bytes], int]:
@@ -115,8 +115,8 @@ def main() -> None:
     gpus = list_gpus()
     card = next(g for g in gpus if g.index == args.gpu)
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"card: GPU {card.index} {card.name} ({gib(card.total)}), {card.uuid}")
-    baseline = card.free
+    print(f"card: GPU {card.index} {card.name} ({gib(card.total_bytes)}), {card.uuid}")
+    baseline = card.free_bytes
     print(f"free memory at start: {gib(baseline)}")
 
     work = Path(tempfile.mkdtemp(prefix="airvisor-gpu-check-"))

@@ -44,13 +44,13 @@ class GPUProcess:
 
 @dataclass(frozen=True)
 class GPUInfo:
-    index: int
+    index: int  # NVML's index (PCI bus order; CUDA agrees with CUDA_DEVICE_ORDER=PCI_BUS_ID)
     name: str
     uuid: str
-    total: int
-    used: int
-    free: int
-    utilization: int | None
+    total_bytes: int
+    used_bytes: int
+    free_bytes: int
+    utilization: int | None  # percent
     processes: tuple[GPUProcess, ...] = field(default_factory=tuple)
 
 

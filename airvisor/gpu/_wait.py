@@ -78,7 +78,7 @@ def format_gpu_table(gpus: list[GPUInfo]) -> str:
     for g in gpus:
         util = f"{g.utilization}%" if g.utilization is not None else "?"
         lines.append(f"GPU {g.index}  {g.name}  {g.uuid}")
-        lines.append(f"    memory: {gib(g.used)} used, {gib(g.free)} free of {gib(g.total)}; "
+        lines.append(f"    memory: {gib(g.used_bytes)} used, {gib(g.free_bytes)} free of {gib(g.total_bytes)}; "
                      f"utilization {util}")
         lines.extend(_holder_lines(g, indent="    "))
     return "\n".join(lines)
@@ -101,7 +101,7 @@ def format_memory_shortfall(
 ) -> str:
     """The failure message of the preflight: per short GPU, what it needs and who holds it."""
     by_index = {g.index: g for g in gpus}
-    free = {g.index: g.free for g in gpus}
+    free = {g.index: g.free_bytes for g in gpus}
     short = shortfall(requirements, free)
     lines = [f"GPU memory is still held after waiting {waited:.0f} s:"]
     for index, missing in short.items():
@@ -109,7 +109,7 @@ def format_memory_shortfall(
         if g is None:
             lines.append(f"GPU {index}: not found")
             continue
-        lines.append(f"GPU {index} ({g.name}): {gib(g.free)} free of {gib(g.total)}, "
+        lines.append(f"GPU {index} ({g.name}): {gib(g.free_bytes)} free of {gib(g.total_bytes)}, "
                      f"{needs.get(index, 'the run')} needs {gib(requirements[index])} "
                      f"({gib(missing)} short)")
         lines.extend(_holder_lines(g, indent="    "))

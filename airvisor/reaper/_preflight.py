@@ -54,7 +54,7 @@ class PreflightReport:
         if self.reaped is not None:
             parts.append(self.reaped.summary)
         if self.requirements:
-            free = {g.index: g.free for g in self.gpus}
+            free = {g.index: g.free_bytes for g in self.gpus}
             parts.append("GPU memory ok (" + ", ".join(
                 f"GPU {i}: {gib(free.get(i))} free, {gib(need)} needed"
                 for i, need in sorted(self.requirements.items())) + f"; waited "
@@ -187,7 +187,7 @@ def prepare_machine(
     requirements: dict[int, int] = {}
     waited = 0.0
     if gpus_used:
-        totals = {g.index: g.total for g in gpus}
+        totals = {g.index: g.total_bytes for g in gpus}
         requirements, who = memory_requirements(profile, totals)
         try:
             result = wait_for_free_memory(requirements, profile.reaper.gpu_free_timeout,
