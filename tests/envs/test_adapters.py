@@ -156,3 +156,17 @@ def test_container_stopped_mid_episode_ends_without_error(
         assert result["info"]["end_reason"] == "container_unavailable"
     assert result["reward"] == pytest.approx(0.0)
     assert saved_trajectory(tmp_path)["end_reason"] == "container_unavailable"
+
+
+def test_vf04_taskset_config_accepts_every_env_arg() -> None:
+    python = venv_python("vf04")
+    code = (
+        "import dataclasses, json\n"
+        "from air_mlgym._core import EnvArgs\n"
+        "from air_mlgym._vf04 import MLGymTasksetConfig\n"
+        "names = {f.name for f in dataclasses.fields(EnvArgs)} - {'task', 'system_prompt'}\n"
+        "print(json.dumps(sorted(names - set(MLGymTasksetConfig.model_fields))))\n"
+    )
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == []

@@ -51,6 +51,14 @@ class MLGymTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
     user: str = "agent"
     home: str = "/home/agent"
     mlgym_mount: str | None = None
+    network: str = "host"
+    system_prompt_text: str | None = None  # v1 reserves `system_prompt` (a file path)
+    shell_command: list[str] = Field(default_factory=lambda: ["/bin/bash", "-l"])
+    setup_commands: list[str] = Field(default_factory=list)
+    conda_env: str | None = "mlgym_generic"
+    no_output_timeout: float | None = None
+    window: int = 100
+    max_observation_chars: int = 12_000
 
     def env_args(self) -> EnvArgs:
         fields = set(EnvArgs.__dataclass_fields__)
@@ -58,9 +66,13 @@ class MLGymTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
         values = {
             k: v
             for k, v in dumped.items()
-            if k in fields and k != "task" and not (k == "trajectory_dir" and v is None)
+            if k in fields
+            and k not in {"task", "system_prompt"}
+            and not (k == "trajectory_dir" and v is None)
         }
-        return EnvArgs.from_kwargs(task=dumped["tasks"], **values)
+        return EnvArgs.from_kwargs(
+            task=dumped["tasks"], system_prompt=dumped["system_prompt_text"], **values
+        )
 
 
 class MLGymData(vf.TaskData):  # type: ignore[misc]
