@@ -21,6 +21,7 @@ import pytest
 pytestmark = pytest.mark.docker
 
 DRIVERS = Path(__file__).resolve().parent / "drivers"
+PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "envs" / "air_mlgym"
 VENVS = {
     "vf03": Path(os.environ.get("AIR_MLGYM_VENV_VF03", "/opt/airvisor-test/venv-vf03")),
     "vf04": Path(os.environ.get("AIR_MLGYM_VENV_VF04", "/opt/airvisor-test/venv-vf04")),
@@ -55,6 +56,8 @@ def drive(kind: str, tmp_path: Path, config: dict[str, Any]) -> dict[str, Any]:
     env = dict(os.environ)
     # verifiers' v1 chat harness runs its program with uv, which the venv provides.
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
+    # This checkout's package, whatever checkout the venv's editable install points at.
+    env["PYTHONPATH"] = str(PACKAGE_ROOT)
     done = subprocess.run(
         [str(python), str(DRIVERS / f"drive_{kind}.py"), str(config_path), str(out_path)],
         cwd=tmp_path,  # nothing may depend on the cwd
@@ -167,6 +170,12 @@ def test_vf04_taskset_config_accepts_every_env_arg() -> None:
         "names = {f.name for f in dataclasses.fields(EnvArgs)} - {'task', 'system_prompt'}\n"
         "print(json.dumps(sorted(names - set(MLGymTasksetConfig.model_fields))))\n"
     )
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(python), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == []

@@ -19,8 +19,16 @@ make_venv() {
   local dir="$1" version="$2"; shift 2
   if [ -x "$dir/bin/python" ] \
     && "$dir/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('verifiers') != '$version')" 2>/dev/null \
-    && "$dir/bin/python" -c "import air_mlgym" 2>/dev/null; then
-    echo "venv $dir already has verifiers $version"
+    && [ "$("$dir/bin/python" -c "import air_mlgym, os; print(os.path.dirname(os.path.dirname(os.path.realpath(air_mlgym.__file__))))" 2>/dev/null)" = "$(realpath "$package")" ]; then
+    echo "venv $dir already has verifiers $version and this checkout's air_mlgym"
+    return 0
+  fi
+  if [ -x "$dir/bin/python" ] \
+    && "$dir/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('verifiers') != '$version')" 2>/dev/null; then
+    echo "pointing $dir at this checkout's air_mlgym"
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e "$package" 2>&1 \
+      | grep -v "^WARNING: Location" || true
+    "$dir/bin/python" -c "import air_mlgym"
     return 0
   fi
   echo "creating $dir with verifiers $version"
