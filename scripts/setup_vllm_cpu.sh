@@ -14,7 +14,7 @@
 set -euo pipefail
 
 VENV="${AIRVISOR_VLLM_VENV:-/opt/airvisor-test/vllm-venv}"
-PYTHON="${AIRVISOR_VLLM_PYTHON:-python3.11}"
+PYTHON="${AIRVISOR_VLLM_PYTHON:-$(command -v python3.11 || command -v python3)}"
 STAMP="$VENV/.airvisor-ready"
 MODEL_DIR="$VENV/tiny-model"
 

@@ -174,7 +174,7 @@ def test_bounded_wait_reports_a_live_process_as_alive(planter: Any) -> None:
     stays = planter.plant("sleep")
     started = time.monotonic()
     gone, alive = _wait_gone([psutil.Process(stays.root)], timeout=0.2)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 5.0  # bounded (a generous bound: a loaded machine)
     assert gone == [] and [p.pid for p in alive] == [stays.root]
 
 

@@ -24,6 +24,8 @@ planting = importlib.util.module_from_spec(spec)
 sys.modules["planting"] = planting
 spec.loader.exec_module(planting)
 
+import psutil  # noqa: E402
+
 from airvisor.proc._marker import MARKER_COMPONENT_ENV, MARKER_RUN_ENV  # noqa: E402
 from airvisor.reaper import default_context, discover_all  # noqa: E402
 from airvisor.store import Store  # noqa: E402
@@ -96,7 +98,10 @@ def main() -> None:
         decoys["other-user"] = p.spawn(
             ["setpriv", f"--reuid={other_uid}", f"--regid={other_uid}", "--clear-groups",
              "/usr/bin/python3", str(bin_dir / "orchestrator"), "@", "orch.toml"]).pid
-    time.sleep(0.3)  # let exec'd programs settle (their argv is what discovery reads)
+        # setpriv execs the interpreter after Popen returned: wait for that argv.
+        other = decoys["other-user"]
+        planting.wait_until(lambda: "/usr/bin/python3" in psutil.Process(other).cmdline(),
+                            what="the other user's process")
 
     # A store in which `live` is a live run supervised by this process.
     state = work / "state"
