@@ -15,6 +15,17 @@ python="${PYTHON:-python3}"
 vf03="${AIR_MLGYM_VENV_VF03:-/opt/airvisor-test/venv-vf03}"
 vf04="${AIR_MLGYM_VENV_VF04:-/opt/airvisor-test/venv-vf04}"
 
+log="$(mktemp /tmp/air-mlgym-venvs.XXXXXX.log)"
+trap 'rm -f "$log"' EXIT
+# pip with its output in a log, shown only when it fails
+pip_install() {
+  local python="$1"; shift
+  if ! "$python" -m pip install --quiet --disable-pip-version-check "$@" >"$log" 2>&1; then
+    grep -v "^WARNING: Location" "$log" >&2
+    return 1
+  fi
+}
+
 make_venv() {
   local dir="$1" version="$2"; shift 2
   if [ -x "$dir/bin/python" ] \
@@ -26,8 +37,7 @@ make_venv() {
   if [ -x "$dir/bin/python" ] \
     && "$dir/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('verifiers') != '$version')" 2>/dev/null; then
     echo "pointing $dir at this checkout's air_mlgym"
-    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e "$package" 2>&1 \
-      | grep -v "^WARNING: Location" || true
+    pip_install "$dir/bin/python" --no-deps -e "$package" "$@"
     "$dir/bin/python" -c "import air_mlgym"
     return 0
   fi
@@ -35,9 +45,7 @@ make_venv() {
   rm -rf "$dir"
   mkdir -p "$(dirname "$dir")"
   "$python" -m venv "$dir"
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip 2>/dev/null || true
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "verifiers==$version" docker pyyaml "$@" -e "$package" 2>&1 | grep -v "^WARNING: Location" || true
+  pip_install "$dir/bin/python" "verifiers==$version" docker pyyaml "$@" -e "$package"
   "$dir/bin/python" -c "import importlib.metadata as m; assert m.version('verifiers') == '$version'; import air_mlgym"
 }
 
