@@ -18,6 +18,7 @@ discovery reports is printed, not touched.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -30,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from airvisor.gpu import GIB, gib, list_gpus  # noqa: E402
+from airvisor.gpu import GIB, GPUUnavailable, gib, list_gpus  # noqa: E402
 from airvisor.profile._schema import (  # noqa: E402
     GPUSection,
     InferenceSection,
@@ -99,11 +100,45 @@ def plant_vllm(work: Path, engine_gib: float) -> tuple[subprocess.Popen[bytes], 
     ready = Path(tempfile.mkdtemp(dir=work))
     parent = subprocess.Popen([sys.executable, str(work / "parent.py"), str(work / "holder.py"),
                                str(engine_gib), str(ready)], start_new_session=True)
+    PLANTED.append(parent)
     engine = wait_files(ready, ["engine"])["engine"]
+    PLANTED_PIDS.add(engine)
     return parent, engine
 
 
+PLANTED: list[subprocess.Popen[bytes]] = []
+PLANTED_PIDS: set[int] = set()
+
+
+def cleanup() -> None:
+    """SIGKILL whatever this script planted that is still alive (they run in new sessions, so
+    nothing else would end them)."""
+    import psutil
+
+    procs = []
+    for pid in PLANTED_PIDS | {p.pid for p in PLANTED}:
+        try:
+            proc = psutil.Process(pid)
+            procs.extend([proc, *proc.children(recursive=True)])
+        except psutil.Error:
+            continue
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=10)
+    for popen in PLANTED:
+        if popen.poll() is None:
+            popen.wait(timeout=10)
+
+
 def main() -> None:
+    try:
+        run()
+    finally:
+        cleanup()
+
+
+def run() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpu", type=int, default=0)
     parser.add_argument("--engine-gib", type=float, default=20.0)
@@ -112,7 +147,10 @@ def main() -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(args.gpu)
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 
-    gpus = list_gpus()
+    try:
+        gpus = list_gpus()
+    except GPUUnavailable as err:
+        raise SystemExit(str(err)) from err
     card = next(g for g in gpus if g.index == args.gpu)
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"card: GPU {card.index} {card.name} ({gib(card.total_bytes)}), {card.uuid}")
@@ -131,7 +169,9 @@ def main() -> None:
         "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--max-restarts=0",
         str(work / "holder.py"), str(args.worker_gib), str(ready), "worker",
     ], start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    PLANTED.append(agent)
     workers = list(wait_files(ready, ["worker0", "worker1"]).values())
+    PLANTED_PIDS.update(workers)
     planted = {engine: "VLLM::EngineCore", workers[0]: "torchrun worker 0",
                workers[1]: "torchrun worker 1"}
     held = free_bytes(args.gpu)
