@@ -195,6 +195,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
             raise HTTPException(422, f"profile {body.profile!r} cannot be used:\n{err}") from err
         except RunConflict as err:
             raise HTTPException(409, str(err)) from err
+        except OSError as err:  # e.g. the output dir cannot be moved aside or created
+            raise HTTPException(409, f"cannot prepare the run on this machine: {err}") from err
         ctx.snapshot.invalidate()
         log.info("run submitted", run_id=record.id, profile=str(path))
         return detail_of(ctx.store, ctx.store.get_run(record.id) or record)

@@ -262,6 +262,7 @@ class Daemon:
             with contextlib.suppress(FileNotFoundError):
                 self.settings.uds.unlink()
         self.notifier.close()
+        log.info("airvisor daemon stopped")
         return code
 
     def _reload_profiles(self, catalog: ProfileCatalog) -> None:

@@ -227,6 +227,14 @@ def test_bad_submissions_get_4xx_with_a_message(api: Api) -> None:
     assert api.service.live == {}
 
 
+def test_an_output_dir_that_cannot_be_created_is_a_conflict_not_a_crash(api: Api) -> None:
+    blocker = api.tmp / "a-file"
+    blocker.write_text("")
+    response = submit(api, overrides={"run.output_dir": str(blocker / "out")})
+    assert response.status_code == 409
+    assert "cannot prepare the run on this machine" in response.json()["detail"]
+
+
 def test_a_second_run_on_the_same_gpus_is_a_conflict(api: Api) -> None:
     assert submit(api).status_code == 201
     second = submit(api)
