@@ -27,7 +27,12 @@ from fastapi import FastAPI
 from airvisor._logging import get_logger
 from airvisor._paths import database_path, state_dir
 from airvisor.daemon._app import ApiContext, create_app
-from airvisor.daemon._auth import AuthConfigError, decide_auth, load_or_create_token
+from airvisor.daemon._auth import (
+    AuthConfigError,
+    decide_auth,
+    is_loopback_host,
+    load_or_create_token,
+)
 from airvisor.daemon._notify import Notifier, watchdog_interval
 from airvisor.daemon._profiles import ProfileCatalog
 from airvisor.daemon._service import RunService
@@ -224,6 +229,10 @@ class Daemon:
         except AuthConfigError as err:
             raise DaemonStartError(str(err)) from err
         log.info(decision.reason, token_file=str(token_file))
+        if settings.uds is None and not is_loopback_host(settings.host):
+            log.warning("listening beyond loopback: reads (status, events, logs, metrics) need "
+                        "no token; put the API behind a firewall or a reverse proxy if that "
+                        "matters", host=settings.host)
         return token
 
     def run(self) -> int:
@@ -247,8 +256,10 @@ class Daemon:
         except BaseException:
             sock.close()
             raise
-        log.info("airvisor daemon serving", where=self.settings.where, pid=os.getpid(),
-                 state_dir=str(state))
+        where = self.settings.where
+        if self.settings.uds is None:  # the real port, also when --port 0 picked one
+            where = f"http://{_url_host(self.settings.host)}:{sock.getsockname()[1]}"
+        log.info("airvisor daemon serving", where=where, pid=os.getpid(), state_dir=str(state))
         status = service.status_line()
         self.notifier.ready(status)
         code = self._loop(service, ctx, catalog, status)
