@@ -168,8 +168,27 @@ class Targets:
             return
         self.add(proc)
         with contextlib.suppress(psutil.Error):
-            for child in proc.children(recursive=True):
-                self.add(child)
+            descendants = proc.children(recursive=True)
+            parents: dict[int, int] = {}
+            for child in descendants:
+                with contextlib.suppress(psutil.Error):
+                    parents[child.pid] = child.ppid()
+            for child in descendants:
+                if not self._below_protected(child.pid, parents, proc.pid):
+                    self.add(child)
+
+    def _below_protected(self, pid: int, parents: Mapping[int, int], root: int) -> bool:
+        """Is `pid`, or an ancestor of it below `root`, protected (or spared)?"""
+        seen: set[int] = set()
+        while pid != root and pid not in seen:
+            if pid in self.protected:
+                return True
+            seen.add(pid)
+            parent = parents.get(pid)
+            if parent is None:
+                return False
+            pid = parent
+        return False
 
     def add_pid_tree(self, pid: int) -> None:
         if pid in self.protected:
@@ -196,6 +215,7 @@ def collect_targets(
     marker_run_id: str | None = None,
     identities: Mapping[int, float] | None = None,
     protected: set[int] | None = None,
+    spare: Iterable[int] = (),
 ) -> Targets:
     """Snapshot what `terminate_tree` would signal: the trees of `pids`, the members of `pgids`
     (and their trees) and every carrier of `marker_run_id` (and its tree).
@@ -204,7 +224,7 @@ def collect_targets(
     another process that reuses the pid, and is skipped.
     """
     identities = dict(identities or {})
-    targets = Targets(protected_pids() if protected is None else protected)
+    targets = Targets((protected_pids() if protected is None else protected) | set(spare))
 
     def reused(pid: int) -> bool:
         if pid not in identities:
@@ -260,17 +280,18 @@ def terminate_tree(
     grace: float,
     kill_wait: float = 5.0,
     identities: Mapping[int, float] | None = None,
+    spare: Iterable[int] = (),
 ) -> KillReport:
     """SIGTERM, then after `grace` seconds SIGKILL, every process of the trees rooted at `pids`,
     of the process groups `pgids` and (when given) every process carrying `marker_run_id`.
 
     `identities` maps pid -> create_time as recorded at launch: a root (or group leader) whose
     create_time differs is another process that reuses the pid, and is left alone. The caller,
-    its ancestors and pid 1 are never signalled.
+    its ancestors, pid 1 and the `spare` pids are never signalled, nor is anything below them.
     """
     started = time.monotonic()
     snapshot = collect_targets(
-        pids, pgids=pgids, marker_run_id=marker_run_id, identities=identities
+        pids, pgids=pgids, marker_run_id=marker_run_id, identities=identities, spare=spare
     )
 
     if not snapshot.procs and not snapshot.groups:

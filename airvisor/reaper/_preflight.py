@@ -153,6 +153,7 @@ def prepare_machine(
     stops an attempt before calling this) and are reaped too, except `own_pids` and their
     descendants, which the caller keeps.
     """
+    own_pids = frozenset(own_pids)
     gpus_used = profile_gpus(profile)
     gpus: list[GPUInfo] = []
     if gpus_used:
@@ -177,7 +178,8 @@ def prepare_machine(
                 log("reaper.candidate", {"pid": c.pid, "kind": c.kind, "reason": c.reason,
                                          "command": c.command[:200]})
         reaped = reap(candidates, grace=profile.restart.stop_grace, ports=ports,
-                      allow_other_users=profile.reaper.allow_other_users, log=log)
+                      allow_other_users=profile.reaper.allow_other_users, log=log,
+                      spare=own_pids)
         busy = reaped.busy_ports
     else:
         from airvisor.reaper._reap import busy_ports

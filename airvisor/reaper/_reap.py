@@ -107,12 +107,14 @@ def reap(
     log: LogFn | None = None,
     leftover_dirs: tuple[Path, Path] | None = None,
     full_view: bool | None = None,
+    spare: Iterable[int] = (),
 ) -> ReapReport:
     """Stop the candidates (found by `discover` when not given) with their whole trees:
     SIGTERM, `grace` seconds, SIGKILL. Then remove /dev/shm and temp-dir leftovers that no live
     process uses, report which of `ports` are still busy, and (with `containers`) remove task
     containers of runs that are not live. `dry_run` only lists. `leftover_dirs` replaces
-    (/dev/shm, the temp dir); `full_view` see `remove_leftovers`.
+    (/dev/shm, the temp dir); `full_view` see `remove_leftovers`. `spare` pids (and all below
+    them) are never signalled, even inside a candidate's tree.
     """
     live = set(live_run_ids or ())
     if candidates is None:
@@ -123,7 +125,7 @@ def reap(
         # Identities guard against pid reuse between discovery and the kill.
         kill = terminate_tree(
             [c.pid for c in candidates], grace=grace, kill_wait=kill_wait,
-            identities={c.pid: c.create_time for c in candidates},
+            identities={c.pid: c.create_time for c in candidates}, spare=spare,
         )
         if log is not None:
             log("reaper.reaped", {

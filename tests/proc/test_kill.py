@@ -184,3 +184,11 @@ def test_fifty_process_tree_killed_through_its_group(planter: Any) -> None:
     report = terminate_tree([tree.root], pgids=[tree.root], grace=2.0)
     assert len(report.gone) == 50
     assert all(not planting.pid_alive(pid) for pid in tree.pids.values())
+
+
+def test_spared_processes_and_everything_below_them_survive(planter: Any) -> None:
+    tree = planter.plant("setsid-grandchild", roles=("root", "child", "grandchild"))
+    report = terminate_tree([tree.root], grace=2.0, spare=[tree.pids["child"]])
+    assert not tree.alive("root")
+    assert tree.alive("child") and tree.alive("grandchild")
+    assert report.terminated == [tree.root]
