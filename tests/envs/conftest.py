@@ -78,6 +78,10 @@ def make_container(docker_client: object, test_image: str) -> Iterator[Callable[
         return name
 
     yield make
-    for container in started:
+    # By label, so containers a test recreated under the same name go too.
+    leftovers = docker_client.containers.list(  # type: ignore[attr-defined]
+        all=True, filters={"label": f"{TEST_LABEL}={run_id}"}
+    )
+    for container in leftovers:
         with contextlib.suppress(Exception):  # already gone is fine
-            container.remove(force=True)  # type: ignore[attr-defined]
+            container.remove(force=True)
