@@ -179,3 +179,21 @@ def test_vf04_taskset_config_accepts_every_env_arg() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == []
+
+
+def test_vf03_concurrent_rollouts_share_two_containers(
+    checkout: Path, tmp_path: Path, make_container: Callable[[], str]
+) -> None:
+    names = [make_container(), make_container()]
+    args = env_args("vf03", checkout, tmp_path, names[0])
+    args["container_names"] = names
+    result = drive("vf03", tmp_path, {"env_args": args, "replies": SCRIPT, "group": 3})
+    group = result["group"]
+    assert [g["error"] for g in group] == [None, None, None]
+    assert [g["reward"] for g in group] == [pytest.approx(1.23)] * 3
+    # three episodes on two containers: one container ran two in a row, the other one
+    assert sorted(g["summary"]["container"] for g in group) in (
+        sorted([names[0], names[0], names[1]]),
+        sorted([names[0], names[1], names[1]]),
+    )
+    assert len(list((tmp_path / "trajectories").glob("*.json"))) == 3

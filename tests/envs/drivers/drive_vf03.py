@@ -34,10 +34,19 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
         client = ClientConfig(
             api_base_url=server.base_url, api_key_var="SCRIPTED_API_KEY", max_retries=0
         )
-        output = await env.run_rollout(
-            input=row, client=client, model="scripted", sampling_args={},
-            state_columns=["air_mlgym"],
-        )  # fmt: skip
+        group = int(config.get("group", 1))
+        if group == 1:
+            output = await env.run_rollout(
+                input=row, client=client, model="scripted", sampling_args={},
+                state_columns=["air_mlgym"],
+            )  # fmt: skip
+            outputs = [output]
+        else:  # concurrent rollouts of one example, as prime-rl's rollouts_per_example
+            outputs = await env.run_group(
+                group_inputs=[dict(row) for _ in range(group)], client=client,
+                model="scripted", sampling_args={}, state_columns=["air_mlgym"],
+            )  # fmt: skip
+            output = outputs[0]
         requests = server.requests
     await env._teardown()
     error = output.get("error")
@@ -50,6 +59,14 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
         "is_completed": output.get("is_completed"),
         "completion": [plain(m) for m in output.get("completion") or []],
         "summary": output.get("air_mlgym"),
+        "group": [
+            {
+                "reward": o["reward"],
+                "error": None if o.get("error") is None else str(o["error"]),
+                "summary": o.get("air_mlgym"),
+            }
+            for o in outputs
+        ],
         "requests": len(requests),
         "last_request_messages": [plain(m) for m in requests[-1]["messages"]] if requests else [],
     }

@@ -1,8 +1,9 @@
 """A scripted stand-in for an OpenAI-compatible chat server (standard library only).
 
-Each POST to /v1/chat/completions answers with the next reply of the script (the last one is
-repeated when the script runs out), streamed when the request asks for it. Every request body
-is recorded, so a driver can check what the model was shown.
+Each POST to /v1/chat/completions answers with the script's reply for that turn of the
+conversation (the number of assistant messages already in the request; the last reply repeats
+when the script runs out), so concurrent rollouts each follow the script. Streamed when the
+request asks for it. Every request body is recorded, so a driver can check what the model saw.
 """
 
 from __future__ import annotations
@@ -77,10 +78,11 @@ class ScriptedOpenAI:
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     def _next(self, body: dict[str, Any]) -> str:
+        turn = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
         with self._lock:
             self.requests.append(body)
             number = len(self.requests)
-            index = min(number - 1, len(self.replies) - 1)
+            index = min(turn, len(self.replies) - 1)
         if self.on_request is not None:
             self.on_request(number)
         return self.replies[index]
