@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from airvisor.proc._marker import Marker, parse_environ
+from airvisor.proc._marker import Marker, environ_visible, infer_session_marker, parse_environ
 
 # Environment variables that identify a process without looking at its command line: torchrun's
 # elastic agent gives every worker these.
@@ -38,6 +38,7 @@ class ProcessFacts:
     status: str
     pgid: int | None
     marker: Marker | None
+    environ_visible: bool = True  # False: unreadable, or wiped by setproctitle
     ancestors: tuple[int, ...] = ()  # ppid chain, nearest first, ending at 1 (or where unknown)
     ancestor_markers: tuple[Marker, ...] = ()  # markers along the ppid chain, nearest first
     sid: int | None = None
@@ -106,25 +107,28 @@ def _sid(pid: int) -> int | None:
 def session_markers(
     facts_by_pid: Mapping[int, ProcessFacts], ignore_sessions: Iterable[int] = ()
 ) -> dict[int, Marker]:
-    """sid -> the run marker its members show, where they all agree on one run.
-
-    Sessions in `ignore_sessions` (the caller's own, e.g. a login shell's) are left out: their
-    members are not one component's tree.
-    """
+    """sid -> the run a session belongs to (see `infer_session_marker`), for sessions with at
+    least one marked member. Sessions in `ignore_sessions` (the caller's own, e.g. a login
+    shell's) are left out."""
     ignored = {0, 1, *ignore_sessions}
-    seen: dict[int, set[Marker]] = {}
+    members: dict[int, list[ProcessFacts]] = {}
+    marked: set[int] = set()
     for facts in facts_by_pid.values():
-        if facts.sid is not None and facts.sid not in ignored and facts.marker is not None:
-            seen.setdefault(facts.sid, set()).add(facts.marker)
+        if facts.sid is None or facts.sid in ignored:
+            continue
+        members.setdefault(facts.sid, []).append(facts)
+        if facts.marker is not None:
+            marked.add(facts.sid)
     found: dict[int, Marker] = {}
-    for sid, markers in seen.items():
-        run_ids = {m.run_id for m in markers}
-        if len(run_ids) == 1:
-            leader = facts_by_pid.get(sid)
-            if leader is not None and leader.marker is not None:
-                found[sid] = leader.marker
-            else:
-                found[sid] = Marker(run_id=run_ids.pop())
+    for sid in marked:
+        leader = facts_by_pid.get(sid)
+        leader_state = None
+        if leader is not None and leader.sid == sid:
+            leader_state = (leader.marker, leader.environ_visible)
+        others = [(f.marker, f.environ_visible) for f in members[sid] if f.pid != sid]
+        inferred = infer_session_marker(leader_state, others)
+        if inferred is not None:
+            found[sid] = inferred
     return found
 
 
@@ -165,6 +169,7 @@ def collect_facts(
             pgid=_pgid(pid),
             sid=_sid(pid),
             marker=parse_environ(environ),
+            environ_visible=environ_visible(environ),
             torchelastic_worker=_TORCHELASTIC_PREFIX in environ
             and (environ.startswith(_TORCHELASTIC_PREFIX)
                  or b"\0" + _TORCHELASTIC_PREFIX in environ),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from airvisor.proc._marker import marked_pids
+from airvisor.proc._marker import infer_session_marker, marked_pids, read_environ_marker
 
 # Two processes are the same when their create_times agree this closely (the kernel counts start
 # times in clock ticks of 10 ms; psutil derives the same float for the same process every time).
@@ -256,7 +256,8 @@ def _sid_of(pid: int) -> int | None:
 
 
 def _marker_sweep(run_id: str, protected: set[int]) -> list[int]:
-    """The carriers of the run's marker, plus the other members of their sessions.
+    """The carriers of the run's marker, plus the other members of their sessions when the
+    session is the run's (`infer_session_marker`).
 
     A process that retitles itself with setproctitle (vLLM's EngineCore and Worker) wipes its
     /proc/<pid>/environ, so its marker no longer shows; it still sits in the session of the
@@ -268,8 +269,19 @@ def _marker_sweep(run_id: str, protected: set[int]) -> list[int]:
     sessions = {sid for pid in carriers if (sid := _sid_of(pid)) is not None} - unsafe - {0, 1}
     if not sessions:
         return carriers
-    members = [pid for pid in psutil.pids() if _sid_of(pid) in sessions]
-    return sorted({*carriers, *members})
+    members: dict[int, list[int]] = {}
+    for pid in psutil.pids():
+        sid = _sid_of(pid)
+        if sid in sessions:
+            members.setdefault(sid, []).append(pid)
+    swept = set(carriers)
+    for sid, pids in members.items():
+        leader = read_environ_marker(sid) if sid in pids else None
+        others = [read_environ_marker(pid) for pid in pids if pid != sid]
+        inferred = infer_session_marker(leader, others)
+        if inferred is not None and inferred.run_id == run_id:
+            swept.update(pids)
+    return sorted(swept)
 
 
 def terminate_tree(

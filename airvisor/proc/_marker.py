@@ -9,6 +9,7 @@ environment into a dict) keeps a sweep over every process of the machine cheap.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import psutil
@@ -40,6 +41,48 @@ def parse_environ(raw: bytes) -> Marker | None:
     if not run_id:
         return None
     return Marker(run_id=run_id, component=component or None)
+
+
+def environ_visible(raw: bytes) -> bool:
+    """Does the raw environ show anything? (setproctitle leaves only NUL bytes behind.)"""
+    return bool(raw.strip(b"\0"))
+
+
+def read_environ_marker(pid: int) -> tuple[Marker | None, bool]:
+    """(the marker, whether the environment could be read and shows anything)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None, False
+    return parse_environ(raw), environ_visible(raw)
+
+
+def infer_session_marker(
+    leader: tuple[Marker | None, bool] | None,
+    members: Iterable[tuple[Marker | None, bool]],
+) -> Marker | None:
+    """The run a session belongs to, from its members' (marker, environ visible) pairs.
+
+    airvisor starts each component in a new session, so a session whose leader carries a marker
+    is that component's (and one whose leader visibly carries none is nobody's). When the leader
+    is gone (vLLM's API server SIGKILLed) or its environment cannot be read, the session is
+    the run's only if every member whose environment can be read carries that run's marker:
+    one unmarked visible member (a login shell's job, say) and nothing is inferred. Members
+    with an unreadable or wiped environment (setproctitle) do not count either way.
+    """
+    if leader is not None and leader[1]:
+        return leader[0]
+    run_ids: set[str] = set()
+    for marker, visible in members:
+        if not visible:
+            continue
+        if marker is None:
+            return None
+        run_ids.add(marker.run_id)
+    if len(run_ids) != 1:
+        return None
+    return Marker(run_id=run_ids.pop())
 
 
 def read_marker(pid: int) -> Marker | None:

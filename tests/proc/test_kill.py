@@ -192,3 +192,39 @@ def test_spared_processes_and_everything_below_them_survive(planter: Any) -> Non
     assert not tree.alive("root")
     assert tree.alive("child") and tree.alive("grandchild")
     assert report.terminated == [tree.root]
+
+
+def test_session_marker_inference() -> None:
+    from airvisor.proc._marker import infer_session_marker
+
+    run = Marker("r1", "inference")
+    wiped = (None, False)
+    # A live leader that shows a marker owns the session; one that shows none owns it for
+    # nobody, whatever its members carry.
+    assert infer_session_marker((run, True), [wiped]) == run
+    assert infer_session_marker((None, True), [(run, True), wiped]) is None
+    # A dead (or wiped) leader: every visible member must carry the same run.
+    assert infer_session_marker(None, [(run, True), wiped, wiped]) == Marker("r1")
+    assert infer_session_marker(wiped, [(run, True), wiped]) == Marker("r1")
+    assert infer_session_marker(None, [(run, True), (None, True)]) is None
+    assert infer_session_marker(None, [(run, True), (Marker("r2"), True)]) is None
+    assert infer_session_marker(None, [wiped, wiped]) is None
+
+
+def test_sweep_reaches_retitled_members_of_the_runs_session(planter: Any) -> None:
+    # vllm-serve: a retitled API server (its environ wiped), a resource tracker that still
+    # shows the marker, a retitled engine core and worker. With the API server SIGKILLed,
+    # only the tracker shows the marker; the session leads to the engine and worker.
+    run_id = planting.unique_run_id()
+    tree = planter.plant("vllm-serve", roles=("root", "tracker", "engine", "worker"),
+                         env=marker_env(run_id))
+    bystander = planter.plant("vllm-serve", roles=("root", "tracker", "engine", "worker"),
+                              env=marker_env(planting.unique_run_id()))
+    os.kill(tree.root, 9)
+    tree.popen.wait()
+    assert read_marker(tree.pids["engine"]) is None  # setproctitle wiped it
+    report = terminate_tree([], marker_run_id=run_id, grace=2.0)
+    for role in ("tracker", "engine", "worker"):
+        assert not tree.alive(role), role
+    assert set(report.gone) == {tree.pids[r] for r in ("tracker", "engine", "worker")}
+    assert all(bystander.alive(r) for r in ("root", "tracker", "engine", "worker"))
