@@ -20,6 +20,7 @@ from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from airvisor._logging import get_logger
 from airvisor._version import __version__
@@ -64,7 +65,7 @@ class ApiContext:
     store: Store
     service: RunService
     catalog: ProfileCatalog
-    token: str | None
+    token: str | None = field(repr=False)  # never in logs or tracebacks
     state_dir: Path
     started_at: float = field(default_factory=time.time)
     snapshot: CurrentRunSnapshot = field(init=False)
@@ -136,6 +137,42 @@ def _log_path(run: RunRecord, component: ComponentRecord) -> Path:
     return path
 
 
+class UnexpectedErrors:
+    """Anything a handler did not expect becomes a logged 500 with a JSON body.
+
+    A plain ASGI middleware rather than an exception handler: Starlette re-raises after
+    calling a handler for Exception, and uvicorn then drops the client's keep-alive
+    connection; here the connection survives.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            error_id = uuid.uuid4().hex[:12]
+            log.error("unexpected error in a request", method=scope.get("method"),
+                      path=scope.get("path"), error_id=error_id, exc_info=exc)
+            if started:  # part of the answer is out: only closing the connection is left
+                raise
+            response = JSONResponse(status_code=500, content={
+                "detail": f"internal error {error_id}: {type(exc).__name__}; the daemon's log "
+                          "has the details"})
+            await response(scope, receive, send)
+
+
 def create_app(ctx: ApiContext) -> FastAPI:
     app = FastAPI(
         title="airvisor",
@@ -145,14 +182,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     )
     app.state.ctx = ctx
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        error_id = uuid.uuid4().hex[:12]
-        log.error("unexpected error in a request", method=request.method,
-                  path=request.url.path, error_id=error_id, exc_info=exc)
-        return JSONResponse(status_code=500, content={
-            "detail": f"internal error {error_id}: {type(exc).__name__}; the daemon's log has "
-                      "the details"})
+    app.add_middleware(UnexpectedErrors)
 
     @app.get("/health", response_model=HealthOut, tags=["daemon"])
     def health(ctx: Ctx) -> HealthOut:

@@ -45,6 +45,7 @@ class FakeRunService:
         self.ticks = 0
         self.shutdowns: list[bool] = []
         self.restarts: list[str] = []
+        self.fail_with: Exception | None = None  # raised by the next request_restart
 
     def submit(self, profile: Profile, *, start_mode: str = "auto") -> RunRecord:
         gpus = set(profile.gpus.inference) | set(profile.gpus.trainer)
@@ -92,6 +93,9 @@ class FakeRunService:
 
     def request_restart(self, run_id: str) -> None:
         """A restart at once: the next attempt, resumed from step 2, with fresh logs."""
+        if self.fail_with is not None:
+            error, self.fail_with = self.fail_with, None
+            raise error
         self._live_or_raise(run_id)
         self.restarts.append(run_id)
         run = self.store.get_run(run_id)

@@ -170,6 +170,19 @@ def test_stop_and_restart(api: Api) -> None:
         assert client.post("/runs/nope-1/restart").status_code == 404
 
 
+def test_an_unexpected_error_is_a_json_500_and_the_daemon_keeps_serving(api: Api) -> None:
+    run_id = submit(api).json()["id"]
+    api.service.fail_with = RuntimeError("engine bug")
+    with api.client() as client:
+        response = client.post(f"/runs/{run_id}/restart")
+        assert response.status_code == 500
+        assert response.json()["detail"].startswith("internal error ")
+        assert "RuntimeError" in response.json()["detail"]
+        assert "engine bug" not in response.text  # details go to the log, not to clients
+        assert client.post(f"/runs/{run_id}/restart").status_code == 202
+    assert httpx.get(f"{api.url}/health").status_code == 200
+
+
 def test_mutating_endpoints_need_the_token(api: Api) -> None:
     run_id = submit(api).json()["id"]
     for token in (None, "wrong-token"):
