@@ -313,3 +313,14 @@ def test_standalone_containers_are_started_and_removed(
         runner.close()
     remaining = docker_client.containers.list(all=True, filters={"name": names[0]})
     assert [c.name for c in remaining if c.name in names] == []
+
+
+def test_runaway_output_is_bounded(runner_for: Any) -> None:
+    runner, _ = runner_for(task="battleOfSexes", max_observation_chars=2000)
+    episode = start(runner, "battleOfSexes")
+    result = episode.step("python3 -c \"print('x' * 20_000_000); print('THE END')\"")
+    assert "were dropped" in result.observation and "characters omitted" in result.observation
+    assert result.observation.rstrip().endswith("THE END")
+    assert len(result.observation) < 2500
+    assert episode.step("echo still-here").observation.strip() == "still-here"
+    end(episode)
