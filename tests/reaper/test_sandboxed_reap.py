@@ -28,6 +28,11 @@ def test_stale_stand_ins_found_and_reaped_decoys_survive(scenario: Any,
     assert set(kept) == {decoys["other-user"]}
     assert "reaper.allow_other_users" in kept[decoys["other-user"]]
 
+    # `airvisor processes --json` gives the same list (reading the live runs from the store).
+    listed = result["processes_json"]
+    assert listed is not None
+    assert {c["pid"] for c in listed["candidates"]} == set(stale.values())
+    assert {c["pid"] for c in listed["kept"]} == {decoys["other-user"]}
     # `airvisor reap --dry-run` lists them all, kills nothing.
     assert result["dry_run_rc"] == 0, result["dry_run_out"]
     for pid in stale.values():

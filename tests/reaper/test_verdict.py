@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from airvisor.proc._facts import ProcessFacts
 from airvisor.proc._marker import Marker
@@ -179,3 +181,13 @@ def test_candidates_form_a_forest() -> None:
     assert [(c.pid, c.depth, c.children) for c in candidates] == [(11, 0, (12,)),
                                                                    (12, 1, (13,))]
     assert candidates[0].age == 100.0
+
+
+@given(program=st.sampled_from(["vim", "/usr/bin/tail", "grep", "less", "bash", "ssh", "cat"]),
+       args=st.lists(st.sampled_from([
+           "orchestrator", "trainer", "inference", "rl", "vllm", "serve", "torchrun",
+           "VLLM::EngineCore", "-m", "prime_rl.trainer", "airvisor.demo", "-f", "x.py",
+       ]) | st.text(max_size=20), max_size=6))
+def test_words_in_the_arguments_never_make_a_kind(program: str, args: list[str]) -> None:
+    # Whatever the arguments of a program that is no training process say, it is none.
+    assert known_kind(facts([program, *args])) is None

@@ -121,6 +121,9 @@ def main() -> None:
                          timeout=60)
     result["dry_run_rc"] = dry.returncode
     result["dry_run_out"] = dry.stdout + dry.stderr
+    listed = subprocess.run([sys.executable, "-m", "airvisor", "processes", "--json"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    result["processes_json"] = json.loads(listed.stdout) if listed.returncode == 0 else None
     no_tty = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60,
                             stdin=subprocess.DEVNULL)
     result["no_tty_rc"] = no_tty.returncode
