@@ -16,6 +16,7 @@ URL_ENV = "AIRVISOR_URL"
 TOKEN_ENV = "AIRVISOR_TOKEN"
 TOKEN_FILE_ENV = "AIRVISOR_TOKEN_FILE"
 DEFAULT_URL = "http://127.0.0.1:8765"
+SYSTEM_TOKEN_FILE = Path("/var/lib/airvisor/token")  # the system unit's state dir
 # Requests other than the /health probe and streams: submit may run profile checks.
 REQUEST_TIMEOUT = 30.0
 
@@ -37,17 +38,27 @@ def _transport_for(url: str) -> tuple[str, httpx.HTTPTransport | None]:
     return url.rstrip("/"), None
 
 
+def token_files(env: dict[str, str]) -> list[Path]:
+    """Where the daemon's token may be: $AIRVISOR_TOKEN_FILE, else this user's state dir,
+    then the system service's (/var/lib/airvisor, readable by root only)."""
+    if env.get(TOKEN_FILE_ENV):
+        return [Path(env[TOKEN_FILE_ENV]).expanduser()]
+    return [state_dir() / "token", SYSTEM_TOKEN_FILE]
+
+
 def read_token(env: dict[str, str] | None = None) -> str | None:
-    """$AIRVISOR_TOKEN, else the token file ($AIRVISOR_TOKEN_FILE or <state dir>/token)."""
+    """$AIRVISOR_TOKEN, else the first readable token file (see token_files)."""
     env = dict(os.environ) if env is None else env
     if env.get(TOKEN_ENV):
         return env[TOKEN_ENV].strip()
-    path = Path(env[TOKEN_FILE_ENV]) if env.get(TOKEN_FILE_ENV) else state_dir() / "token"
-    try:
-        token = path.expanduser().read_text().strip()
-    except OSError:
-        return None
-    return token or None
+    for path in token_files(env):
+        try:
+            token = path.read_text().strip()
+        except OSError:
+            continue
+        if token:
+            return token
+    return None
 
 
 def _message(response: httpx.Response) -> str:

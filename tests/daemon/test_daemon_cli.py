@@ -26,6 +26,7 @@ from airvisor.daemon import (
     bind_socket,
     decide_auth,
     is_loopback_host,
+    read_token,
     render_run,
     render_unit,
 )
@@ -254,3 +255,14 @@ def test_install_service_writes_a_unit_systemd_accepts(tmp_path: Path, user_mode
                             capture_output=True, text=True, timeout=60, check=False, env=env)
     assert verify.returncode == 0, verify.stderr
     assert "airvisor.service" not in verify.stderr, verify.stderr  # no warnings about it
+
+
+def test_the_client_finds_the_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRVISOR_STATE_DIR", str(tmp_path / "state"))
+    assert read_token({"AIRVISOR_TOKEN": " from-env \n"}) == "from-env"
+    named = tmp_path / "named-token"
+    named.write_text("from-named-file\n")
+    assert read_token({"AIRVISOR_TOKEN_FILE": str(named)}) == "from-named-file"
+    assert read_token({"AIRVISOR_TOKEN_FILE": str(tmp_path / "missing")}) is None
+    created = load_or_create_token(tmp_path / "state" / "token")  # what the daemon writes
+    assert read_token({}) == created
