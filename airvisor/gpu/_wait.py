@@ -78,8 +78,8 @@ def format_gpu_table(gpus: list[GPUInfo]) -> str:
     for g in gpus:
         util = f"{g.utilization}%" if g.utilization is not None else "?"
         lines.append(f"GPU {g.index}  {g.name}  {g.uuid}")
-        lines.append(f"    memory: {gib(g.used_bytes)} used, {gib(g.free_bytes)} free of {gib(g.total_bytes)}; "
-                     f"utilization {util}")
+        lines.append(f"    memory: {gib(g.used_bytes)} used, {gib(g.free_bytes)} free of "
+                     f"{gib(g.total_bytes)}; utilization {util}")
         lines.extend(_holder_lines(g, indent="    "))
     return "\n".join(lines)
 
