@@ -264,7 +264,8 @@ class Daemon:
         self.notifier.ready(status)
         code = self._loop(service, ctx, catalog, status)
         reason = signal.Signals(self._stop_signal).name if self._stop_signal else "error"
-        runs = "stopping runs" if self.settings.stop_runs else "training left running"
+        runs = ("stopping runs" if self.settings.stop_runs
+                else "training left running (the next daemon adopts it)")
         log.info("airvisor daemon stopping", reason=reason, runs=runs)
         self.notifier.stopping(f"stopping ({reason}); {runs}")
         self._server.stop()
