@@ -106,35 +106,40 @@ class Episode:
         return True
 
     def step(self, reply: str) -> StepResult:
+        """The observation, reward and end flag for one model reply; never raises."""
         began = time.time()
         if self.done:
             return StepResult("The episode is over.", 0.0, True)
-        if not self._ready:
-            self._end("container_unavailable")
-            result = StepResult(self._unavailable_message(), 0.0, True)
-            self._record(reply, None, result, began)
-            return result
-        parsed = extract_command(reply)
-        if isinstance(parsed, NoCommand):
-            result = StepResult(parsed.message, 0.0, False, {"kind": "no_command"})
-            self._record(reply, None, result, began)
-            return result
+        parsed: Command | NoCommand | None = None
         try:
-            result = self._dispatch(parsed)
-        except ContainerUnavailable as e:
-            result = self._recover(e)
+            if not self._ready:
+                self._end("container_unavailable")
+                result = StepResult(self._unavailable_message(), 0.0, True)
+            else:
+                parsed = extract_command(reply)
+                if isinstance(parsed, NoCommand):
+                    result = StepResult(parsed.message, 0.0, False, {"kind": "no_command"})
+                else:
+                    result = self._run_command(parsed)
         except Exception as e:  # a bug here must end the episode, not error the rollout
-            logger.exception("episode %s: internal error on %r", self.episode_id, parsed.text)
+            logger.exception("episode %s: internal error on reply %r", self.episode_id, reply)
             self.events.append(f"internal error: {type(e).__name__}: {e}")
             self._end("internal_error")
             result = StepResult(
                 "The environment hit an internal error; the episode ends here.", 0.0, True
             )
-        if parsed.note:
+        self._record(reply, parsed if isinstance(parsed, Command) else None, result, began)
+        return result
+
+    def _run_command(self, command: Command) -> StepResult:
+        try:
+            result = self._dispatch(command)
+        except ContainerUnavailable as e:
+            result = self._recover(e)
+        if command.note:
             result = StepResult(
-                f"{result.observation}\n({parsed.note})", result.reward, result.done, result.info
+                f"{result.observation}\n({command.note})", result.reward, result.done, result.info
             )
-        self._record(reply, parsed, result, began)
         return result
 
     def finish(self, reason: str | None = None) -> float:
