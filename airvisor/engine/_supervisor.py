@@ -110,6 +110,9 @@ class ComponentHandle:
     launched: LaunchedLike | None = None  # None when adopted from an earlier supervisor
     exit_code: int | None = None
     exited: bool = False
+    # Saw its own "finished" line: an adopted process (not our child, exit status unknowable)
+    # that then disappears is taken to have exited 0.
+    finished: bool = False
 
 
 def describe_exit(code: int | None) -> str:
@@ -368,14 +371,17 @@ class RunSupervisor:
         if handle is None or handle.exited:
             return
         handle.exited = True
-        handle.exit_code = event.returncode
         self._read_progress(self._clock())  # the last lines may hold its final step
+        returncode = event.returncode
+        if returncode is None and handle.finished:
+            returncode = 0
+        handle.exit_code = returncode
         self.store.upsert_component(self.run_id, self.attempt, handle.name, state="exited",
-                                    exit_code=event.returncode)
+                                    exit_code=returncode)
         if self.state not in (RunState.STARTING, RunState.RUNNING):
             return  # expected: we are stopping it
-        what = describe_exit(event.returncode)
-        if event.returncode == 0 and event.component in ("trainer", "orchestrator"):
+        what = describe_exit(returncode)
+        if returncode == 0 and event.component in ("trainer", "orchestrator"):
             self._event("component_finished", f"{event.component} finished", component=handle.name)
             others = [self.components.get(n) for n in ("trainer", "orchestrator")]
             if all(h is not None and h.exited and h.exit_code == 0 for h in others):
@@ -565,6 +571,8 @@ class RunSupervisor:
                         trainer_step = max(trainer_step or 0, step)
                     continue
                 milestone = milestone_from_log_line(line)
+                if milestone in ("trainer_finished", "orchestrator_finished"):
+                    handle.finished = True
                 if milestone is not None:
                     self._event("milestone", f"{handle.name}: {milestone.replace('_', ' ')}",
                                 component=handle.name)
