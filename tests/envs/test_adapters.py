@@ -141,6 +141,7 @@ def test_vf04_taskset_full_episode(
 def test_container_stopped_mid_episode_ends_without_error(
     kind: str, checkout: Path, tmp_path: Path, make_container: Callable[[], str]
 ) -> None:
+    venv_python(kind)
     name = make_container()
     config = {
         "env_args": env_args(kind, checkout, tmp_path, name),
@@ -184,6 +185,7 @@ def test_vf04_taskset_config_accepts_every_env_arg() -> None:
 def test_vf03_concurrent_rollouts_share_two_containers(
     checkout: Path, tmp_path: Path, make_container: Callable[[], str]
 ) -> None:
+    venv_python("vf03")
     names = [make_container(), make_container()]
     args = env_args("vf03", checkout, tmp_path, names[0])
     args["container_names"] = names
