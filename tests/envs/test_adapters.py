@@ -98,6 +98,7 @@ def saved_trajectory(tmp_path: Path) -> dict[str, Any]:
 def test_vf03_multiturn_env_full_episode(
     checkout: Path, tmp_path: Path, make_container: Callable[[], str]
 ) -> None:
+    venv_python("vf03")  # skip before starting a container
     name = make_container()
     result = drive(
         "vf03",
@@ -121,6 +122,7 @@ def test_vf03_multiturn_env_full_episode(
 def test_vf04_taskset_full_episode(
     checkout: Path, tmp_path: Path, make_container: Callable[[], str]
 ) -> None:
+    venv_python("vf04")
     name = make_container()
     result = drive(
         "vf04",
