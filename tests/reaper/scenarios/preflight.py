@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -20,6 +21,14 @@ assert spec is not None and spec.loader is not None
 planting = importlib.util.module_from_spec(spec)
 sys.modules["planting"] = planting
 spec.loader.exec_module(planting)
+
+
+def private_tmp(size: str = "256m") -> None:
+    """Private /tmp and /dev/shm for this mount namespace: nothing written there (work dirs,
+    torchrun's and vLLM's leftovers) outlives the scenario or touches anyone else's."""
+    for target in ("/tmp", "/dev/shm"):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", target],
+                       check=True)
 
 from airvisor.gpu import GIB, DeviceReading  # noqa: E402
 from airvisor.profile._schema import (  # noqa: E402
@@ -64,6 +73,7 @@ class ProcessBackedNVML:
 
 def main() -> None:
     assert os.getpid() == 1, "run me with unshare --pid --fork --mount-proc"
+    private_tmp()
     work = Path(tempfile.mkdtemp(prefix="airvisor-preflight-"))
     p = planting.Planter(work)
     vllm = p.plant("vllm-serve", roles=("root", "tracker", "engine", "worker"))

@@ -24,6 +24,14 @@ planting = importlib.util.module_from_spec(spec)
 sys.modules["planting"] = planting
 spec.loader.exec_module(planting)
 
+
+def private_tmp(size: str = "256m") -> None:
+    """Private /tmp and /dev/shm for this mount namespace: nothing written there (work dirs,
+    torchrun's and vLLM's leftovers) outlives the scenario or touches anyone else's."""
+    for target in ("/tmp", "/dev/shm"):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", target],
+                       check=True)
+
 import psutil  # noqa: E402
 
 from airvisor.proc._marker import MARKER_COMPONENT_ENV, MARKER_RUN_ENV  # noqa: E402
@@ -39,6 +47,7 @@ def marker(run_id: str, component: str = "trainer") -> dict[str, str]:
 
 def main() -> None:
     assert os.getpid() == 1, "run me with unshare --pid --fork --mount-proc"
+    private_tmp()
     other_uid = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else None
     work = Path(tempfile.mkdtemp(prefix="airvisor-reaper-"))
     work.chmod(0o755)

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +24,14 @@ assert spec is not None and spec.loader is not None
 planting = importlib.util.module_from_spec(spec)
 sys.modules["planting"] = planting
 spec.loader.exec_module(planting)
+
+
+def private_tmp(size: str = "256m") -> None:
+    """Private /tmp and /dev/shm for this mount namespace: nothing written there (work dirs,
+    torchrun's and vLLM's leftovers) outlives the scenario or touches anyone else's."""
+    for target in ("/tmp", "/dev/shm"):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", target],
+                       check=True)
 
 from airvisor.reaper import default_context, discover, reap  # noqa: E402
 
@@ -44,6 +53,7 @@ def free_port() -> int:
 
 def main() -> None:
     assert os.getpid() == 1, "run me with unshare --pid --fork --mount-proc"
+    private_tmp()
     venv = Path(sys.argv[1])
     work = Path(tempfile.mkdtemp(prefix="airvisor-torchrun-"))
     (work / "train.py").write_text(WORKER)

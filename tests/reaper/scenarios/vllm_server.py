@@ -28,6 +28,14 @@ planting = importlib.util.module_from_spec(spec)
 sys.modules["planting"] = planting
 spec.loader.exec_module(planting)
 
+
+def private_tmp(size: str = "256m") -> None:
+    """Private /tmp and /dev/shm for this mount namespace: nothing written there (work dirs,
+    torchrun's and vLLM's leftovers) outlives the scenario or touches anyone else's."""
+    for target in ("/tmp", "/dev/shm"):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", target],
+                       check=True)
+
 import psutil  # noqa: E402
 
 from airvisor.reaper import default_context, discover, reap  # noqa: E402
@@ -48,8 +56,7 @@ def shm_leftovers() -> list[str]:
 def main() -> None:
     assert os.getpid() == 1, "run me with unshare --pid --fork --mount-proc"
     venv = Path(sys.argv[1])
-    for target in ("/dev/shm", "/tmp"):
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2g", "tmpfs", target], check=True)
+    private_tmp(size="2g")
     work = Path(tempfile.mkdtemp(prefix="airvisor-vllm-"))
     log = open(work / "server.log", "wb")  # noqa: SIM115
     port = free_port()
