@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 import uvicorn
 from fastapi import FastAPI
@@ -127,6 +129,31 @@ def _bind_unix(path: Path) -> socket.socket:
     return sock
 
 
+LOCK_FILE_NAME = "daemon.lock"
+
+
+def lock_state_dir(state: Path) -> IO[str]:
+    """One daemon per state directory: two would both adopt the same runs. The lock is held
+    (and released by the kernel) for the life of the process, so a SIGKILLed daemon leaves no
+    stale lock behind."""
+    state.mkdir(parents=True, exist_ok=True)
+    handle = (state / LOCK_FILE_NAME).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise DaemonStartError(
+            f"another airvisor daemon (pid {holder}) already uses the state directory {state}; "
+            "stop it first, or give this one its own AIRVISOR_STATE_DIR") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
 class ApiServer:
     """uvicorn's Server in a helper thread (uvicorn installs no signal handlers off the main
     thread, which is what we want: signals belong to the daemon's main loop)."""
@@ -195,6 +222,7 @@ class Daemon:
         self._stop_signal: int | None = None
         self._reload_requested = False
         self._server: ApiServer | None = None
+        self._lock_file: IO[str] | None = None
 
     # -- signals: record only ---------------------------------------------------------------
     def _on_stop_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -238,6 +266,7 @@ class Daemon:
     def run(self) -> int:
         """Serve and supervise until a stop signal; returns the process exit code."""
         state = state_dir()
+        self._lock_file = lock_state_dir(state)
         token = self.prepare_auth(state)
         sock = bind_socket(self.settings)
         try:

@@ -266,3 +266,21 @@ def test_the_client_finds_the_token(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert read_token({"AIRVISOR_TOKEN_FILE": str(tmp_path / "missing")}) is None
     created = load_or_create_token(tmp_path / "state" / "token")  # what the daemon writes
     assert read_token({}) == created
+
+
+@pytest.mark.slow
+def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(tmp_path: Path) -> None:
+    first = DaemonProcess(tmp_path, "--no-auth")
+    try:
+        first.wait_ready()
+        second = run_cli(tmp_path, "daemon", "--no-auth", "--port", "0")
+        assert second.returncode == 2
+        assert f"another airvisor daemon (pid {first.proc.pid})" in second.stderr
+        assert "Traceback" not in second.stderr
+    finally:
+        first.kill()  # SIGKILL: the kernel drops its lock
+    third = DaemonProcess(tmp_path, "--no-auth")
+    try:
+        third.wait_ready()
+    finally:
+        assert third.stop() == 0
