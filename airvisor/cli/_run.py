@@ -127,9 +127,13 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
     parsed = _parse_overrides(overrides)
     client = _daemon(not foreground)
     if client is not None:
-        ref = profile
-        if "/" in profile or profile.endswith(".toml"):
-            ref = str(Path(profile).resolve())
+        # The daemon may run with another cwd and search path: send the file we mean.
+        from airvisor.profile import find_profile
+
+        try:
+            ref = str(find_profile(profile).resolve())
+        except ProfileError:
+            ref = profile  # the daemon may know it (e.g. in /etc/airvisor/profiles)
         try:
             run = client.submit(ref, parsed, mode)
         except Exception as exc:
