@@ -201,3 +201,27 @@ def test_vf03_concurrent_rollouts_share_two_containers(
         sorted([names[0], names[1], names[1]]),
     )
     assert len(list((tmp_path / "trajectories").glob("*.json"))) == 3
+
+
+@pytest.mark.parametrize("kind", ["vf03", "vf04"])
+def test_turn_limit_ends_with_a_final_evaluation(
+    kind: str, checkout: Path, tmp_path: Path, make_container: Callable[[], str]
+) -> None:
+    venv_python(kind)
+    name = make_container()
+    replies = [
+        "```\nopen strategy.py\n```",
+        "```\nedit 12:12\n    return 0\nend_of_edit\n```",
+        "```bash\nls\n```",
+        "```bash\nls\n```",
+    ]
+    args = env_args(kind, checkout, tmp_path, name, max_turns=3)
+    result = drive(kind, tmp_path, {"env_args": args, "replies": replies})
+    # never submitted or validated: the episode's end evaluates the edited strategy
+    assert result["reward"] == pytest.approx(1.98 - 0.75)
+    trajectory = saved_trajectory(tmp_path)
+    assert trajectory["submitted"] is False and trajectory["best"] == pytest.approx(1.98)
+    if kind == "vf03":
+        assert result["error"] is None and result["stop_condition"] == "max_turns_reached"
+    else:
+        assert result["ok"] is True and result["num_turns"] == 3

@@ -119,13 +119,15 @@ class MLGymEnv(vf.Env[MLGymEnvConfig]):  # type: ignore[misc]
         try:
             async with agents.agent.interaction(task) as interaction:
                 segment = await interaction.turn()
+                turns = 1
                 while not segment.terminated:
                     if episode is None:
                         break  # no container free: the one model turn ends the exchange
                     result = await asyncio.to_thread(episode.step, segment.last_reply)
-                    if result.done:
-                        break
+                    if result.done or turns >= runner.args.max_turns:
+                        break  # finish() below evaluates an unsubmitted episode once more
                     segment = await interaction.turn(result.observation)
+                    turns += 1
             trace = interaction.trace
         finally:
             if episode is not None:
