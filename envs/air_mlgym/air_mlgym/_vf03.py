@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from typing import Any
 
 import verifiers as vf
@@ -89,7 +90,12 @@ class MLGymMultiTurnEnv(vf.MultiTurnEnv):  # type: ignore[misc]
         task_id = info.get("task_id") if isinstance(info, dict) else None
         if task_id not in self.runner.tasks:
             task_id = next(iter(self.runner.tasks))
-        summary: dict[str, Any] = {"task_id": task_id, "total_reward": 0.0}
+        # Our own key for this rollout's episode (not every verifiers sets a trajectory id).
+        summary: dict[str, Any] = {
+            "task_id": task_id,
+            "total_reward": 0.0,
+            "rollout_key": uuid.uuid4().hex,
+        }
         state[STATE_KEY] = summary
         try:
             lease = await self._acquire()
@@ -103,7 +109,7 @@ class MLGymMultiTurnEnv(vf.MultiTurnEnv):  # type: ignore[misc]
         episode = self.runner.new_episode(
             task_id, lease, meta={"trajectory_id": state.get("trajectory_id")}
         )
-        self._episodes[str(state.get("trajectory_id"))] = (episode, lease)
+        self._episodes[summary["rollout_key"]] = (episode, lease)
         summary["container"] = lease.name
         summary["episode_id"] = episode.episode_id
         await asyncio.to_thread(episode.reset)  # False is handled by the first step
@@ -118,7 +124,7 @@ class MLGymMultiTurnEnv(vf.MultiTurnEnv):  # type: ignore[misc]
             await asyncio.sleep(0.5)
 
     async def env_response(self, messages: Any, state: Any, **kwargs: Any) -> Any:
-        entry = self._episodes.get(str(state.get("trajectory_id")))
+        entry = self._episodes.get(_summary(state).get("rollout_key", ""))
         if entry is None:
             reason = _summary(state).get("end_reason", "no_container_free")
             observation = (
@@ -140,7 +146,7 @@ class MLGymMultiTurnEnv(vf.MultiTurnEnv):  # type: ignore[misc]
 
     @vf.cleanup  # type: ignore[untyped-decorator]
     async def finish_episode(self, state: Any) -> None:
-        entry = self._episodes.pop(str(state.get("trajectory_id")), None)
+        entry = self._episodes.pop(_summary(state).get("rollout_key", ""), None)
         if entry is None:
             return
         episode, lease = entry
