@@ -39,6 +39,7 @@ fi
 step "lint and types"
 .venv/bin/ruff check airvisor tests bench envs
 .venv/bin/mypy
+.venv/bin/mypy --config-file envs/air_mlgym/pyproject.toml envs/air_mlgym/air_mlgym
 
 step "tests"
 .venv/bin/python -m pytest -ra "$@"
