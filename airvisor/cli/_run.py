@@ -47,24 +47,6 @@ def _daemon(use_daemon: bool) -> Any:
     return DaemonClient.connect()
 
 
-def _parse_overrides(pairs: tuple[str, ...]) -> dict[str, Any]:
-    """`--set run.max_steps=5`: values are read as TOML scalars (numbers, booleans, strings)."""
-    import tomllib
-
-    overrides: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{pair!r}: expected KEY=VALUE, e.g. run.max_steps=5",
-                                     param_hint="--set")
-        try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = raw  # a bare word is taken as a string
-        overrides[key.strip()] = value
-    return overrides
-
-
 def _fmt_time(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).strftime("%H:%M:%S") if ts else "-"
 
@@ -124,7 +106,9 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
     from airvisor.profile import ProfileError, load_profile
 
     mode = start_mode or "auto"
-    parsed = _parse_overrides(overrides)
+    from airvisor.cli._check import parse_overrides
+
+    parsed = parse_overrides(overrides)
     client = _daemon(not foreground)
     if client is not None:
         # The daemon may run with another cwd and search path: send the file we mean.
