@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,12 +25,7 @@ sys.modules["planting"] = planting
 spec.loader.exec_module(planting)
 
 
-def private_tmp(size: str = "256m") -> None:
-    """Private /tmp and /dev/shm for this mount namespace: nothing written there (work dirs,
-    torchrun's and vLLM's leftovers) outlives the scenario or touches anyone else's."""
-    for target in ("/tmp", "/dev/shm"):
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", target],
-                       check=True)
+from _sandbox import private_tmp  # noqa: E402  (the scenario dir is on sys.path)
 
 from airvisor.reaper import default_context, discover, reap  # noqa: E402
 

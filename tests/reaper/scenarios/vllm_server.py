@@ -29,14 +29,8 @@ sys.modules["planting"] = planting
 spec.loader.exec_module(planting)
 
 
-def private_tmp(size: str = "256m") -> None:
-    """Private /tmp and /dev/shm for this mount namespace: nothing written there (work dirs,
-    torchrun's and vLLM's leftovers) outlives the scenario or touches anyone else's."""
-    for target in ("/tmp", "/dev/shm"):
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", target],
-                       check=True)
-
 import psutil  # noqa: E402
+from _sandbox import private_tmp  # noqa: E402  (the scenario dir is on sys.path)
 
 from airvisor.reaper import default_context, discover, reap  # noqa: E402
 
