@@ -9,6 +9,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from airvisor.cli._run import render_run
 from airvisor.policy import RunState
 
 from .conftest import Harness
@@ -43,16 +44,22 @@ def test_run_with_containers_shows_them_and_leaves_none(
     supervisor = harness.manager.supervisor(record.id)
     assert supervisor is not None
     seen: dict[str, str] = {}
+    status_text = ""
     deadline = time.monotonic() + 90
     while not supervisor.state.terminal and time.monotonic() < deadline:
         harness.manager.tick(0.1)
         for comp in harness.store.components(record.id):
             if comp.kind == "container" and comp.container_id:
                 seen[comp.name] = comp.state
+        run = harness.store.get_run(record.id)
+        if run is not None and run.state == "running" and not status_text:
+            # What `airvisor status` prints for the live run.
+            status_text = render_run(run, harness.store.components(record.id), [])
     assert supervisor.state == RunState.SUCCEEDED
     # Both containers were recorded with the run's components, under names derived from the run.
     assert len(seen) == 2 and all("mlgym" in name for name in seen)
     assert set(seen.values()) >= {"running"}
+    assert all(name in status_text for name in seen), status_text
     # The orchestrator was told their names through its env args.
     orch_toml = (Path(profile.run.output_dir) / "airvisor" / "attempt_1" /
                  "orchestrator.toml").read_text()

@@ -79,7 +79,13 @@ class Replay:
         self.processes: list[FakeProcess] = []
         self.stops = 0
         hooks = self.manager.hooks
-        hooks.prepare_machine = lambda profile, run_id, live: "fake preflight"
+        self.preflights = 0
+
+        def prepare_machine(profile: Profile, run_id: str, live: set[str]) -> str:
+            self.preflights += 1
+            return "fake preflight"
+
+        hooks.prepare_machine = prepare_machine
         hooks.prober = FakeProber
         hooks.launch = self._launch
         hooks.stop_tree = self._stop_tree
@@ -180,6 +186,8 @@ def test_orchestrator_waits_for_readiness_and_a_stall_triggers_resume(replay_fac
     r.advance(0.2)
     r.settle(RunState.STARTING)
     assert r.sup.attempt == 2
+    # Reap + GPU preflight ran again between the failure and the relaunch.
+    assert r.preflights == 2
     assert [a["resume_step"] for a in r.store.attempts(r.run_id)] == [None, 2]
     trainer = next(c for c in r.store.components(r.run_id, 2) if c.name == "trainer")
     assert trainer.argv[-2:] == ["--ckpt.resume-step", "2"]
