@@ -421,7 +421,7 @@ def stop(run_id: str | None, local: bool, wait: bool) -> None:
             _wait_ended(store, record.id)
         return
     # Nobody supervises it: stop its processes directly, by identity and marker.
-    from airvisor.proc._kill import terminate_tree
+    from airvisor.proc import terminate_tree
 
     comps = [c for c in store.components(record.id) if c.kind == "process" and c.pid]
     profile = record.profile

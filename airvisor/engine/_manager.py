@@ -26,7 +26,7 @@ from airvisor.engine._events import Command, Event
 from airvisor.engine._supervisor import ComponentHandle, Hooks, RunSupervisor
 from airvisor.engine._tail import LogTail
 from airvisor.policy import RunState, choose_resume_step, step_from_log_line
-from airvisor.proc import ProcessIdentity
+from airvisor.proc import ProcessIdentity, terminate_tree
 from airvisor.profile._schema import Profile
 from airvisor.store import RunRecord, Store
 
@@ -83,8 +83,6 @@ def default_hooks(manager: RunManager) -> Hooks:
 
     def stop_tree(identities: list[ProcessIdentity], pgids: list[int], run_id: str,
                   grace: float) -> str:
-        from airvisor.proc._kill import terminate_tree
-
         report = terminate_tree(
             [i.pid for i in identities], pgids=pgids, marker_run_id=run_id, grace=grace,
             identities={i.pid: i.create_time for i in identities},

@@ -99,6 +99,9 @@ class Adapter(ABC):
         gpus = {"inference": profile.gpus.inference, "trainer": profile.gpus.trainer}.get(
             component, [])
         env = {
+            # NVML (the preflight, `airvisor gpus`) numbers GPUs in PCI bus order; CUDA's
+            # default order is "fastest first". Same order, so a profile index is one GPU.
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
             # prime-rl's launcher forces loguru's colours on; the supervisor strips them.
             "LOGURU_FORCE_COLORS": "1",

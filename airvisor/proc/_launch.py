@@ -14,8 +14,7 @@ from pathlib import Path
 
 import psutil
 
-MARKER_RUN_ENV = "AIRVISOR_RUN_ID"
-MARKER_COMPONENT_ENV = "AIRVISOR_COMPONENT"
+from airvisor.proc._marker import MARKER_COMPONENT_ENV, MARKER_RUN_ENV
 
 
 @dataclass(frozen=True)

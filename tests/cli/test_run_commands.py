@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airvisor.proc._marker import processes_with_marker
+from airvisor.proc import processes_with_marker
 from airvisor.store import Store
 
 from ..engine.conftest import demo_profile_dict, write_profile

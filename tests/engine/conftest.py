@@ -12,7 +12,7 @@ import tomli_w
 
 from airvisor.engine import RunManager
 from airvisor.policy import RunState
-from airvisor.proc._marker import processes_with_marker
+from airvisor.proc import processes_with_marker
 from airvisor.profile import Profile, load_profile
 from airvisor.store import Store
 
