@@ -76,7 +76,8 @@ def test_never_resumes_from_latest_or_zero(version: str, step: int) -> None:
 @pytest.mark.parametrize("version", ["0.4", "main"])
 def test_environment_cwd_and_wandb(version: str) -> None:
     result = specs(version, None)
-    common = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "LOGURU_FORCE_COLORS": "1", "PYTHONUNBUFFERED": "1", "HF_HOME": "/srv/hf",
+    common = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "LOGURU_FORCE_COLORS": "1",
+              "PYTHONUNBUFFERED": "1", "HF_HOME": "/srv/hf",
               "WANDB_MODE": "offline"}
     assert {name: spec.env for name, spec in result.items()} == {
         "inference": {"CUDA_VISIBLE_DEVICES": "0", **common},
