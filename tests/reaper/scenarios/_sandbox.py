@@ -29,6 +29,9 @@ def private_tmp(size: str = "256m") -> None:
     """
     keep = {REPO_ROOT, Path(sys.prefix), Path(sys.executable).parent}
     keep.update(Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+    # The vLLM CPU venv (real vLLM, torchrun) may have been built under /tmp too.
+    if os.environ.get("AIRVISOR_VLLM_VENV"):
+        keep.add(Path(os.environ["AIRVISOR_VLLM_VENV"]))
     keep = {p.resolve() for p in keep if p.exists() and _under_tmp(p)}
     if keep:
         _STASH.mkdir(parents=True, exist_ok=True)
