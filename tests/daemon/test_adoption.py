@@ -17,30 +17,19 @@ import pytest
 from airvisor.engine import scan_checkpoints
 from airvisor.proc._marker import processes_with_marker
 
-from .conftest import DaemonProcess, free_port, write_profile
+from ..engine.conftest import demo_profile_dict
+from .conftest import DaemonProcess, write_profile
 
 PROFILE = "adoption_demo"
 
 
 def demo_profile(tmp: Path) -> dict[str, Any]:
-    return {
-        "run": {"name": PROFILE, "output_dir": str(tmp / "out"), "max_steps": 1000,
-                "demo": True, "on_existing": "replace"},
-        "prime_rl": {"version": "0.4", "command_prefix": ["{python}", "-m", "airvisor.demo"]},
-        "inference": {"port": free_port(), "config": {"model": {"name": "demo/tiny"},
-                                                      "demo": {"startup_delay": 0.3}}},
-        "trainer": {"rdzv_port": free_port(), "min_free_gib": 0,
-                    "config": {"model": {"name": "demo/tiny"}, "demo": {"step_time": 0.1}}},
-        "orchestrator": {"config": {"model": {"name": "demo/tiny"}, "demo": {"step_time": 0.05},
-                                    "seq_len": 512, "sampling": {"max_tokens": 128}}},
-        "health": {"ready_timeout": 30, "probe_interval": 0.5, "probe_failures": 3,
-                   "stall_timeout": 10, "first_step_grace": 30},
-        "checkpoint": {"interval": 2, "keep": 3, "size_gib": 0},
-        "restart": {"max_restarts": 3, "window": 120, "backoff_initial": 0.2,
-                    "backoff_factor": 2, "backoff_max": 1, "stop_grace": 1},
-        # Other developers' demo stand-ins run on this machine: never reap here.
-        "reaper": {"enabled": False},
-    }
+    # The engine tests' fast demo profile (reaper off: other stand-ins may run here), made long
+    # and a little more patient.
+    return demo_profile_dict(
+        tmp / "out", run={"name": PROFILE, "max_steps": 1000},
+        health={"ready_timeout": 30, "stall_timeout": 10, "first_step_grace": 30},
+    )
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
