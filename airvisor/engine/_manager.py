@@ -7,6 +7,7 @@ threads post into the same queue the loop blocks on.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import secrets
@@ -250,8 +251,7 @@ class RunManager:
             while any(not s.state.terminal for s in live) and self._clock() < deadline:
                 self.tick(0.1)
         for supervisor in live:
-            if supervisor._prober is not None:
-                supervisor._prober.stop()
+            supervisor.detach()
 
     # -- boot: adopt or resume -------------------------------------------------------------------
     def adopt_on_boot(self) -> list[str]:
@@ -278,23 +278,15 @@ class RunManager:
                 pids = ", ".join(str(h.identity.pid) for h in handles.values())
                 self.store.add_event(run.id, "adopted", f"adopted live run: "
                                      f"{', '.join(sorted(handles))} (pids {pids})")
-            elif profile.restart.resume_on_boot:
-                supervisor.attempt = run.attempt
-                supervisor.components = handles
-                supervisor.state = RunState.RUNNING
+            else:
                 why = (f"components died while no supervisor watched: {', '.join(dead)}"
                        if dead else "the run had not started its components")
-                self.store.add_event(run.id, "boot_resume", f"{why}; resuming "
-                                     f"({choose_resume_step(scan_checkpoints(Path(run.run_dir))).describe()})")
-                self._guard(supervisor, lambda s=supervisor, w=why: s._fail(  # type: ignore[misc]
-                    w, None, count_restart=False))
-            else:
-                supervisor.state = RunState.RUNNING
-                supervisor.components = handles
-                self._guard(supervisor, lambda s=supervisor: s._stop_everything(  # type: ignore[misc]
-                    final=RunState.FAILED))
-                self.store.update_run(run.id, last_error="components died with the supervisor "
-                                      "and restart.resume_on_boot is off")
+                if profile.restart.resume_on_boot:
+                    choice = choose_resume_step(scan_checkpoints(Path(run.run_dir)))
+                    self.store.add_event(run.id, "boot_resume",
+                                         f"{why}; resuming ({choice.describe()})")
+                self._guard(supervisor, functools.partial(
+                    supervisor.take_over_dead, run.attempt, handles, why))
             taken.append(run.id)
         return taken
 

@@ -326,6 +326,25 @@ class RunSupervisor:
         if self.profile.containers.enabled and self._hooks.container_pool is not None:
             self._pool = self._hooks.container_pool(self.profile, self.run_id)
 
+    def take_over_dead(self, attempt: int, survivors: dict[str, ComponentHandle],
+                       why: str) -> None:
+        """Boot-time takeover of a run whose components (some or all) died unsupervised:
+        stop what is left, then resume from the newest complete checkpoint, or, when
+        `restart.resume_on_boot` is off, end the run as failed."""
+        self.attempt = attempt
+        self.components = survivors
+        self.state = RunState.RUNNING
+        if self.profile.restart.resume_on_boot:
+            self._fail(why, None, count_restart=False)
+            return
+        self.store.update_run(self.run_id, last_error=f"{why}; restart.resume_on_boot is off")
+        self._stop_everything(final=RunState.FAILED)
+
+    def detach(self) -> None:
+        """Stop watching (the daemon is going away); the components keep running."""
+        if self._prober is not None:
+            self._prober.stop()
+
     # -- events ----------------------------------------------------------------------------
     def handle(self, event: Event) -> None:
         if isinstance(event, Command):
