@@ -228,16 +228,6 @@ class RunManager:
             self.store.add_event(supervisor.run_id, "internal_error",
                                  f"internal error: {type(exc).__name__}: {exc}")
 
-    def run_until_done(self, run_id: str, *, on_tick: Callable[[], None] | None = None,
-                       interval: float = 0.2) -> RunState:
-        """Foreground mode: drive the loop until the run ends."""
-        supervisor = self._runs[run_id]
-        while not supervisor.state.terminal:
-            self.tick(interval)
-            if on_tick is not None:
-                on_tick()
-        return supervisor.state
-
     def shutdown(self, *, stop_runs: bool, timeout: float | None = None) -> None:
         """Leave training running (a later daemon adopts it) unless `stop_runs`."""
         with self._lock:
