@@ -23,6 +23,8 @@ from typing import Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from airvisor.profile._configs import deep_merge
+
 StandinName = Literal["inference", "trainer", "orchestrator"]
 
 
@@ -247,17 +249,6 @@ def load_toml(path: Path) -> dict[str, Any]:
         ) from None
     except OSError as exc:
         raise DemoConfigError(f"{path}: cannot read: {exc.strerror}") from None
-
-
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """A new dict: tables merge key by key, any other value of `override` replaces."""
-    result = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
-            result[key] = deep_merge(result[key], value)
-        else:
-            result[key] = value
-    return result
 
 
 def parse_flag_value(raw: str | None) -> Any:

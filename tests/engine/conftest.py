@@ -14,6 +14,7 @@ from airvisor.engine import RunManager
 from airvisor.policy import RunState
 from airvisor.proc import processes_with_marker
 from airvisor.profile import Profile, load_profile
+from airvisor.profile._configs import deep_merge
 from airvisor.store import Store
 
 
@@ -21,16 +22,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def demo_profile_dict(out: Path, **extra: Any) -> dict[str, Any]:
