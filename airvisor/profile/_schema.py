@@ -18,7 +18,9 @@ COMPONENTS: tuple[ComponentName, ...] = ("inference", "trainer", "orchestrator")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Every number is finite: `stop_grace = inf` (or nan) would wait forever on a process that
+    # ignores SIGTERM, so the loader rejects it with the field's name.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class RunSection(_Section):
