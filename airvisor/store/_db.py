@@ -76,6 +76,37 @@ CREATE TABLE IF NOT EXISTS events (
     data_json TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS events_by_run ON events(run_id, id);
+-- The run page's time series (airvisor.store._series): bounded per series, old points merged.
+CREATE TABLE IF NOT EXISTS series_points (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    series TEXT NOT NULL,
+    x REAL NOT NULL,
+    y REAL NOT NULL,
+    weight INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX IF NOT EXISTS series_points_by_run ON series_points(run_id, series, x);
+-- Webhook deliveries (airvisor.notify), one row per (notification, target), and cursors.
+CREATE TABLE IF NOT EXISTS notifications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    event TEXT NOT NULL,
+    target TEXT NOT NULL,  -- a hash of the URL: the URL may hold a secret
+    target_label TEXT NOT NULL,  -- redacted, for the page
+    payload_json TEXT NOT NULL,
+    status TEXT NOT NULL,
+    tries INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    UNIQUE (key, target)
+);
+CREATE INDEX IF NOT EXISTS notifications_by_run ON notifications(run_id, id);
+CREATE TABLE IF NOT EXISTS cursors (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
 """
 
 LIVE_STATES = frozenset({"pending", "preflight", "starting", "running", "recovering", "stopping"})
