@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 PrimeRLVersion = Literal["0.4", "main"]
 ComponentName = Literal["inference", "trainer", "orchestrator"]
@@ -145,6 +145,38 @@ class ContainerSection(_Section):
     env_arg: str = "container_names"
 
 
+NotifyEvent = Literal["failed", "recovered", "stalled", "gpu_wait", "succeeded"]
+NOTIFY_EVENTS: tuple[NotifyEvent, ...] = ("failed", "recovered", "stalled", "gpu_wait",
+                                          "succeeded")
+
+
+class WebhookTarget(_Section):
+    # May hold a secret (a Slack webhook's path is one): shown redacted everywhere. Checked in
+    # the model validator, so a validation error never repeats the URL itself.
+    url: str
+    format: Literal["json", "slack"] = "json"  # slack: {"text": ...} for incoming webhooks
+    events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS))
+    name: str | None = None  # shown on the run page and in logs instead of the redacted URL
+
+    @model_validator(mode="after")
+    def _http_url(self) -> WebhookTarget:
+        if not self.url.startswith(("http://", "https://")) or any(c.isspace() for c in self.url):
+            raise ValueError("url must be an http:// or https:// URL without spaces")
+        return self
+
+
+class NotifySection(_Section):
+    """Webhooks for runs that need a person (airvisor.notify); also the daemon-wide default,
+    read from the `[notify]` table of `<state dir>/notify.toml`."""
+
+    webhooks: list[WebhookTarget] = Field(default_factory=list)
+    use_daemon_default: bool = True  # also send to the daemon-wide webhooks
+    timeout: float = Field(default=5.0, gt=0)  # per HTTP request
+    retries: int = Field(default=5, ge=0)  # after the first try
+    backoff_initial: float = Field(default=2.0, ge=0)
+    backoff_max: float = Field(default=300.0, ge=0)
+
+
 class Profile(_Section):
     run: RunSection
     prime_rl: PrimeRLSection
@@ -157,6 +189,7 @@ class Profile(_Section):
     restart: RestartSection = RestartSection()
     reaper: ReaperSection = ReaperSection()
     containers: ContainerSection = ContainerSection()
+    notify: NotifySection = NotifySection()
     # Set by the loader: where the profile came from (not a TOML key).
     source: Path | None = Field(default=None, exclude=True)
     # Set by the loader: the positions of the profile's keys (an `airvisor.profile._locate.
