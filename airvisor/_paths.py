@@ -1,29 +1,59 @@
-"""Where airvisor keeps its state and finds profiles."""
+"""Where airvisor keeps its state and finds profiles.
+
+One state directory per box: the system service's (/var/lib/airvisor) when this user may read
+it, so root's commands see the runs the service supervises; otherwise the user's own.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 PROFILE_DIRS_ENV = "AIRVISOR_PROFILES"
 STATE_DIR_ENV = "AIRVISOR_STATE_DIR"
 SYSTEM_PROFILE_DIR = Path("/etc/airvisor/profiles")
+# The system unit's StateDirectory=airvisor.
+SYSTEM_STATE_DIR = Path("/var/lib/airvisor")
+DATABASE_NAME = "airvisor.sqlite3"
 # The repository's configs/ when airvisor runs from a checkout (editable install).
 REPO_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
-def state_dir() -> Path:
-    """`$AIRVISOR_STATE_DIR`, else `$XDG_STATE_HOME/airvisor`, else ~/.local/state/airvisor."""
-    explicit = os.environ.get(STATE_DIR_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_STATE_HOME")
+def user_state_dir(env: Mapping[str, str]) -> Path:
+    """`$XDG_STATE_HOME/airvisor`, else ~/.local/state/airvisor."""
+    xdg = env.get("XDG_STATE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
     return base / "airvisor"
 
 
+def choose_state_dir(env: Mapping[str, str], *, system_readable: bool) -> Path:
+    """`$AIRVISOR_STATE_DIR`; else the system service's directory when its database is
+    readable by this user; else the user's own."""
+    explicit = env.get(STATE_DIR_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    if system_readable:
+        return SYSTEM_STATE_DIR
+    return user_state_dir(env)
+
+
+def system_state_readable() -> bool:
+    """The system service's database exists and this user may read it (the directory is
+    0700 root: true for root, false for everyone else unless an admin opened it)."""
+    return os.access(SYSTEM_STATE_DIR / DATABASE_NAME, os.R_OK)
+
+
+def state_dir() -> Path:
+    """The box's state directory for this user (see choose_state_dir)."""
+    env = os.environ
+    if env.get(STATE_DIR_ENV):
+        return choose_state_dir(env, system_readable=False)
+    return choose_state_dir(env, system_readable=system_state_readable())
+
+
 def database_path() -> Path:
-    return state_dir() / "airvisor.sqlite3"
+    return state_dir() / DATABASE_NAME
 
 
 def profile_search_path() -> list[Path]:

@@ -10,13 +10,12 @@ from typing import Any
 
 import httpx
 
-from airvisor._paths import state_dir
+from airvisor._paths import SYSTEM_STATE_DIR, state_dir
+from airvisor.daemon._discovery import DaemonAddress, find_addresses
 
-URL_ENV = "AIRVISOR_URL"
 TOKEN_ENV = "AIRVISOR_TOKEN"
 TOKEN_FILE_ENV = "AIRVISOR_TOKEN_FILE"
-DEFAULT_URL = "http://127.0.0.1:8765"
-SYSTEM_TOKEN_FILE = Path("/var/lib/airvisor/token")  # the system unit's state dir
+SYSTEM_TOKEN_FILE = SYSTEM_STATE_DIR / "token"  # the system unit's state dir
 # Requests other than the /health probe and streams: submit may run profile checks.
 REQUEST_TIMEOUT = 30.0
 
@@ -38,20 +37,22 @@ def _transport_for(url: str) -> tuple[str, httpx.HTTPTransport | None]:
     return url.rstrip("/"), None
 
 
-def token_files(env: dict[str, str]) -> list[Path]:
-    """Where the daemon's token may be: $AIRVISOR_TOKEN_FILE, else this user's state dir,
-    then the system service's (/var/lib/airvisor, readable by root only)."""
+def token_files(env: dict[str, str], announced: Path | None = None) -> list[Path]:
+    """Where the daemon's token may be: $AIRVISOR_TOKEN_FILE, else the file the daemon
+    announced (its discovery file), then this user's state dir, then the system service's
+    (/var/lib/airvisor, readable by root only)."""
     if env.get(TOKEN_FILE_ENV):
         return [Path(env[TOKEN_FILE_ENV]).expanduser()]
-    return [state_dir() / "token", SYSTEM_TOKEN_FILE]
+    files = [announced] if announced is not None else []
+    return [*files, state_dir() / "token", SYSTEM_TOKEN_FILE]
 
 
-def read_token(env: dict[str, str] | None = None) -> str | None:
+def read_token(env: dict[str, str] | None = None, announced: Path | None = None) -> str | None:
     """$AIRVISOR_TOKEN, else the first readable token file (see token_files)."""
     env = dict(os.environ) if env is None else env
     if env.get(TOKEN_ENV):
         return env[TOKEN_ENV].strip()
-    for path in token_files(env):
+    for path in token_files(env, announced):
         try:
             token = path.read_text().strip()
         except OSError:
@@ -82,13 +83,24 @@ class DaemonClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=base, transport=transport, timeout=timeout,
                                   headers=headers)
+        self.health_info: dict[str, Any] = {}  # the /health answer that found it
 
     @classmethod
     def connect(cls, url: str | None = None, timeout: float = 0.5) -> DaemonClient | None:
-        """A client for the daemon at `url` ($AIRVISOR_URL, else http://127.0.0.1:8765), or
-        None when no airvisor daemon answers /health there within `timeout` seconds."""
-        url = url or os.environ.get(URL_ENV) or DEFAULT_URL
-        client = cls(url, token=read_token())
+        """A client for the box's daemon, or None when none answers /health within `timeout`
+        seconds. Tried in order: `url`; else $AIRVISOR_URL alone when set; else the
+        addresses running daemons announce (see airvisor.daemon._discovery), then
+        http://127.0.0.1:8765."""
+        addresses = [DaemonAddress(url=url, source="argument")] if url else find_addresses()
+        for address in addresses:
+            client = cls._probe(address, timeout)
+            if client is not None:
+                return client
+        return None
+
+    @classmethod
+    def _probe(cls, address: DaemonAddress, timeout: float) -> DaemonClient | None:
+        client = cls(address.url, token=read_token(announced=address.token_file))
         try:
             response = client._http.get("/health", timeout=timeout)
             body = response.json() if response.status_code == 200 else None
@@ -97,6 +109,7 @@ class DaemonClient:
         if not isinstance(body, dict) or body.get("service") != "airvisor":
             client.close()
             return None
+        client.health_info = body
         return client
 
     def close(self) -> None:
@@ -141,6 +154,10 @@ class DaemonClient:
             return run_id
         return str(self.get_run("current")["id"])
 
+    def live_run_ids(self) -> set[str]:
+        """The runs this daemon supervises now (their processes are not stale)."""
+        return {str(run["id"]) for run in self.list_runs() if run.get("live")}
+
     def stop(self, run_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._json("POST", f"/runs/{self._resolve(run_id)}/stop")
         return result
@@ -182,6 +199,21 @@ class DaemonClient:
                 return
             if not batch:
                 time.sleep(interval)
+
+
+def daemon_live_run_ids() -> tuple[set[str], str | None]:
+    """The runs the box's daemon supervises, and its URL; (set(), None) when no daemon
+    answers. A daemon that answers but cannot list its runs raises DaemonError: callers
+    about to kill processes must not guess."""
+    client = DaemonClient.connect()
+    if client is None:
+        return set(), None
+    with client:
+        try:
+            return client.live_run_ids(), client.url
+        except httpx.HTTPError as err:
+            raise DaemonError(0, f"the daemon at {client.url} did not list its runs: {err}"
+                              ) from err
 
 
 # -- rendering ----------------------------------------------------------------------------------

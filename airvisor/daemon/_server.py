@@ -35,6 +35,7 @@ from airvisor.daemon._auth import (
     is_loopback_host,
     load_or_create_token,
 )
+from airvisor.daemon._discovery import announce, announce_paths, withdraw
 from airvisor.daemon._notify import Notifier, watchdog_interval
 from airvisor.daemon._profiles import ProfileCatalog
 from airvisor.daemon._service import RunService
@@ -288,7 +289,11 @@ class Daemon:
         where = self.settings.where
         if self.settings.uds is None:  # the real port, also when --port 0 picked one
             where = f"http://{_url_host(self.settings.host)}:{sock.getsockname()[1]}"
-        log.info("airvisor daemon serving", where=where, pid=os.getpid(), state_dir=str(state))
+        announced = announce(
+            announce_paths(state, self._env), url=where, pid=os.getpid(), state=state,
+            token_file=self.settings.resolved_token_file(state) if token else None)
+        log.info("airvisor daemon serving", where=where, pid=os.getpid(), state_dir=str(state),
+                 discovery=[str(p) for p in announced])
         status = service.status_line()
         self.notifier.ready(status)
         code = self._loop(service, ctx, catalog, status)
@@ -297,6 +302,7 @@ class Daemon:
                 else "training left running (the next daemon adopts it)")
         log.info("airvisor daemon stopping", reason=reason, runs=runs)
         self.notifier.stopping(f"stopping ({reason}); {runs}")
+        withdraw(announced, pid=os.getpid())
         self._server.stop()
         service.shutdown(stop_runs=self.settings.stop_runs)
         if self.settings.uds is not None:
