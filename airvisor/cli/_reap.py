@@ -49,6 +49,18 @@ def live_run_ids() -> set[str]:
     return live
 
 
+def _daemon_live_run_ids() -> set[str]:
+    """The runs the box's daemon supervises (it may keep another state directory than this
+    user's): never stale. A daemon that answers but cannot say is an error, not a guess."""
+    from airvisor.daemon._client import DaemonError, daemon_live_run_ids
+
+    try:
+        return daemon_live_run_ids()[0]
+    except DaemonError as err:
+        click.echo(f"airvisor: {err}; not judging processes without it", err=True)
+        sys.exit(EXIT_FAILED)
+
+
 def _load_profile(ref: str | None) -> Any:
     if ref is None:
         return None
@@ -84,7 +96,7 @@ def _restrict(candidates: list[Any], pids: tuple[int, ...]) -> list[Any]:
 def _discover(profile: Any, pids: tuple[int, ...]) -> tuple[list[Any], list[Any], set[str]]:
     from airvisor.reaper import discover_all
 
-    live = live_run_ids()
+    live = live_run_ids() | _daemon_live_run_ids()
     found = discover_all(_context(profile, live))
     return _restrict(found.candidates, pids), _restrict(found.blocked, pids), live
 
