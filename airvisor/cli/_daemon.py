@@ -59,11 +59,12 @@ def daemon(host: str, port: int, uds: Path | None, stop_runs: bool, no_auth: boo
 def install_service(user_mode: bool, output: Path | None) -> None:
     """Write a systemd unit that runs this installation's `airvisor daemon`."""
     from airvisor.daemon import UnitOptions, render_unit, systemctl_commands
-    from airvisor.daemon._unit import SYSTEM_UNIT_PATH, user_unit_path
+    from airvisor.daemon._unit import SYSTEM_UNIT_PATH, user_unit_path, venv_python
 
     target = output or (user_unit_path(Path.home()) if user_mode else SYSTEM_UNIT_PATH)
-    # This interpreter (the venv's python, not its resolved target) keeps the venv active.
-    text = render_unit(UnitOptions(exec_start=[sys.executable, "-m", "airvisor", "daemon"],
+    # This venv's python (not its resolved target) keeps the venv active.
+    python = venv_python(sys.executable, sys.prefix, sys.base_prefix)
+    text = render_unit(UnitOptions(exec_start=[python, "-m", "airvisor", "daemon"],
                                    user_mode=user_mode))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,17 @@ USER_ENV_FILE = "%h/.config/airvisor/airvisor.env"
 WATCHDOG_SECONDS = 30
 
 
+def venv_python(executable: str, prefix: str, base_prefix: str) -> str:
+    """The interpreter for ExecStart: in a virtual environment its `bin/python` (what the
+    shipped unit and the README name, and what every venv has), not whichever alias
+    (python3, python3.11) this process happened to start as; outside one, `executable`."""
+    if prefix != base_prefix:
+        candidate = Path(prefix) / "bin" / "python"
+        if candidate.exists():
+            return str(candidate)
+    return executable
+
+
 def user_unit_path(home: Path) -> Path:
     return home / ".config" / "systemd" / "user" / "airvisor.service"
 
@@ -54,7 +65,15 @@ Type=notify
 NotifyAccess=main
 ExecStart={exec_start}
 ExecReload=/bin/kill -HUP $MAINPID
-{state}Environment=PYTHONUNBUFFERED=1
+{state}# Commands find the running daemon through $RUNTIME_DIRECTORY/daemon.json (its address;
+# no secret), so this directory is readable by everyone.
+RuntimeDirectory=airvisor
+RuntimeDirectoryMode=0755
+Environment=PYTHONUNBUFFERED=1
+# Journal entries: `journalctl -t airvisor`, and each line's <N> prefix is its priority
+# (`journalctl -u airvisor -p warning` shows warnings and errors).
+SyslogIdentifier=airvisor
+SyslogLevelPrefix=yes
 # Settings (AIRVISOR_HOST, AIRVISOR_PORT, AIRVISOR_TOKEN_FILE, AIRVISOR_STATE_DIR, ...);
 # the leading '-' makes the file optional. Its values override Environment= above.
 EnvironmentFile=-{env_file}
@@ -66,6 +85,8 @@ TimeoutStartSec=180
 TimeoutStopSec=90
 # Only the daemon itself is stopped or restarted: the training processes it launched keep
 # running, and the next daemon adopts them (same pid and start time) instead of losing the run.
+# systemd logs "Unit process N (...) remains running after unit stopped" and "Found left-over
+# process" for them on every stop and start: expected, by design.
 # `airvisor daemon --stop-runs` (or `airvisor stop`) stops training on purpose.
 KillMode=process
 LimitNOFILE=65536
