@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from airvisor.store._db import Store
+from airvisor.store._db import EventRecord, Store
 
 PENDING = "pending"
 DELIVERED = "delivered"
@@ -46,6 +46,12 @@ def _delivery(row: sqlite3.Row) -> DeliveryRecord:
     )
 
 
+def _event(row: sqlite3.Row) -> EventRecord:
+    return EventRecord(id=row["id"], run_id=row["run_id"], at=row["at"], kind=row["kind"],
+                       component=row["component"], message=row["message"],
+                       data=json.loads(row["data_json"]))
+
+
 class DeliveryStore:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -60,6 +66,21 @@ class DeliveryStore:
         with self.store._tx() as db:
             db.execute("INSERT INTO cursors (name, value) VALUES (?, ?) ON CONFLICT(name) "
                        "DO UPDATE SET value = excluded.value", (name, value))
+
+    def events_after(self, after_id: int, limit: int = 500) -> list[EventRecord]:
+        """Events of every run with a larger id, oldest first."""
+        rows = self.store._conn().execute(
+            "SELECT id, run_id, at, kind, component, message, data_json FROM events "
+            "WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)).fetchall()
+        return [_event(r) for r in rows]
+
+    def events_before(self, run_id: str, before_id: int, limit: int = 60) -> list[EventRecord]:
+        """The run's `limit` events before `before_id`, oldest first."""
+        rows = self.store._conn().execute(
+            "SELECT id, run_id, at, kind, component, message, data_json FROM events "
+            "WHERE run_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
+            (run_id, before_id, limit)).fetchall()
+        return [_event(r) for r in reversed(rows)]
 
     def last_event_id(self) -> int:
         row = self.store._conn().execute("SELECT MAX(id) FROM events").fetchone()

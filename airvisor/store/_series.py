@@ -136,6 +136,12 @@ class SeriesStore:
             last = max(last, int(row_id))
         return SeriesRead(found, last)
 
+    def points_since(self, run_id: str, series: str, since_x: float) -> list[tuple[float, float]]:
+        rows = self.store._conn().execute(
+            "SELECT x, y FROM series_points WHERE run_id = ? AND series = ? AND x >= ? "
+            "ORDER BY x", (run_id, series, since_x)).fetchall()
+        return [(float(x), float(y)) for x, y in rows]
+
     def count(self, run_id: str) -> int:
         row = self.store._conn().execute(
             "SELECT COUNT(*) FROM series_points WHERE run_id = ?", (run_id,)).fetchone()

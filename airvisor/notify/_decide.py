@@ -1,0 +1,128 @@
+"""Which supervision events need a person: a pure function over the events table's rows.
+
+The engine records everything a notification needs as events (kind, message, data); this module
+reads them, so the engine needs no notification code. Mapping:
+
+- `state` "run failed"                       -> failed (reason: the run's last error, which
+                                                 holds the crash-loop verdict when it gave up)
+- `state` "run succeeded"                    -> succeeded
+- `failure` whose reason starts with "hung:" -> stalled
+- `failure` "preflight failed: GPU memory is still held ..." -> gpu_wait (holders parsed from
+                                                 the preflight's table)
+- `state` "run running" right after an attempt that followed a failure -> recovered (the
+  failure's reason and the new attempt's resume step); a restart a person asked for is not a
+  recovery.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airvisor.store import EventRecord, RunRecord
+
+GPU_HELD = "GPU memory is still held"
+RESTART_REQUESTED = "restart requested"
+_GPU_LINE = re.compile(r"^GPU (\d+)\b")
+_HOLDER_ROW = re.compile(r"^\s+(\d+)\s+(\S+)\s+(\?|[\d.]+ GiB)\s+(.*)$")
+
+
+@dataclass(frozen=True)
+class Notification:
+    kind: str  # one of airvisor.profile._schema.NOTIFY_EVENTS
+    run_id: str
+    event_id: int
+    at: float
+    title: str
+    reason: str | None = None
+    resume_step: int | None = None
+    attempt: int | None = None
+    holders: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.run_id}:{self.event_id}:{self.kind}"
+
+
+def parse_holders(message: str) -> list[dict[str, Any]]:
+    """The holder rows of the preflight's shortfall table (airvisor.gpu.format_memory_shortfall):
+    [{"gpu", "pid", "user", "memory", "command"}]."""
+    holders: list[dict[str, Any]] = []
+    gpu: int | None = None
+    for line in message.splitlines():
+        head = _GPU_LINE.match(line)
+        if head:
+            gpu = int(head.group(1))
+            continue
+        row = _HOLDER_ROW.match(line)
+        if row and gpu is not None:
+            holders.append({"gpu": gpu, "pid": int(row.group(1)), "user": row.group(2),
+                            "memory": row.group(3), "command": row.group(4).strip()})
+    return holders
+
+
+def _recovery(event: EventRecord, earlier: Sequence[EventRecord]
+              ) -> tuple[EventRecord, EventRecord] | None:
+    """(the attempt event, the failure before it) when this `run running` ends a recovery."""
+    attempt: EventRecord | None = None
+    for previous in reversed(earlier):
+        if attempt is None:
+            if previous.kind == "attempt":
+                attempt = previous
+            elif previous.kind == "state" and previous.message == "run running":
+                return None  # already running since the last attempt started
+            continue
+        if previous.kind == "failure":
+            return attempt, previous
+        if previous.kind in ("attempt", "success", "submitted"):
+            return None
+    return None
+
+
+def decide(event: EventRecord, earlier: Sequence[EventRecord], run: RunRecord | None
+           ) -> Notification | None:
+    """The notification `event` calls for, if any. `earlier`: the run's events before it
+    (oldest first; the last few dozen are enough)."""
+    name = run.name if run is not None else event.run_id
+    step = run.step if run is not None else None
+
+    def new(kind: str, title: str, **extra: Any) -> Notification:
+        return Notification(kind, event.run_id, event.id, event.at, title, **extra)
+
+    if event.kind == "state" and event.message == "run failed":
+        reason = (run.last_error if run is not None else None) or "unknown"
+        gave_up = any(e.kind == "gave_up" for e in earlier[-20:])
+        verb = "gave up" if gave_up else "failed"
+        return new("failed", f"run {name} {verb}: {reason.splitlines()[0]}",
+                            reason=reason)
+    if event.kind == "state" and event.message == "run succeeded":
+        where = f" at step {step}" if step is not None else ""
+        return new("succeeded", f"run {name} succeeded{where}")
+    if event.kind == "failure" and event.message.startswith("hung:"):
+        return new("stalled", f"run {name} stalled: {event.message}",
+                            reason=event.message, attempt=event.data.get("attempt"))
+    if event.kind == "failure" and GPU_HELD in event.message:
+        holders = parse_holders(event.message)
+        who = ", ".join(f"pid {h['pid']} ({h['user']}, {h['memory']} on GPU {h['gpu']})"
+                        for h in holders[:5]) or "holders unknown"
+        return new("gpu_wait", f"run {name} is waiting for GPU memory held "
+                            f"by others: {who}", reason=event.message, holders=holders,
+                            attempt=event.data.get("attempt"))
+    if event.kind == "state" and event.message == "run running":
+        found = _recovery(event, earlier)
+        if found is None:
+            return None
+        attempt, failure = found
+        if failure.message == RESTART_REQUESTED:
+            return None
+        resume = attempt.data.get("resume_step")
+        number = attempt.data.get("attempt")
+        start = f"step {resume}" if resume is not None else "the start (no checkpoint)"
+        return new(
+            "recovered", f"run {name} recovered (attempt {number}, resumed from {start}) "
+            f"after: {failure.message.splitlines()[0]}", reason=failure.message,
+            resume_step=resume if isinstance(resume, int) else None,
+            attempt=number if isinstance(number, int) else None)
+    return None
