@@ -12,6 +12,7 @@ what a prefix already gives.)
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
@@ -74,8 +75,11 @@ class JournalRenderer:
     """ConsoleRenderer without colours, timestamp or level column (the prefix carries it)."""
 
     def __init__(self) -> None:
+        # No padding of the event column; the argument was renamed in structlog 25.
+        params = inspect.signature(structlog.dev.ConsoleRenderer).parameters
+        pad: dict[str, Any] = {"pad_event_to" if "pad_event_to" in params else "pad_event": 0}
         self._console = structlog.dev.ConsoleRenderer(
-            colors=False, pad_event=0, exception_formatter=structlog.dev.plain_traceback)
+            colors=False, exception_formatter=structlog.dev.plain_traceback, **pad)
 
     def __call__(self, logger: Any, name: str, event_dict: MutableMapping[str, Any]) -> str:
         level = str(event_dict.pop("level", "info"))
