@@ -1,31 +1,26 @@
-"""Reading prime-rl's checkpoint layout from disk."""
+"""Reading prime-rl's checkpoint layout from disk: a thin call into the version's layout table.
+
+The table (`airvisor.primerl._layout`) knows where each half lives per prime-rl version and what
+that version's resume needs; the engine asks `layout.scan()` for the run it supervises.
+"""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from airvisor.policy import CheckpointHalves
+from airvisor.primerl._layout import RunLayout, layout_for
 
-_STEP_DIR = re.compile(r"^step_(\d+)$")
 
+def scan_checkpoints(
+    run_dir: Path, *, layout: RunLayout | None = None
+) -> dict[int, CheckpointHalves]:
+    """Every checkpoint step of a run with what is missing for a resume.
 
-def scan_checkpoints(run_dir: Path) -> dict[int, CheckpointHalves]:
-    """`checkpoints/step_N/trainer/.metadata` and `checkpoints/step_N/orchestrator/progress.pt`.
-
-    The trainer half is a torch distributed checkpoint, complete once `.metadata` exists (it is
-    written last); the orchestrator half is written to a temporary name and renamed.
+    Without a layout, `run_dir` is read as prime-rl main lays out a run directory (both halves
+    under `run_dir/checkpoints`, no weights needed on disk): the shape airvisor's own run
+    directories had before it knew the version. Pass the run's `layout_for(...)` instead.
     """
-    root = run_dir / "checkpoints"
-    found: dict[int, CheckpointHalves] = {}
-    if not root.is_dir():
-        return found
-    for entry in root.iterdir():
-        match = _STEP_DIR.match(entry.name)
-        if not match or not entry.is_dir():
-            continue
-        found[int(match.group(1))] = CheckpointHalves(
-            trainer_complete=(entry / "trainer" / ".metadata").is_file(),
-            orchestrator_complete=(entry / "orchestrator" / "progress.pt").is_file(),
-        )
-    return found
+    if layout is None:
+        layout = layout_for("main", {"run_dir": str(run_dir.resolve())})
+    return layout.scan()

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 class CheckpointHalves:
     trainer_complete: bool
     orchestrator_complete: bool
+    # Why the step cannot be resumed from, in words (filled by the version's layout table);
+    # empty means the reasons are just the incomplete halves.
+    missing: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -41,11 +44,14 @@ def choose_resume_step(checkpoints: Mapping[int, CheckpointHalves]) -> ResumeCho
         halves = checkpoints[step]
         if halves.complete:
             return ResumeChoice(step=step, skipped=tuple(skipped))
-        missing = [
+        if halves.missing:
+            skipped.append((step, "; ".join(halves.missing)))
+            continue
+        incomplete = [
             name
             for name, ok in (("trainer", halves.trainer_complete),
                              ("orchestrator", halves.orchestrator_complete))
             if not ok
         ]
-        skipped.append((step, f"{' and '.join(missing)} half incomplete"))
+        skipped.append((step, f"{' and '.join(incomplete)} half incomplete"))
     return ResumeChoice(step=None, skipped=tuple(skipped))
