@@ -1,0 +1,48 @@
+"""Bodies of the run page's own API (`/ui/api/...`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from airvisor.daemon._models import EventOut, RunOut
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class AttemptOut(_Out):
+    number: int
+    started_at: float
+    ended_at: float | None
+    resume_step: int | None
+    outcome: str | None
+    reason: str | None
+    after: str | None = Field(description="Why it started: the reason the attempt before it "
+                                          "ended (None for the first).")
+
+
+class DeliveryOut(_Out):
+    id: int
+    event: str
+    target: str = Field(description="The webhook, redacted (its URL may hold a secret).")
+    status: str
+    tries: int
+    error: str | None
+    title: str | None
+    created_at: float
+    updated_at: float
+
+
+class PageOut(_Out):
+    run: RunOut
+    attempts: list[AttemptOut]
+    events: list[EventOut]
+    deliveries: list[DeliveryOut]
+    notify_error: str | None = Field(description="Why the daemon-wide notify file is unusable.")
+    series: dict[str, list[tuple[float, float]]] = Field(
+        description="Points per series: `step` (x: unix time), `train:<key>` (x: step), "
+                    "`gpu:<index>` (x: unix time, y: GiB used).")
+    series_last_id: int = Field(description="Pass as `after` to get only newer points.")
+    incremental: bool
+    steps_per_minute: float | None
