@@ -321,6 +321,12 @@ def create_app(ctx: ApiContext) -> FastAPI:
         return Response(render_metrics(registry),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    # The run page at / and its background sampler (time series, notifications). Imported
+    # here: airvisor.web imports this package's modules.
+    from airvisor.web import install as install_run_page
+
+    install_run_page(app, ctx)
+
     return app
 
 
