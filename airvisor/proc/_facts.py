@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psutil
 
+from airvisor.proc._cgroup import CgroupRun, cgroup2_mount, parse_run_path, pid_cgroup
 from airvisor.proc._marker import Marker, environ_visible, infer_session_marker, parse_environ
 
 # Environment variables that identify a process without looking at its command line: torchrun's
@@ -48,6 +50,13 @@ class ProcessFacts:
     session_marker: Marker | None = None
     torchelastic_worker: bool = False  # carries torchrun's TORCHELASTIC_RUN_ID
     gpu_memory: Mapping[int, int] = field(default_factory=dict)  # GPU index -> bytes held
+    cgroup: str | None = None  # cgroup v2 path, relative to the hierarchy's root
+    cgroup_run: CgroupRun | None = None  # the airvisor run whose cgroup holds it
+    # Inode of its PID namespace; differs from ours inside a container.
+    pid_namespace: int | None = None
+    # For `python SCRIPT` where SCRIPT is a console script: the module it imports `main` from
+    # ("prime_rl.entrypoints.sft" for prime-rl's `sft`), read for likely entry points only.
+    script_module: str | None = None
     # Filled by `enrich` for candidates only:
     listening_ports: tuple[int, ...] = ()
     cwd: str | None = None
@@ -88,6 +97,41 @@ def _argv(cmdline: list[str] | None) -> tuple[str, ...]:
     if len(argv) == 1:
         argv[0] = argv[0].rstrip()
     return tuple(argv)
+
+
+def pid_namespace(pid: int | str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+_SCRIPT_IMPORT = re.compile(rb"^from\s+([A-Za-z_][\w.]*)\s+import\s+\w+", re.MULTILINE)
+
+
+def console_script_module(path: str, cwd_of_pid: int | None = None) -> str | None:
+    """The module a console script (as pip and uv write them: `from MODULE import main`)
+    imports its entry function from; None when `path` is no such script or unreadable."""
+    if not os.path.isabs(path) and cwd_of_pid is not None:
+        with contextlib.suppress(OSError):
+            path = os.path.join(os.readlink(f"/proc/{cwd_of_pid}/cwd"), path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    found = _SCRIPT_IMPORT.search(head)
+    return found.group(1).decode() if found else None
+
+
+def _script_of(argv: tuple[str, ...], names: frozenset[str]) -> str | None:
+    """The script path of `python [options] SCRIPT ...` when SCRIPT's name is in `names`."""
+    from airvisor.reaper._verdict import parse_program  # the one argv parser
+
+    program = parse_program(argv)
+    if program.interpreter and program.name in names and program.path:
+        return program.path
+    return None
 
 
 def _pgid(pid: int) -> int | None:
@@ -136,14 +180,22 @@ def collect_facts(
     gpu_memory_by_pid: Mapping[int, Mapping[int, int]] | None = None,
     *,
     ignore_sessions: Iterable[int] | None = None,
+    script_names: frozenset[str] | None = None,
 ) -> dict[int, ProcessFacts]:
     """Facts about every process of the machine (kernel threads left out), by pid.
 
     `gpu_memory_by_pid` (pid -> GPU index -> bytes, from NVML) is joined in when given.
     Processes that exit while they are read are left out. Session markers are not inferred for
-    `ignore_sessions` (default: the sessions of the caller and its ancestors).
+    `ignore_sessions` (default: the sessions of the caller and its ancestors). The console
+    script of `python SCRIPT` is read when SCRIPT's name is in `script_names` (default:
+    prime-rl's entry points).
     """
+    if script_names is None:
+        from airvisor.reaper._verdict import PRIME_RL_SCRIPTS
+
+        script_names = PRIME_RL_SCRIPTS
     gpu_memory_by_pid = gpu_memory_by_pid or {}
+    mount = cgroup2_mount()
     users = _Users()
     raw: dict[int, ProcessFacts] = {}
     attrs = ["pid", "ppid", "create_time", "uids", "exe", "cmdline", "name", "status"]
@@ -156,6 +208,9 @@ def collect_facts(
         uids = info["uids"]
         uid = uids.real if uids is not None else None
         environ = _read_environ(pid)
+        argv = _argv(info["cmdline"])
+        cgroup = pid_cgroup(pid)
+        script = _script_of(argv, script_names)
         raw[pid] = ProcessFacts(
             pid=pid,
             ppid=ppid,
@@ -163,7 +218,7 @@ def collect_facts(
             uid=uid,
             username=users.name(uid),
             exe=info["exe"] or "",
-            argv=_argv(info["cmdline"]),
+            argv=argv,
             comm=info["name"] or "",
             status=info["status"] or "unknown",
             pgid=_pgid(pid),
@@ -174,6 +229,10 @@ def collect_facts(
             and (environ.startswith(_TORCHELASTIC_PREFIX)
                  or b"\0" + _TORCHELASTIC_PREFIX in environ),
             gpu_memory=dict(gpu_memory_by_pid.get(pid, {})),
+            cgroup=cgroup,
+            cgroup_run=parse_run_path(cgroup, mount) if cgroup and "/sv-" in cgroup else None,
+            pid_namespace=pid_namespace(pid),
+            script_module=console_script_module(script, pid) if script else None,
         )
     if ignore_sessions is None:
         from airvisor.proc._kill import protected_pids

@@ -1,25 +1,33 @@
-"""Killing whole process trees: groups, recursive children and the marker sweep.
+"""Killing whole process trees: the run's cgroup, groups, recursive children, the marker sweep.
 
-A component runs in its own session, so its process group usually holds the whole tree; but a
-descendant may call setsid or double-fork out of both the group and the parent chain. So the
-tree is snapshotted three ways before the first signal (children of the roots, members of the
-groups, carriers of the run marker), everything gets SIGTERM (plus SIGCONT so that a stopped
-process can act on it), then SIGKILL after the grace period. Every wait is bounded: a process in
+In cgroup mode (see `_cgroup`) the run's cgroup names every process of the run, whatever it did
+to its title, session or environment: its members get SIGTERM and, after the grace period,
+`cgroup.kill`. The other ways to the run's processes remain for processes started before
+containment and for the subreaper fallback: a component runs in its own session, so its process
+group usually holds the whole tree; a descendant may call setsid or double-fork out of both the
+group and the parent chain, so the tree is also walked from the roots and the run marker is
+swept; in the fallback, orphans re-parent to the supervisor (a child subreaper), whose children
+lead to them. Everything is chosen from one process-table snapshot (a parent-to-children map)
+before the first signal, and once more before SIGKILL. Every wait is bounded: a process in
 uninterruptible sleep (D state) ignores even SIGKILL, and is reported instead of waited on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
-from airvisor.proc._marker import infer_session_marker, marked_pids, read_environ_marker
+from airvisor.proc import _cgroup
+from airvisor.proc._launch import active_runs, forget_run, launched_pids
+from airvisor.proc._marker import infer_session_marker, read_environ_marker
 
 # Two processes are the same when their create_times agree this closely (the kernel counts start
 # times in clock ticks of 10 ms; psutil derives the same float for the same process every time).
@@ -88,13 +96,6 @@ def _same_process(proc: psutil.Process, create_time: float) -> bool:
         return False
 
 
-def _pgid_of(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
-
-
 def _is_gone(proc: psutil.Process) -> bool:
     """Exited, or a zombie (dead; only its parent's wait is missing).
 
@@ -145,66 +146,126 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def check_seconds(value: float, what: str) -> float:
+    """`value` as a finite, non-negative number of seconds, else ValueError naming `what`."""
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{what} must be a finite number of seconds >= 0, not {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class Row:
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    start_ticks: int
+
+
+class ProcessTable:
+    """One snapshot of the machine's processes (from /proc/<pid>/stat) with a parent-to-children
+    map: every tree, group and session question of a kill is answered from it, so choosing
+    what to stop costs one pass over /proc however many trees are involved."""
+
+    def __init__(self, rows: Mapping[int, Row]) -> None:
+        self.rows = dict(rows)
+        self.children: dict[int, list[int]] = {}
+        self.by_group: dict[int, list[int]] = {}
+        self.by_session: dict[int, list[int]] = {}
+        for row in self.rows.values():
+            self.children.setdefault(row.ppid, []).append(row.pid)
+            self.by_group.setdefault(row.pgid, []).append(row.pid)
+            self.by_session.setdefault(row.sid, []).append(row.pid)
+
+    @classmethod
+    def snapshot(cls) -> ProcessTable:
+        rows: dict[int, Row] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            row = read_stat(int(name))
+            if row is not None:
+                rows[row.pid] = row
+        return cls(rows)
+
+    def descendants(self, pid: int, stop: set[int] | frozenset[int] = frozenset()) -> list[int]:
+        """Every descendant of `pid`, not descending into (nor listing) `stop` pids."""
+        found: list[int] = []
+        pending = list(self.children.get(pid, ()))
+        seen = {pid}
+        while pending:
+            child = pending.pop()
+            if child in seen or child in stop:
+                continue
+            seen.add(child)
+            found.append(child)
+            pending.extend(self.children.get(child, ()))
+        return found
+
+
+def read_stat(pid: int) -> Row | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = data[data.rfind(b")") + 2:].split()
+    try:
+        return Row(pid, int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
+    except (IndexError, ValueError):
+        return None
+
+
 class Targets:
-    """The processes and groups to kill; nothing protected is ever added.
+    """The processes, groups and cgroups to kill; nothing protected is ever added.
 
     Building it sends no signal, so the selection is testable on its own.
     """
 
-    def __init__(self, protected: set[int]) -> None:
+    def __init__(self, protected: set[int], table: ProcessTable | None = None) -> None:
         self.protected = protected
+        self.table = table if table is not None else ProcessTable.snapshot()
         self.procs: dict[int, psutil.Process] = {}
         self.groups: set[int] = set()
+        self.cgroups: list[Path] = []  # killed whole with cgroup.kill
+        self.adopted: set[int] = set()  # orphans adopted by this process (subreaper)
 
-    def add(self, proc: psutil.Process) -> None:
-        if proc.pid in self.protected or proc.pid in self.procs:
+    def add(self, pid: int) -> None:
+        if pid in self.protected or pid in self.procs or pid not in self.table.rows:
             return
-        self.procs[proc.pid] = proc
-
-    def add_with_children(self, proc: psutil.Process) -> None:
-        # A protected process's tree is never walked: the tree of init (or of an ancestor of
-        # the caller) is the whole machine.
-        if proc.pid in self.protected:
-            return
-        self.add(proc)
         with contextlib.suppress(psutil.Error):
-            descendants = proc.children(recursive=True)
-            parents: dict[int, int] = {}
-            for child in descendants:
-                with contextlib.suppress(psutil.Error):
-                    parents[child.pid] = child.ppid()
-            for child in descendants:
-                if not self._below_protected(child.pid, parents, proc.pid):
-                    self.add(child)
-
-    def _below_protected(self, pid: int, parents: Mapping[int, int], root: int) -> bool:
-        """Is `pid`, or an ancestor of it below `root`, protected (or spared)?"""
-        seen: set[int] = set()
-        while pid != root and pid not in seen:
-            if pid in self.protected:
-                return True
-            seen.add(pid)
-            parent = parents.get(pid)
-            if parent is None:
-                return False
-            pid = parent
-        return False
+            self.procs[pid] = psutil.Process(pid)
 
     def add_pid_tree(self, pid: int) -> None:
+        # A protected process's tree is never walked: the tree of init (or of an ancestor of
+        # the caller) is the whole machine; nor is anything below a protected process.
         if pid in self.protected:
             return
-        with contextlib.suppress(psutil.Error):
-            self.add_with_children(psutil.Process(pid))
+        self.add(pid)
+        for child in self.table.descendants(pid, stop=self.protected):
+            self.add(child)
 
-    def add_group(self, pgid: int, all_pids: list[int]) -> None:
+    def add_group(self, pgid: int) -> None:
         if pgid in self.protected:
             return
-        members = [pid for pid in all_pids if _pgid_of(pid) == pgid]
+        members = self.table.by_group.get(pgid, [])
         # A group holding a protected process (e.g. the caller's own) is left alone entirely.
         if any(pid in self.protected for pid in members):
             return
-        self.groups.add(pgid)
+        if members:
+            self.groups.add(pgid)
         for pid in members:
+            self.add_pid_tree(pid)
+
+    def add_cgroup(self, path: Path) -> None:
+        """Every member of a run's cgroup (and its subtree); the cgroup itself is killed whole
+        unless a protected process sits in it (then only its other members are signalled)."""
+        pids = _cgroup.members(path)
+        if not any(pid in self.protected for pid in pids) and path not in self.cgroups:
+            self.cgroups.append(path)
+        for pid in pids:
             self.add_pid_tree(pid)
 
 
@@ -216,15 +277,18 @@ def collect_targets(
     identities: Mapping[int, float] | None = None,
     protected: set[int] | None = None,
     spare: Iterable[int] = (),
+    cgroups: Iterable[Path] = (),
+    table: ProcessTable | None = None,
 ) -> Targets:
     """Snapshot what `terminate_tree` would signal: the trees of `pids`, the members of `pgids`
-    (and their trees) and every carrier of `marker_run_id` (and its tree).
+    (and their trees), the members of `cgroups` and, for `marker_run_id`, the run's cgroup,
+    every carrier of its marker and (subreaper fallback) the orphans adopted from it.
 
     `identities` maps pid -> create_time: a root or group leader whose create_time differs is
     another process that reuses the pid, and is skipped.
     """
     identities = dict(identities or {})
-    targets = Targets((protected_pids() if protected is None else protected) | set(spare))
+    targets = Targets((protected_pids() if protected is None else protected) | set(spare), table)
 
     def reused(pid: int) -> bool:
         if pid not in identities:
@@ -234,28 +298,50 @@ def collect_targets(
         except psutil.NoSuchProcess:
             return False  # gone: nothing to confuse it with (a group may still have members)
 
+    for path in cgroups:
+        targets.add_cgroup(path)
+    if marker_run_id is not None:
+        for path in _cgroup.run_cgroups(marker_run_id):
+            targets.add_cgroup(path)
     for pid in pids:
         if not reused(pid):
             targets.add_pid_tree(pid)
-    pgids = [pgid for pgid in pgids if not reused(pgid)]
-    if pgids:
-        all_pids = psutil.pids()
-        for pgid in pgids:
-            targets.add_group(pgid, all_pids)
+    for pgid in pgids:
+        if not reused(pgid):
+            targets.add_group(pgid)
     if marker_run_id is not None:
-        for pid in _marker_sweep(marker_run_id, targets.protected):
+        for pid in _marker_sweep(marker_run_id, targets.protected, targets.table):
+            targets.add_pid_tree(pid)
+        for pid in adopted_orphans(marker_run_id, targets.table):
+            targets.adopted.add(pid)
             targets.add_pid_tree(pid)
     return targets
 
 
-def _sid_of(pid: int) -> int | None:
-    try:
-        return os.getsid(pid)
-    except OSError:
-        return None
+def adopted_orphans(run_id: str, table: ProcessTable) -> list[int]:
+    """Subreaper fallback: children of this process that it did not launch (orphans of the
+    components, re-parented here) and that belong to `run_id`: by their marker, or, when their
+    environment is wiped (setproctitle), when `run_id` is the only run active in this process.
+    The process's own helpers keep their (unmarked) environment and are never chosen."""
+    if _cgroup.containment().mode != "subreaper":
+        return []
+    own = os.getpid()
+    launched = launched_pids()
+    only_run = active_runs() == {run_id}
+    found: list[int] = []
+    for pid in table.children.get(own, ()):
+        if pid in launched:
+            continue
+        marker, visible = read_environ_marker(pid)
+        if marker is not None:
+            if marker.run_id == run_id:
+                found.append(pid)
+        elif not visible and only_run:
+            found.append(pid)
+    return found
 
 
-def _marker_sweep(run_id: str, protected: set[int]) -> list[int]:
+def _marker_sweep(run_id: str, protected: set[int], table: ProcessTable) -> list[int]:
     """The carriers of the run's marker, plus the other members of their sessions when the
     session is the run's (`infer_session_marker`).
 
@@ -264,24 +350,41 @@ def _marker_sweep(run_id: str, protected: set[int]) -> list[int]:
     component that started it. Sessions of protected processes (the caller's own) are never
     swept whole.
     """
-    carriers = list(marked_pids(run_id))
-    unsafe = {sid for pid in protected if pid > 0 and (sid := _sid_of(pid)) is not None}
-    sessions = {sid for pid in carriers if (sid := _sid_of(pid)) is not None} - unsafe - {0, 1}
-    if not sessions:
-        return carriers
-    members: dict[int, list[int]] = {}
-    for pid in psutil.pids():
-        sid = _sid_of(pid)
-        if sid in sessions:
-            members.setdefault(sid, []).append(pid)
+    own = os.getpid()
+    environs: dict[int, tuple[object, bool]] = {}
+    carriers: list[int] = []
+    for pid in table.rows:
+        if pid == own:
+            continue
+        marker, visible = read_environ_marker(pid)
+        environs[pid] = (marker, visible)
+        if marker is not None and marker.run_id == run_id:
+            carriers.append(pid)
+    unsafe = {table.rows[pid].sid for pid in protected if pid in table.rows}
+    sessions = {table.rows[pid].sid for pid in carriers} - unsafe - {0, 1}
     swept = set(carriers)
-    for sid, pids in members.items():
+    for sid in sessions:
+        pids = table.by_session.get(sid, [])
         leader = read_environ_marker(sid) if sid in pids else None
         others = [read_environ_marker(pid) for pid in pids if pid != sid]
         inferred = infer_session_marker(leader, others)
         if inferred is not None and inferred.run_id == run_id:
             swept.update(pids)
     return sorted(swept)
+
+
+def _wait_cgroups_empty(paths: Iterable[Path], deadline: float) -> bool:
+    paths = list(paths)
+    delay = _POLL_INITIAL
+    while True:
+        busy = [p for p in paths if _cgroup.populated(p)]
+        if not busy:
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, _POLL_MAX)
 
 
 def terminate_tree(
@@ -293,20 +396,31 @@ def terminate_tree(
     kill_wait: float = 5.0,
     identities: Mapping[int, float] | None = None,
     spare: Iterable[int] = (),
+    cgroups: Iterable[Path] = (),
 ) -> KillReport:
     """SIGTERM, then after `grace` seconds SIGKILL, every process of the trees rooted at `pids`,
-    of the process groups `pgids` and (when given) every process carrying `marker_run_id`.
+    of the process groups `pgids`, of `cgroups` and (when `marker_run_id` is given) of that
+    run: its cgroup (removed afterwards), the carriers of its marker and the orphans this
+    process adopted from it.
 
     `identities` maps pid -> create_time as recorded at launch: a root (or group leader) whose
     create_time differs is another process that reuses the pid, and is left alone. The caller,
     its ancestors, pid 1 and the `spare` pids are never signalled, nor is anything below them.
+    `grace` and `kill_wait` must be finite and >= 0 (ValueError otherwise).
     """
+    grace = check_seconds(grace, "grace")
+    kill_wait = check_seconds(kill_wait, "kill_wait")
     started = time.monotonic()
     snapshot = collect_targets(
-        pids, pgids=pgids, marker_run_id=marker_run_id, identities=identities, spare=spare
+        pids, pgids=pgids, marker_run_id=marker_run_id, identities=identities, spare=spare,
+        cgroups=cgroups,
     )
+    run_cgroups = list(snapshot.cgroups)
+    if marker_run_id is not None:
+        run_cgroups = list(dict.fromkeys([*run_cgroups, *_cgroup.run_cgroups(marker_run_id)]))
 
-    if not snapshot.procs and not snapshot.groups:
+    if not snapshot.procs and not snapshot.groups and not snapshot.cgroups:
+        _finish(marker_run_id, run_cgroups, set())
         return KillReport(elapsed=time.monotonic() - started)
 
     for pgid in snapshot.groups:
@@ -315,30 +429,33 @@ def terminate_tree(
     for proc in snapshot.procs.values():
         _signal_process(proc, signal.SIGTERM)
         _signal_process(proc, signal.SIGCONT)
+    deadline = time.monotonic() + grace
     terminated, alive = _wait_gone(list(snapshot.procs.values()), grace)
+    if not alive and snapshot.cgroups:
+        # Members forked during the grace period get the rest of it too.
+        _wait_cgroups_empty(snapshot.cgroups, deadline)
 
     # Whatever forked during the grace period (children of survivors, new marker carriers,
-    # group members) is caught by a second snapshot before the SIGKILL.
-    late = Targets(snapshot.protected)
-    for proc in alive:
-        late.add_with_children(proc)
-    if marker_run_id is not None:
-        for pid in _marker_sweep(marker_run_id, snapshot.protected):
-            late.add_pid_tree(pid)
-    if snapshot.groups:
-        current = psutil.pids()
-        for pgid in snapshot.groups:
-            for pid in current:
-                if _pgid_of(pid) == pgid:
-                    late.add_pid_tree(pid)
+    # group and cgroup members) is caught by a second snapshot before the SIGKILL.
+    late = collect_targets(
+        [p.pid for p in alive], pgids=snapshot.groups, marker_run_id=marker_run_id,
+        protected=snapshot.protected, cgroups=snapshot.cgroups,
+    )
     done = {p.pid for p in terminated}
     to_kill = [p for pid, p in late.procs.items() if pid not in done]
 
+    for path in late.cgroups:
+        with contextlib.suppress(OSError):
+            _cgroup.kill(path)
     for pgid in snapshot.groups:
         _signal_group(pgid, signal.SIGKILL)
     for proc in to_kill:
         _signal_process(proc, signal.SIGKILL)
+    kill_deadline = time.monotonic() + kill_wait
     killed, survivors = _wait_gone(to_kill, kill_wait)
+    if late.cgroups:
+        _wait_cgroups_empty(late.cgroups, kill_deadline)
+    _finish(marker_run_id, run_cgroups, snapshot.adopted | late.adopted)
 
     return KillReport(
         terminated=sorted(p.pid for p in terminated),
@@ -346,6 +463,19 @@ def terminate_tree(
         survivors=[_survivor_info(p) for p in survivors],
         elapsed=time.monotonic() - started,
     )
+
+
+def _finish(run_id: str | None, cgroups: Iterable[Path], adopted: Iterable[int]) -> None:
+    """After a stop: remove the emptied run cgroups, collect the adopted orphans' exit status
+    (they are this process's children now; nobody else waits for them) and forget the run."""
+    for path in cgroups:
+        if not _cgroup.populated(path):
+            _cgroup.remove(path)
+    for pid in adopted:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+    if run_id is not None:
+        forget_run(run_id)
 
 
 def _survivor_info(proc: psutil.Process) -> SurvivorInfo:

@@ -1,20 +1,70 @@
-"""Starting component processes: own session, marker environment, output straight to a file.
+"""Starting component processes: own session, marker environment, own cgroup, output straight
+to a file.
 
 Files rather than pipes: a component must be able to outlive a dying supervisor without blocking
 on a full pipe or dying of SIGPIPE, and a later supervisor re-reads the same file.
+
+In cgroup mode the component enters its cgroup before it runs a single instruction of its own:
+a tiny interpreter (`_ENTER`, no site import) writes itself into `cgroup.procs` and then execs
+the component, so nothing it forks can start outside the cgroup. (`subprocess` has no
+CLONE_INTO_CGROUP, and moving the pid after Popen returns races with the component's first
+fork; a `preexec_fn` is unsafe in the daemon's threads.)
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import shutil
 import subprocess
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from airvisor.proc._marker import MARKER_COMPONENT_ENV, MARKER_RUN_ENV
+from airvisor.proc._cgroup import become_subreaper, component_cgroup, containment, own_state_dir
+from airvisor.proc._marker import MARKER_COMPONENT_ENV, MARKER_OWNER_ENV, MARKER_RUN_ENV
+
+_ENTER = (
+    "import os,sys\n"
+    "try:\n"
+    " fd=os.open(sys.argv[1],os.O_WRONLY);os.write(fd,b'0');os.close(fd)\n"
+    "except OSError as e:\n"
+    " os.write(2,('airvisor: cannot enter cgroup %s: %s\\n'%(sys.argv[1],e.strerror)).encode())\n"
+    " os._exit(125)\n"
+    "try:\n"
+    " os.execv(sys.argv[2],sys.argv[3:])\n"
+    "except OSError as e:\n"
+    " os.write(2,('airvisor: cannot run %s: %s\\n'%(sys.argv[2],e.strerror)).encode())\n"
+    " os._exit(127)\n"
+)
+_ATTEMPT_DIR = re.compile(r"^attempt_(\d+)$")
+
+# Components this process launched, by run: the subreaper fallback attributes orphans adopted
+# by this process to the runs still active here (see `_kill`).
+_registry_lock = threading.Lock()
+_launched: dict[int, str] = {}  # pid -> run id
+_active_runs: set[str] = set()
+
+
+def launched_pids() -> dict[int, str]:
+    with _registry_lock:
+        return dict(_launched)
+
+
+def active_runs() -> set[str]:
+    """Runs with components launched by this process and not stopped since."""
+    with _registry_lock:
+        return set(_active_runs)
+
+
+def forget_run(run_id: str) -> None:
+    with _registry_lock:
+        _active_runs.discard(run_id)
 
 
 @dataclass(frozen=True)
@@ -63,21 +113,36 @@ def launch(
     run_id: str,
     component: str,
     inherit_env: bool = True,
+    attempt: int | None = None,
 ) -> Launched:
     """Start `argv` (never through a shell) in a new session, output appended to `log_path`.
 
-    The marker variables are inherited by every descendant, so processes that leave the group
-    (setsid, double fork) are still found by the sweep after a crash.
+    In cgroup mode the component starts inside `run-<id>/attempt-<n>/<component>` (`attempt`
+    defaults to the engine's `attempt_<n>` directory that holds `log_path`); in the subreaper
+    fallback this process becomes a child subreaper. The marker variables (run, component and
+    the owning airvisor's state dir) are inherited by every descendant that keeps its
+    environment. Raises FileNotFoundError when the program does not exist, as Popen does.
     """
     full_env = dict(os.environ) if inherit_env else {}
     full_env.update(env)
     full_env[MARKER_RUN_ENV] = run_id
     full_env[MARKER_COMPONENT_ENV] = component
+    full_env[MARKER_OWNER_ENV] = own_state_dir()
     full_env.setdefault("PYTHONUNBUFFERED", "1")
+    if attempt is None and (found := _ATTEMPT_DIR.match(log_path.parent.name)):
+        attempt = int(found.group(1))
+    argv = list(argv)
+    cgroup = component_cgroup(run_id, component, attempt)
+    if cgroup is not None:
+        program = _resolve(argv[0], full_env, cwd)
+        argv = [sys.executable, "-I", "-S", "-c", _ENTER, str(cgroup / "cgroup.procs"),
+                program, *argv]
+    elif containment().mode == "subreaper":
+        become_subreaper()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab", buffering=0) as log:
         popen = subprocess.Popen(
-            list(argv),
+            argv,
             cwd=cwd,
             env=full_env,
             stdin=subprocess.DEVNULL,
@@ -86,5 +151,21 @@ def launch(
             start_new_session=True,
             close_fds=True,
         )
+    with _registry_lock:
+        _launched[popen.pid] = run_id
+        _active_runs.add(run_id)
     identity = identity_of(popen.pid) or ProcessIdentity(popen.pid, 0.0)
     return Launched(popen=popen, identity=identity, log_path=log_path)
+
+
+def _resolve(program: str, env: Mapping[str, str], cwd: Path) -> str:
+    """The executable Popen would run for `program` (PATH from `env`, relative to `cwd`)."""
+    if "/" in program:
+        path = Path(program) if os.path.isabs(program) else Path(cwd) / program
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath))
+        if found is not None:
+            return found
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)

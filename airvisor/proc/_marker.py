@@ -16,15 +16,20 @@ import psutil
 
 MARKER_RUN_ENV = "AIRVISOR_RUN_ID"
 MARKER_COMPONENT_ENV = "AIRVISOR_COMPONENT"
+# The state directory of the airvisor that started the run: runs of another airvisor (another
+# state dir) are judged by that airvisor's store, never by ours.
+MARKER_OWNER_ENV = "AIRVISOR_OWNER"
 
 _RUN_PREFIX = MARKER_RUN_ENV.encode() + b"="
 _COMPONENT_PREFIX = MARKER_COMPONENT_ENV.encode() + b"="
+_OWNER_PREFIX = MARKER_OWNER_ENV.encode() + b"="
 
 
 @dataclass(frozen=True)
 class Marker:
     run_id: str
     component: str | None = None
+    owner: str | None = None  # the owning airvisor's state dir (None: an older airvisor's)
 
 
 def parse_environ(raw: bytes) -> Marker | None:
@@ -33,14 +38,17 @@ def parse_environ(raw: bytes) -> Marker | None:
         return None
     run_id: str | None = None
     component: str | None = None
+    owner: str | None = None
     for entry in raw.split(b"\0"):
         if entry.startswith(_RUN_PREFIX):
             run_id = entry[len(_RUN_PREFIX):].decode("utf-8", "replace")
         elif entry.startswith(_COMPONENT_PREFIX):
             component = entry[len(_COMPONENT_PREFIX):].decode("utf-8", "replace")
+        elif entry.startswith(_OWNER_PREFIX):
+            owner = entry[len(_OWNER_PREFIX):].decode("utf-8", "replace")
     if not run_id:
         return None
-    return Marker(run_id=run_id, component=component or None)
+    return Marker(run_id=run_id, component=component or None, owner=owner or None)
 
 
 def environ_visible(raw: bytes) -> bool:
@@ -73,16 +81,17 @@ def infer_session_marker(
     """
     if leader is not None and leader[1]:
         return leader[0]
-    run_ids: set[str] = set()
+    runs: set[tuple[str, str | None]] = set()
     for marker, visible in members:
         if not visible:
             continue
         if marker is None:
             return None
-        run_ids.add(marker.run_id)
-    if len(run_ids) != 1:
+        runs.add((marker.run_id, marker.owner))
+    if len(runs) != 1:
         return None
-    return Marker(run_id=run_ids.pop())
+    run_id, owner = runs.pop()
+    return Marker(run_id=run_id, owner=owner)
 
 
 def read_marker(pid: int) -> Marker | None:

@@ -7,9 +7,17 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from airvisor.proc._facts import ProcessFacts, collect_facts, enrich
+from airvisor.proc._cgroup import instance_id, own_state_dir
+from airvisor.proc._facts import (
+    ProcessFacts,
+    collect_facts,
+    enrich,
+    listening_ports_by_pid,
+    pid_namespace,
+)
 from airvisor.proc._kill import protected_pids
-from airvisor.reaper._verdict import Judged, ReapContext, judge_all
+from airvisor.reaper._owners import foreign_live_runs
+from airvisor.reaper._verdict import Judged, ReapContext, judge_all, known_kind
 
 
 @dataclass(frozen=True)
@@ -45,8 +53,13 @@ def default_context(
     own_pids: Iterable[int] = (),
     allow_other_users: bool = False,
     profile_gpus: Iterable[int] = (),
+    profile_ports: Iterable[int] = (),
+    reap_unowned: bool = False,
+    state_dir: str | None = None,
 ) -> ReapContext:
-    """The context of the calling process: it and its ancestors are protected."""
+    """The context of the calling process: it and its ancestors are protected; the runs of
+    the airvisor keeping its state in `state_dir` (default: ours) are judged by
+    `live_run_ids`; `reap_unowned` is `--all`."""
     return ReapContext(
         live_run_ids=frozenset(live_run_ids),
         protected_pids=frozenset(protected_pids()),
@@ -55,6 +68,10 @@ def default_context(
         allow_other_users=allow_other_users,
         profile_gpus=frozenset(profile_gpus),
         now=time.time(),
+        profile_ports=frozenset(profile_ports),
+        own_instance=instance_id(state_dir or own_state_dir()),
+        reap_unowned=reap_unowned,
+        own_pid_namespace=pid_namespace("self"),
     )
 
 
@@ -122,6 +139,17 @@ def discover_all(
         context = replace(context, live_run_ids=context.live_run_ids | frozenset(live_run_ids))
     holders = _gpu_holders() if gpu_holders is None else gpu_holders
     facts_by_pid = collect_facts(holders)
+    if context.profile_ports:
+        # Whether an unowned training process is in the run's way depends on its ports: read
+        # them (one batch) for the known kinds only.
+        kinds = [pid for pid, f in facts_by_pid.items() if known_kind(f) is not None]
+        ports = listening_ports_by_pid(kinds) if kinds else {}
+        for pid, held in ports.items():
+            facts_by_pid[pid] = replace(facts_by_pid[pid], listening_ports=held)
+    context = replace(context, foreign_live={
+        **foreign_live_runs(facts_by_pid.values(), context.own_instance),
+        **context.foreign_live,
+    })
     judgement = judge_all(facts_by_pid, context)
     if with_ports:
         for group in (judgement.stale, judgement.blocked):

@@ -1,14 +1,23 @@
 """Which processes are stale training processes: pure verdicts over `ProcessFacts`.
 
-A process is judged by what it *is* (its executable, its argv[0..n] with the Python interpreter
-and its options peeled off, its process title, its run marker, its environment's torchrun
-variables), never by a substring of its whole command line: `vim orchestrator.py`,
-`tail -f outputs/logs/orchestrator.stdout` or a shell whose cwd is a directory named vllm are
-not training processes.
+Ownership, not resemblance, decides. A process is stale when it belongs to an airvisor run that
+is not live (by the run's cgroup, or its run marker, its session's or an ancestor's), or when it
+is a known training kind that holds memory on a GPU the profile needs or listens on a port the
+profile needs. Everything else that looks like training is listed as "not ours, left alone" and
+is stopped only with an explicit `--all`. A run of another airvisor (another state dir) is
+judged by that airvisor's store; processes inside another PID namespace (a container's) are
+Docker's business.
+
+A kind is recognised by what a process *is* (its executable, its argv[0..n] with the Python
+interpreter and its options peeled off, its process title, the console script it runs, its
+environment's torchrun variables), never by a substring of its whole command line: `vim
+orchestrator.py`, `tail -f outputs/logs/orchestrator.stdout`, a program named `orchestrator`
+that is no Python, or another package's `inference` script are not training processes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -19,6 +28,7 @@ from airvisor.proc._facts import ProcessFacts
 # The kinds the reaper knows, with the words a reason uses for them.
 KIND_LABELS: dict[str, str] = {
     "airvisor-run": "a process of an airvisor run",
+    "uv-launcher": "uv launcher",
     "vllm-api-server": "vLLM API server",
     "vllm-engine": "vLLM engine core",
     "vllm-worker": "vLLM worker",
@@ -34,8 +44,12 @@ KIND_LABELS: dict[str, str] = {
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?[a-z]?$")
 # Interpreter options that take a separate argument.
 _PYTHON_OPTS_WITH_ARG = {"-W", "-X", "--check-hash-based-pycs"}
-PRIME_RL_SCRIPTS = frozenset({"inference", "orchestrator", "trainer", "rl", "env-server",
-                              "env_server"})
+# prime-rl's console scripts ([project.scripts] of prime-rl main: rl, sft, inference, trainer,
+# orchestrator, evals, env-server; of v0.4.0 also eval and synthesize). They count only when a
+# Python interpreter runs them and the script imports its `main` from prime_rl.
+PRIME_RL_SCRIPTS = frozenset({"rl", "sft", "inference", "trainer", "orchestrator", "evals",
+                              "eval", "env-server", "synthesize"})
+PRIME_RL_PACKAGE = "prime_rl"
 VLLM_SERVER_MODULES = frozenset({"vllm.entrypoints.openai.api_server",
                                  "vllm.entrypoints.api_server"})
 TORCHRUN_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
@@ -52,6 +66,7 @@ class Program:
     module: str | None  # for `python -m MODULE`
     code: str | None  # for `python -c CODE`
     args: tuple[str, ...]  # the arguments after the program
+    path: str = ""  # the program or script as given (argv[0], or the interpreter's script)
 
 
 def parse_program(argv: tuple[str, ...]) -> Program:
@@ -59,7 +74,7 @@ def parse_program(argv: tuple[str, ...]) -> Program:
         return Program(False, "", None, None, ())
     first = os.path.basename(argv[0])
     if not _PYTHON.match(first):
-        return Program(False, first, None, None, tuple(argv[1:]))
+        return Program(False, first, None, None, tuple(argv[1:]), argv[0])
     i = 1
     while i < len(argv):
         arg = argv[i]
@@ -79,7 +94,7 @@ def parse_program(argv: tuple[str, ...]) -> Program:
         i += 1
     if i >= len(argv):
         return Program(True, "", None, None, ())
-    return Program(True, os.path.basename(argv[i]), None, None, tuple(argv[i + 1:]))
+    return Program(True, os.path.basename(argv[i]), None, None, tuple(argv[i + 1:]), argv[i])
 
 
 def known_kind(facts: ProcessFacts) -> tuple[str, str] | None:
@@ -120,11 +135,27 @@ def known_kind(facts: ProcessFacts) -> tuple[str, str] | None:
         return "vllm-router", "vllm-router"
     if name == "torchrun":
         return "torchrun", "torchrun"
-    if name in PRIME_RL_SCRIPTS:
-        return "prime-rl", f"prime-rl's {name!r} entry point"
+    if name in PRIME_RL_SCRIPTS and program.interpreter and is_prime_rl_module(
+            facts.script_module):
+        return "prime-rl", f"prime-rl's {name!r} entry point ({facts.script_module})"
     if facts.torchelastic_worker:
         return "torchrun-worker", "torchrun's TORCHELASTIC_RUN_ID in its environment"
     return None
+
+
+def is_prime_rl_module(module: str | None) -> bool:
+    return module is not None and (module == PRIME_RL_PACKAGE
+                                   or module.startswith(PRIME_RL_PACKAGE + "."))
+
+
+def is_uv_launcher(facts: ProcessFacts) -> bool:
+    """`uv run ...` / `uvx ...`: uv starts the entry point as its child and waits for it."""
+    program = parse_program(facts.argv)
+    if program.interpreter:
+        return False
+    if program.name == "uvx":
+        return True
+    return program.name == "uv" and "run" in program.args[:4]
 
 
 def is_mp_helper(facts: ProcessFacts) -> bool:
@@ -133,11 +164,17 @@ def is_mp_helper(facts: ProcessFacts) -> bool:
     return program.code is not None and program.code.startswith(MP_HELPER_CODE)
 
 
+def owner_instance(state_dir: str) -> str:
+    """The instance id of the airvisor keeping its state in `state_dir` (already resolved, as
+    markers and cgroup attributes record it): the same as `airvisor.proc.instance_id`."""
+    return "sv-" + hashlib.sha256(state_dir.encode()).hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class ReapContext:
     """What the verdicts need to know beyond the process itself."""
 
-    live_run_ids: frozenset[str] = frozenset()
+    live_run_ids: frozenset[str] = frozenset()  # live runs of this airvisor
     # The daemon / CLI itself and its ancestors: never candidates.
     protected_pids: frozenset[int] = frozenset()
     # Processes the caller keeps, with all their descendants (e.g. components still running).
@@ -146,18 +183,67 @@ class ReapContext:
     allow_other_users: bool = False
     profile_gpus: frozenset[int] = frozenset()
     now: float = 0.0
+    profile_ports: frozenset[int] = frozenset()
+    # This airvisor's instance id (None: every run is judged as this airvisor's).
+    own_instance: str | None = None
+    # Other airvisors' live runs, by instance id; None where that airvisor's store is unreadable.
+    foreign_live: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    reap_unowned: bool = False  # `--all`: also training processes that are not ours
+    own_pid_namespace: int | None = None
 
 
 @dataclass(frozen=True)
 class Verdict:
     kind: str
     reason: str
-    # Set when the process would be a candidate but a safety rule keeps it off the list.
+    # Set when the process would be a candidate but is left alone: not ours, another user's,
+    # another airvisor's whose state is unknown, inside a container.
     blocked_by: str | None = None
 
     @property
     def stale(self) -> bool:
         return self.blocked_by is None
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """The airvisor run a process belongs to, and how that is known."""
+
+    run_id: str
+    component: str | None
+    instance: str | None  # None: a marker of an older airvisor (no owner recorded)
+    state_dir: str | None
+    how: str
+
+
+def ownership(facts: ProcessFacts) -> Ownership | None:
+    """By the run's cgroup (the kernel's record), else by the marker in its environment, else
+    by the marker of its session (its own wiped by setproctitle)."""
+    run = facts.cgroup_run
+    if run is not None:
+        return Ownership(run.run_id, run.component, run.instance, run.state_dir,
+                         f"cgroup {facts.cgroup}")
+    marker = facts.marker or facts.session_marker
+    if marker is None:
+        return None
+    how = "marker" if facts.marker is not None else "marker of its session"
+    instance = owner_instance(marker.owner) if marker.owner else None
+    return Ownership(marker.run_id, marker.component, instance, marker.owner, how)
+
+
+def run_is_live(run_id: str, instance: str | None, context: ReapContext) -> bool | None:
+    """True / False, or None when the owning airvisor's state cannot be read."""
+    if instance is None or context.own_instance is None or instance == context.own_instance:
+        return run_id in context.live_run_ids
+    live = context.foreign_live.get(instance)
+    if live is None:
+        return None
+    return run_id in live
+
+
+def _is_foreign(own: Ownership, context: ReapContext) -> bool:
+    return own.instance is not None and context.own_instance is not None \
+        and own.instance != context.own_instance
 
 
 def _gpu_note(facts: ProcessFacts, context: ReapContext) -> str:
@@ -171,13 +257,33 @@ def _gpu_note(facts: ProcessFacts, context: ReapContext) -> str:
     return f"; holds {parts}"
 
 
-def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
-    """The verdict on one process, or None when it is not a stale training process.
+def _in_the_way(facts: ProcessFacts, context: ReapContext) -> str | None:
+    """Why an unowned training process blocks the profile's run, or None."""
+    gpus = sorted(g for g, used in facts.gpu_memory.items() if g in context.profile_gpus)
+    ports = sorted(set(facts.listening_ports) & context.profile_ports)
+    parts = []
+    if gpus:
+        parts.append(f"holds memory on GPU {', '.join(map(str, gpus))}, which the profile needs")
+    if ports:
+        parts.append(f"listens on port {', '.join(map(str, ports))}, which the profile needs")
+    return " and ".join(parts) or None
 
-    Candidates: a process carrying the marker of a run that is not live; a known training kind
-    (vLLM, torchrun and its workers, prime-rl entry points, airvisor's demo stand-ins) that no
-    live run owns. Never: the caller and its ancestors, processes of live runs (by their own
-    marker or an ancestor's), zombies, and (unless allowed) other users' processes.
+
+def in_other_pid_namespace(facts: ProcessFacts, context: ReapContext) -> bool:
+    return (context.own_pid_namespace is not None and facts.pid_namespace is not None
+            and facts.pid_namespace != context.own_pid_namespace)
+
+
+def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
+    """The verdict on one process, or None when it is nothing the reaper lists.
+
+    Stale: a process of an airvisor run that is not live (cgroup or marker); a known training
+    kind (vLLM, torchrun and its workers, prime-rl entry points, airvisor's demo stand-ins)
+    that holds memory on the profile's GPUs or listens on its ports. Listed but left alone:
+    other training processes (unless `reap_unowned`), runs of an airvisor whose state cannot
+    be read, processes inside another PID namespace, other users' processes (unless allowed).
+    Never listed: the caller and its ancestors, processes of live runs (by their own ownership
+    or an ancestor's marker), zombies, kept pids.
     """
     if facts.pid in context.protected_pids or facts.pid in (0, 1):
         return None
@@ -186,34 +292,53 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
     if context.kept_pids and (facts.pid in context.kept_pids
                               or any(pid in context.kept_pids for pid in facts.ancestors)):
         return None
-    live = context.live_run_ids
-    marker = facts.marker or facts.session_marker
-    if marker is not None and marker.run_id in live:
+    own = ownership(facts)
+    live = run_is_live(own.run_id, own.instance, context) if own is not None else None
+    if own is not None and live:
         return None
-    if any(m.run_id in live for m in facts.ancestor_markers):
+    for m in facts.ancestor_markers:
+        if run_is_live(m.run_id, owner_instance(m.owner) if m.owner else None, context):
+            return None
+    kind_match = known_kind(facts)
+    if own is None and kind_match is None:
         return None
 
-    verdict: Verdict | None = None
-    kind_match = known_kind(facts)
-    if marker is not None:
-        component = f" ({marker.component})" if marker.component else ""
-        how = "marker" if facts.marker is not None else "marker of its session"
+    blocked: str | None = None
+    if own is not None:
+        component = f" ({own.component})" if own.component else ""
         kind = kind_match[0] if kind_match else "airvisor-run"
-        verdict = Verdict(kind, f"{how}: run {marker.run_id}{component}, which is not live")
-    elif kind_match is not None:
+        foreign = _is_foreign(own, context)
+        whose = f" of the airvisor at {own.state_dir or 'an unknown state dir'}" if foreign \
+            else ""
+        if live is None:
+            reason = f"{own.how}: run {own.run_id}{component}{whose}"
+            blocked = ("belongs to another airvisor whose state cannot be read, so whether "
+                       "the run is live is unknown; left alone")
+        else:
+            reason = f"{own.how}: run {own.run_id}{component}{whose}, which is not live"
+    else:
+        assert kind_match is not None
         kind, matched = kind_match
-        verdict = Verdict(kind, f"{KIND_LABELS[kind]} ({matched}) that no live airvisor run "
-                                f"owns")
-    if verdict is None:
-        return None
-    reason = verdict.reason + _gpu_note(facts, context)
+        what = f"{KIND_LABELS[kind]} ({matched})"
+        way = _in_the_way(facts, context)
+        if way is not None:
+            reason = f"{what}, not of a live airvisor run, {way}"
+        elif context.reap_unowned:
+            reason = f"{what}, not started by airvisor (stopped because of --all)"
+        else:
+            reason = f"{what}, not started by airvisor (no run cgroup or marker)"
+            blocked = "not ours, left alone (stopped only with --all)"
+    if in_other_pid_namespace(facts, context):
+        blocked = ("inside another PID namespace (a container's): left to Docker, whose "
+                   "containers airvisor reaps by label")
+    reason += _gpu_note(facts, context)
     if facts.ppid == 1:
         reason += "; orphaned (parent is init)"
-    blocked = None
-    if facts.uid is not None and facts.uid != context.own_uid and not context.allow_other_users:
+    if blocked is None and facts.uid is not None and facts.uid != context.own_uid \
+            and not context.allow_other_users:
         blocked = (f"belongs to user {facts.username or facts.uid} "
                    f"(set reaper.allow_other_users to include it)")
-    return Verdict(verdict.kind, reason, blocked)
+    return Verdict(kind, reason, blocked)
 
 
 @dataclass(frozen=True)
@@ -267,4 +392,33 @@ def judge_all(facts_by_pid: Mapping[int, ProcessFacts], context: ReapContext) ->
             if facts.ppid == 1:
                 reason += "; orphaned (parent is init)"
             stale[facts.pid] = Judged(facts, Verdict("mp-helper", reason))
+    _add_uv_launchers(facts_by_pid, context, stale, blocked)
     return Judgement(stale=sorted(stale.values(), key=lambda j: j.facts.pid), blocked=blocked)
+
+
+def _add_uv_launchers(facts_by_pid: Mapping[int, ProcessFacts], context: ReapContext,
+                      stale: dict[int, Judged], blocked: list[Judged]) -> None:
+    """`uv run sft @ x.toml` is uv (no Python) waiting for prime-rl's `sft` script run by the
+    project's interpreter: it shares its child's verdict."""
+    listed = {j.facts.pid for j in blocked} | set(stale)
+    for judged in [*stale.values(), *blocked]:
+        if judged.verdict.kind != "prime-rl":
+            continue
+        parent = facts_by_pid.get(judged.facts.ppid)
+        if parent is None or parent.pid in listed or not is_uv_launcher(parent):
+            continue
+        if parent.pid in context.protected_pids or parent.status == "zombie" \
+                or parent.pid in (0, 1):
+            continue
+        reason = (f"{KIND_LABELS['uv-launcher']} of pid {judged.facts.pid} "
+                  f"({KIND_LABELS['prime-rl']}): {judged.verdict.reason}")
+        verdict = Verdict("uv-launcher", reason, judged.verdict.blocked_by)
+        if verdict.stale and parent.uid != context.own_uid and not context.allow_other_users:
+            verdict = Verdict("uv-launcher", reason, f"belongs to user "
+                              f"{parent.username or parent.uid} (set "
+                              f"reaper.allow_other_users to include it)")
+        listed.add(parent.pid)
+        if verdict.stale:
+            stale[parent.pid] = Judged(parent, verdict)
+        else:
+            blocked.append(Judged(parent, verdict))
