@@ -1,0 +1,20 @@
+"""The log level of each run event, so the journal's priorities mean something:
+`journalctl -p warning -u airvisor` lists failures, restarts and give-ups, not every step."""
+
+from __future__ import annotations
+
+import logging
+
+_LEVELS = {
+    "failure": logging.WARNING,  # a component died, hung or failed its health check
+    "restart_scheduled": logging.WARNING,
+    "abandoned": logging.WARNING,
+    "gave_up": logging.ERROR,
+    "internal_error": logging.ERROR,
+}
+
+
+def event_log_level(kind: str, message: str) -> int:
+    if kind == "state" and message == "run failed":
+        return logging.ERROR
+    return _LEVELS.get(kind, logging.INFO)

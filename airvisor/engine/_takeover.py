@@ -1,0 +1,160 @@
+"""Boot takeover: what the logs say happened while no supervisor watched, and the commands the
+API accepted that the previous daemon did not carry out.
+
+- A run whose trainer and orchestrator finished while the daemon was stopped is recorded as
+  succeeded at its real step instead of being relaunched (a model load on a GPU box).
+- An adopted run's step and time of last progress come from its logs before the first answer.
+- Stop and restart requests are recorded when accepted, so a daemon killed by the watchdog
+  before acting on them leaves them to the next one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from airvisor.policy import milestone_from_log_line, step_from_log_line
+from airvisor.proc import ProcessIdentity, terminate_tree
+from airvisor.profile._schema import Profile
+from airvisor.store import RunRecord, Store
+
+# The end of a log is where a run's last step and its "finished" lines are.
+LOG_TAIL_BYTES = 4 << 20
+ACCEPTED_KIND = "command_accepted"
+# What the supervisor records when it acts on a command.
+CARRIED_OUT_KINDS = {"stop": "stop_requested", "restart": "restart_requested"}
+FINISH_MILESTONES = {"trainer": "trainer_finished", "orchestrator": "orchestrator_finished"}
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    step: int | None  # the trainer's newest `Step N`
+    finished: frozenset[str]  # components whose log says they finished
+    last_write: float | None  # newest modification time of the trainer/orchestrator logs
+
+
+def facts_from_lines(lines_by_component: Mapping[str, list[str]],
+                     mtimes: Mapping[str, float]) -> LogFacts:
+    step: int | None = None
+    finished: set[str] = set()
+    for name, lines in lines_by_component.items():
+        for line in lines:
+            found = step_from_log_line(line)
+            if found is not None:
+                if name == "trainer":
+                    step = max(step or 0, found)
+                continue
+            if name in FINISH_MILESTONES and \
+                    milestone_from_log_line(line) == FINISH_MILESTONES[name]:
+                finished.add(name)
+    relevant = [t for name, t in mtimes.items() if name in FINISH_MILESTONES]
+    return LogFacts(step=step, finished=frozenset(finished),
+                    last_write=max(relevant) if relevant else None)
+
+
+def completed_step(facts: LogFacts, max_steps: int | None) -> int | None:
+    """The final step of a run whose logs show it completed (trainer and orchestrator both
+    said they finished, or the trainer reached max_steps); None otherwise."""
+    if facts.step is None:
+        return None
+    both_finished = set(FINISH_MILESTONES) <= facts.finished
+    reached = max_steps is not None and facts.step >= max_steps
+    return facts.step if both_finished or reached else None
+
+
+def _tail_lines(path: Path) -> list[str]:
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - LOG_TAIL_BYTES))
+            data = handle.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    return lines[1:] if size > LOG_TAIL_BYTES else lines  # the first may be cut
+
+
+def read_log_facts(logs: Mapping[str, Path]) -> LogFacts:
+    mtimes: dict[str, float] = {}
+    for name, path in logs.items():
+        try:
+            mtimes[name] = path.stat().st_mtime
+        except OSError:
+            continue
+    return facts_from_lines({name: _tail_lines(path) for name, path in logs.items()}, mtimes)
+
+
+def _process_logs(store: Store, run: RunRecord) -> dict[str, Path]:
+    return {c.name: Path(c.log_path) for c in store.components(run.id, run.attempt)
+            if c.kind == "process" and c.log_path}
+
+
+def finish_if_completed(store: Store, run: RunRecord, profile: Profile) -> bool:
+    """At boot, before relaunching a run whose supervisor died: when its trainer and
+    orchestrator are gone and their logs show the run completed, stop what is left of it (the
+    inference server, by the run's marker), record it as succeeded at its real step and
+    return True."""
+    comps = [c for c in store.components(run.id, run.attempt) if c.kind == "process"]
+    for comp in comps:
+        if comp.name in FINISH_MILESTONES and comp.pid and comp.create_time and \
+                ProcessIdentity(comp.pid, comp.create_time).alive():
+            return False
+    facts = read_log_facts(_process_logs(store, run))
+    step = completed_step(facts, profile.run.max_steps)
+    if step is None:
+        return False
+    report = terminate_tree([], pgids=[], marker_run_id=run.id,
+                            grace=profile.restart.stop_grace, identities={})
+    for comp in comps:
+        if comp.state in ("running", "starting"):
+            store.upsert_component(run.id, run.attempt, comp.name, state="exited")
+    store.update_run(run.id, state="succeeded", step=step, ended_at=time.time(),
+                     last_error=None, last_progress_at=facts.last_write)
+    stopped = f"; stopped what was left ({len(report.terminated) + len(report.killed)} " \
+              "processes)" if report.terminated or report.killed else ""
+    store.add_event(run.id, "finished_unsupervised",
+                    f"the run completed at step {step} while no supervisor watched (its logs "
+                    f"say so): recorded as succeeded, not relaunched{stopped}",
+                    data={"step": step})
+    return True
+
+
+def refresh_adopted(store: Store, run: RunRecord) -> int | None:
+    """Right after adopting a live run: its step and time of last progress from the logs
+    written while nobody read them, so the first answer is not stale. Returns the step."""
+    facts = read_log_facts(_process_logs(store, run))
+    step = max(facts.step or 0, run.step or 0) if facts.step or run.step else None
+    fields: dict[str, object] = {"step": step}
+    if facts.last_write is not None and step is not None and step != run.step:
+        fields["last_progress_at"] = facts.last_write
+    store.update_run(run.id, **fields)
+    return step
+
+
+def record_accepted(store: Store, run_id: str, action: str) -> None:
+    """Persist a stop/restart the API accepted, before the main loop acts on it."""
+    store.add_event(run_id, ACCEPTED_KIND, f"{action} accepted", data={"action": action})
+
+
+def pending_commands(kinds_and_actions: list[tuple[str, str | None]]) -> list[str]:
+    """Accepted commands not carried out, oldest first, from a run's events in order as
+    (kind, data action) pairs: an accepted stop is done once a `stop_requested` follows it."""
+    pending: list[str] = []
+    for kind, action in kinds_and_actions:
+        if kind == ACCEPTED_KIND and action in CARRIED_OUT_KINDS:
+            pending.append(action)
+        for wanted, done in CARRIED_OUT_KINDS.items():
+            if kind == done and wanted in pending:
+                pending.remove(wanted)
+    # A stop makes a restart pointless; one of each is enough.
+    if "stop" in pending:
+        return ["stop"]
+    return sorted(set(pending), key=pending.index)
+
+
+def unfinished_commands(store: Store, run_id: str) -> list[str]:
+    events = store.events(run_id, limit=100_000)
+    return pending_commands([(e.kind, e.data.get("action")) for e in events])

@@ -1,0 +1,67 @@
+"""Boot takeover decisions: a run finished while unsupervised, pending API commands, levels."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from airvisor.engine._event_levels import event_log_level
+from airvisor.engine._takeover import (
+    LOG_TAIL_BYTES,
+    LogFacts,
+    completed_step,
+    facts_from_lines,
+    pending_commands,
+    read_log_facts,
+)
+
+TRAINER_DONE = "\x1b[32mSUCCESS\x1b[0m RL trainer finished!"
+
+
+def test_facts_take_the_trainers_newest_step_and_who_finished() -> None:
+    facts = facts_from_lines(
+        {"trainer": ["Step 3 | Loss: 1", "\x1b[1mStep 4\x1b[0m | Loss: 1", TRAINER_DONE],
+         "orchestrator": ["Step 5 | x", "Orchestrator finished."],
+         "inference": ["Step 99 is not a training step here"]},
+        {"trainer": 100.0, "orchestrator": 105.0, "inference": 200.0})
+    assert facts == LogFacts(step=4, finished=frozenset({"trainer", "orchestrator"}),
+                             last_write=105.0)
+
+
+def test_completed_needs_both_finished_or_max_steps() -> None:
+    both = LogFacts(step=8, finished=frozenset({"trainer", "orchestrator"}), last_write=1.0)
+    assert completed_step(both, None) == 8
+    only_trainer = LogFacts(step=8, finished=frozenset({"trainer"}), last_write=1.0)
+    assert completed_step(only_trainer, None) is None
+    assert completed_step(only_trainer, 9) is None
+    assert completed_step(only_trainer, 8) == 8
+    assert completed_step(LogFacts(None, frozenset({"trainer", "orchestrator"}), None), 8) is None
+
+
+def test_read_log_facts_reads_the_end_of_a_long_log(tmp_path: Path) -> None:
+    log = tmp_path / "trainer.log"
+    filler = "x" * 1000 + "\n"
+    early = "Step 9 | before the tail\n"
+    log.write_text(early + filler * (LOG_TAIL_BYTES // 1000 + 10) + "Step 7 | x\n" + TRAINER_DONE)
+    facts = read_log_facts({"trainer": log, "orchestrator": tmp_path / "missing.log"})
+    assert facts.step == 7 and facts.finished == {"trainer"}
+    assert facts.last_write == log.stat().st_mtime
+
+
+def test_pending_commands_are_those_not_carried_out() -> None:
+    assert pending_commands([]) == []
+    accepted_stop = ("command_accepted", "stop")
+    assert pending_commands([accepted_stop]) == ["stop"]
+    assert pending_commands([accepted_stop, ("stop_requested", None)]) == []
+    restart = ("command_accepted", "restart")
+    assert pending_commands([restart, ("restart_requested", None), restart]) == ["restart"]
+    assert pending_commands([restart, accepted_stop]) == ["stop"]  # stop wins
+    assert pending_commands([("command_accepted", "rm -rf")]) == []
+
+
+def test_failures_are_warnings_in_the_journal() -> None:
+    assert event_log_level("failure", "trainer exited with code 1") == logging.WARNING
+    assert event_log_level("gave_up", "too many restarts") == logging.ERROR
+    assert event_log_level("state", "run failed") == logging.ERROR
+    assert event_log_level("state", "run running") == logging.INFO
+    assert event_log_level("component_started", "trainer started") == logging.INFO
