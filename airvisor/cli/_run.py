@@ -137,19 +137,17 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
         from airvisor._logging import configure_logging
 
         configure_logging(quiet=True)  # the progress view shows every event already
-    problems = _preflight_problems(loaded)
-    if problems:
+    from airvisor.primerl import prepare_run
+
+    prepared = prepare_run(loaded)
+    if prepared.problems:
         click.echo("airvisor: cannot start, preflight found problems:", err=True)
-        for problem in problems:
+        for problem in prepared.problems:
             click.echo(f"  {problem}", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    sys.exit(_run_foreground(loaded, mode))
-
-
-def _preflight_problems(profile: Any) -> list[Any]:
-    from airvisor.cli._check import preflight_problems
-
-    return list(preflight_problems(profile))
+    if prepared.resolution is not None and not prepared.resolution.checked_by_prime_rl:
+        click.echo(f"airvisor: note: {prepared.resolution.note}", err=True)
+    sys.exit(_run_foreground(prepared.profile, mode))
 
 
 class _StopFlag:

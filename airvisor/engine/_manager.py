@@ -22,9 +22,14 @@ from typing import Any, Literal
 import psutil
 
 from airvisor._logging import get_logger
-from airvisor.engine._checkpoints import scan_checkpoints
 from airvisor.engine._events import Command, Event
-from airvisor.engine._supervisor import ComponentHandle, Hooks, RunSupervisor
+from airvisor.engine._supervisor import (
+    ComponentHandle,
+    Hooks,
+    RunSupervisor,
+    archive_run_dir,
+    run_dir_used,
+)
 from airvisor.engine._tail import LogTail
 from airvisor.policy import RunState, choose_resume_step, step_from_log_line
 from airvisor.proc import ProcessIdentity, terminate_tree
@@ -147,10 +152,23 @@ class RunManager:
 
     # -- commands (any thread) ---------------------------------------------------------------
     def submit(self, profile: Profile, *, start_mode: StartMode = "auto") -> RunRecord:
-        """Accept a run; it proceeds on the main loop's ticks. Raises RunConflict."""
+        """Accept a run; it proceeds on the main loop's ticks.
+
+        A profile not yet bound to prime-rl's resolution is checked first exactly as `airvisor
+        check` / `start` check it (prime-rl's own validation, airvisor's checks, this machine):
+        raises ProfileError listing the problems, or RunConflict.
+        """
+        if profile.resolved is None:
+            from airvisor.primerl import prepare_run
+            from airvisor.profile import ProfileError
+
+            prepared = prepare_run(profile)
+            if prepared.problems:
+                raise ProfileError(prepared.problems)
+            profile = prepared.profile
         with self._lock:
             self._check_conflicts(profile)
-            run_dir = Path(profile.run.output_dir)
+            run_dir = Path(profile.run.output_dir or ".")
             self._prepare_run_dir(profile, run_dir, start_mode)
             run_id = new_run_id(profile.run.name)
             record = self.store.create_run(
@@ -161,8 +179,6 @@ class RunManager:
             )
             self.store.update_run(run_id, supervisor_started=self._started)
             supervisor = self._new_supervisor(run_id, profile)
-            # Attempt numbers continue in a reused output dir, so no log file is overwritten.
-            supervisor.attempt = _existing_attempts(run_dir)
             self._runs[run_id] = supervisor
             self.store.add_event(run_id, "submitted",
                                  f"run {run_id} accepted (profile {profile.run.name})",
@@ -264,15 +280,16 @@ class RunManager:
                 self._runs[run.id] = supervisor
             handles, dead = self._component_handles(run)
             if handles and not dead:
-                supervisor.adopt(run.attempt, handles, _step_from_logs(handles, run.step))
+                supervisor.adopt(run.attempt, handles,
+                                 _step_from_logs(supervisor, handles, run.step))
                 pids = ", ".join(str(h.identity.pid) for h in handles.values())
                 self.store.add_event(run.id, "adopted", f"adopted live run: "
                                      f"{', '.join(sorted(handles))} (pids {pids})")
             else:
                 why = (f"components died while no supervisor watched: {', '.join(dead)}"
                        if dead else "the run had not started its components")
-                if profile.restart.resume_on_boot:
-                    choice = choose_resume_step(scan_checkpoints(Path(run.run_dir)))
+                if profile.restart.resume_on_boot and supervisor.layout is not None:
+                    choice = choose_resume_step(supervisor.layout.scan())
                     self.store.add_event(run.id, "boot_resume",
                                          f"{why}; resuming ({choice.describe()})")
                 self._guard(supervisor, functools.partial(
@@ -307,7 +324,7 @@ class RunManager:
 
     def _check_conflicts(self, profile: Profile) -> None:
         wanted_gpus = profile_gpus(profile)
-        run_dir = Path(profile.run.output_dir).resolve()
+        run_dir = Path(profile.run.output_dir or ".").resolve()
         port = profile.inference.port
         for run in self.store.live_runs():
             supervised_here = run.id in self._runs and not self._runs[run.id].state.terminal
@@ -324,14 +341,15 @@ class RunManager:
             if shared:
                 raise RunConflict(f"run {run.id} is live on GPU(s) {sorted(shared)}; stop it "
                                   f"first (airvisor stop {run.id}) or pick other GPUs")
-            if Path(other.run.output_dir).resolve() == run_dir:
-                raise RunConflict(f"run {run.id} is live in the same output dir {run_dir}")
-            if other.inference.port == port:
+            if Path(other.run.output_dir or ".").resolve() == run_dir:
+                raise RunConflict(f"run {run.id} is live in the same run dir {run_dir}")
+            if port is not None and other.inference.port == port:
                 raise RunConflict(f"run {run.id} is live with its inference server on port "
-                                  f"{port}; set [inference] port to another port")
+                                  f"{port}; set inference.server.port in the prime-rl config "
+                                  "to another port")
 
     def _prepare_run_dir(self, profile: Profile, run_dir: Path, start_mode: StartMode) -> None:
-        if not _is_used(run_dir):
+        if not run_dir_used(run_dir):
             return
         mode = {"resume": "resume", "fresh": "archive"}.get(start_mode, profile.run.on_existing)
         if start_mode == "fresh" and profile.run.on_existing == "replace":
@@ -339,7 +357,9 @@ class RunManager:
         if mode == "resume":
             return
         if mode == "refuse":
-            choice = choose_resume_step(scan_checkpoints(run_dir))
+            from airvisor.primerl import run_layout
+
+            choice = choose_resume_step(run_layout(profile).scan())
             where = (f"newest complete checkpoint: step {choice.step}"
                      if choice.step is not None else "no complete checkpoint")
             raise RunConflict(
@@ -349,31 +369,19 @@ class RunManager:
         if mode == "replace":
             shutil.rmtree(run_dir)
             return
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        archived = run_dir.with_name(f"{run_dir.name}.old-{stamp}")
-        run_dir.rename(archived)
+        archived = archive_run_dir(run_dir, "old")
         log.info("moved earlier run aside", path=str(archived))
 
 
-def _is_used(run_dir: Path) -> bool:
-    return any((run_dir / name).exists() for name in ("checkpoints", "airvisor", "metrics.jsonl"))
-
-
-def _existing_attempts(run_dir: Path) -> int:
-    root = run_dir / "airvisor"
-    if not root.is_dir():
-        return 0
-    numbers = [int(p.name.split("_", 1)[1]) for p in root.glob("attempt_*")
-               if p.name.split("_", 1)[1].isdigit()]
-    return max(numbers, default=0)
-
-
-def _step_from_logs(handles: dict[str, ComponentHandle], known: int | None) -> int | None:
+def _step_from_logs(supervisor: RunSupervisor, handles: dict[str, ComponentHandle],
+                    known: int | None) -> int | None:
     """Catch up on the logs written while no supervisor read them."""
     step = known
     trainer = handles.get("trainer")
-    if trainer is not None:
-        for line in LogTail(trainer.log.path).read_new_lines():
+    path = trainer.log.path if trainer is not None else (
+        supervisor.layout.log_file("trainer") if supervisor.layout is not None else None)
+    if path is not None:
+        for line in LogTail(path).read_new_lines():
             found = step_from_log_line(line)
             if found is not None:
                 step = max(step or 0, found)

@@ -8,15 +8,16 @@ run's failure detection or the API.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from airvisor._logging import get_logger
-from airvisor.engine._checkpoints import scan_checkpoints
 from airvisor.engine._events import (
     Command,
     ComponentExited,
@@ -30,6 +31,7 @@ from airvisor.engine._tail import LogTail
 from airvisor.policy import (
     GiveUp,
     RestartPolicy,
+    ResumeChoice,
     RunState,
     StallRule,
     choose_resume_step,
@@ -38,8 +40,10 @@ from airvisor.policy import (
     stalled_for,
     step_from_log_line,
     step_from_metrics_row,
+    strip_ansi,
     transition,
 )
+from airvisor.primerl import LAUNCHER, AttemptPlan, RunLayout, prepare_run, run_layout
 from airvisor.proc import ProcessIdentity, launch
 from airvisor.profile._schema import Profile
 from airvisor.store import Store
@@ -47,6 +51,114 @@ from airvisor.store import Store
 log = get_logger("airvisor.engine")
 
 PROCESS_ORDER = ("inference", "trainer", "orchestrator")
+VIEWED = ("inference", "trainer", "orchestrator")
+# prime-rl's launchers name the child that failed first: v0.4 rl.py:798 and main's
+# utils/process.py monitor_process: f"{process_name.capitalize()} failed with exit code {code}".
+_CHILD_FAILED = re.compile(r"\b(Inference|Trainer|Orchestrator|Teacher_inference|Env[-_ ]server\S*)"
+                           r" failed with exit code (-?\d+)")
+
+
+@dataclass(frozen=True)
+class PreparedAttempt:
+    """What the preflight task hands the main loop: the attempt to launch."""
+
+    number: int
+    choice: ResumeChoice
+    plan: AttemptPlan
+    profile: Profile  # bound by prime-rl's resolution for this attempt
+    summary: str
+
+
+class AttemptError(Exception):
+    """The attempt cannot be prepared (prime-rl refuses the config, a file cannot be written)."""
+
+
+def run_dir_used(run_dir: Path) -> bool:
+    try:
+        return any(run_dir.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def archive_run_dir(run_dir: Path, why: str) -> Path:
+    """Move a run directory aside (never delete a run's data): `<name>.<why>-<UTC time>`."""
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    target = run_dir.with_name(f"{run_dir.name}.{why}-{stamp}")
+    run_dir.rename(target)
+    return target
+
+
+def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
+                    attempt_dir: Path, container_names: list[str],
+                    summary: str) -> PreparedAttempt:
+    """Choose the resume step on disk, resolve the exact command line with prime-rl (so what
+    prime-rl validated is what runs), and write the attempt's files. Blocking: a worker thread
+    runs it."""
+    def prepared_or_raise(step: int | None) -> Any:
+        prepared = prepare_run(profile, resume_step=step, attempt_dir=attempt_dir,
+                               container_names=container_names, machine=False)
+        if prepared.problems or prepared.plan is None:
+            raise AttemptError("; ".join(str(p) for p in prepared.problems)
+                               or "the attempt could not be planned")
+        return prepared
+
+    if layout is None:
+        layout = run_layout(prepared_or_raise(None).profile)
+    choice = choose_resume_step(layout.scan())
+    if choice.step is not None and choice.step < layout.step_base:
+        choice = ResumeChoice(step=None, skipped=choice.skipped)
+    prepared = prepared_or_raise(choice.step)
+    if choice.step is None and number > 1 and profile.prime_rl.version == "main" \
+            and run_dir_used(layout.run_dir):
+        # main's `rl` refuses a fresh start in a used run directory (utils/pathing.py
+        # validate_run_dir) and its `clean` would delete it: move it aside instead.
+        moved = archive_run_dir(layout.run_dir, f"attempt-{number - 1}")
+        summary += f"; no complete checkpoint: earlier files moved to {moved}"
+    try:
+        for spec in prepared.plan.processes.values():
+            for path, text in spec.files.items():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AttemptError(f"cannot write the attempt's files under {attempt_dir}: "
+                           f"{exc.strerror or exc}") from exc
+    return PreparedAttempt(number, choice, prepared.plan, prepared.profile, summary)
+
+
+class LogView:
+    """The log of a component that airvisor did not start itself (prime-rl's launcher did):
+    found where that version writes it (`RunLayout.log_file`), and read only once it was
+    written during this attempt, so an earlier attempt's `Step N` lines never count."""
+
+    def __init__(self, locate: Callable[[], Path | None], *, since: float,
+                 from_end: bool = False) -> None:
+        self._locate = locate
+        self._since = since
+        self._from_end = from_end  # adoption: the lines before it were read by the last daemon
+        self.tail: LogTail | None = None
+
+    @property
+    def last_lines(self) -> list[str]:
+        return list(self.tail.last_lines) if self.tail is not None else []
+
+    def read_new_lines(self) -> list[str]:
+        if self.tail is None:
+            path = self._locate()
+            if path is None:
+                return []
+            try:
+                if path.stat().st_mtime < self._since:
+                    return []  # still the previous attempt's file
+            except OSError:
+                return []
+            self.tail = LogTail(path, from_end=self._from_end)
+        try:
+            if self.tail.path.stat().st_size < self.tail.offset:
+                self.tail = LogTail(self.tail.path)  # truncated (v0.4 rl opens its logs "w")
+        except OSError:
+            return []
+        return self.tail.read_new_lines()
 
 
 class ContainerPoolLike(Protocol):
@@ -145,13 +257,17 @@ class RunSupervisor:
         self._post = post
         self._hooks = hooks
         self._clock = clock
-        self.run_dir = Path(profile.run.output_dir)
+        self.run_dir = Path(profile.run.output_dir or ".")
+        self.layout: RunLayout | None = run_layout(profile) if profile.resolved else None
+        self.views: dict[str, LogView] = {}
+        self.mode = profile.prime_rl.mode
         self.state = RunState.PENDING
         self.attempt = 0
         self.components: dict[str, ComponentHandle] = {}
         self.step: int | None = None
         self.last_progress_wall: float | None = None
         self._attempt_started = clock()
+        self._attempt_wall_start = time.time()
         self._attempt_progress: float | None = None  # monotonic time of the last advance
         self._attempt_max_step = 0
         self._prober: ProberLike | None = None
@@ -209,9 +325,15 @@ class RunSupervisor:
     def _live_processes(self) -> list[ComponentHandle]:
         return [h for h in self.components.values() if not h.exited]
 
+    def attempt_dir_of(self, number: int) -> Path:
+        """airvisor's own files of an attempt (overrides, logs of processes it starts): in the
+        state directory, never inside prime-rl's run directory (main refuses a fresh start in
+        a run directory that holds anything)."""
+        return self.store.path.parent / "runs" / self.run_id / f"attempt_{number}"
+
     @property
     def attempt_dir(self) -> Path:
-        return self.run_dir / "airvisor" / f"attempt_{self.attempt}"
+        return self.attempt_dir_of(self.attempt)
 
     # -- lifecycle -------------------------------------------------------------------------
     def begin(self) -> None:
@@ -222,57 +344,70 @@ class RunSupervisor:
         self._set_state(RunState.PREFLIGHT)
         profile, run_id = self.profile, self.run_id
         live = self._hooks.live_run_ids() - {run_id}
+        number = self.attempt + 1
+        attempt_dir = self.attempt_dir_of(number)
+        layout = self.layout
 
-        def job() -> str:
+        def job() -> PreparedAttempt:
             summary = self._hooks.prepare_machine(profile, run_id, live)
+            names: list[str] = []
             if profile.containers.enabled and self._hooks.container_pool is not None:
                 if self._pool is None:
                     self._pool = self._hooks.container_pool(profile, run_id)
                 with self._pool_lock:
                     self._pool.preflight()
                     self._pool.up()
-                summary += f"; {len(self._pool.names)} container(s) up"
-            return summary
+                names = list(self._pool.names)
+                summary += f"; {len(names)} container(s) up"
+            return prepare_attempt(profile, layout, number=number, attempt_dir=attempt_dir,
+                                   container_names=names, summary=summary)
 
         self._run_task("preflight", job)
 
-    def _launch_attempt(self) -> None:
-        from airvisor.primerl import get_adapter
-
-        self.attempt += 1
-        choice = choose_resume_step(scan_checkpoints(self.run_dir))
+    def _launch_attempt(self, prepared: PreparedAttempt) -> None:
+        self.attempt = prepared.number
+        self.profile = prepared.profile
+        self.layout = run_layout(prepared.profile)
+        self.run_dir = self.layout.run_dir
+        choice = prepared.choice
         self._resume_step = choice.step
         self.store.start_attempt(self.run_id, self.attempt, choice.step)
         self._event("attempt", f"attempt {self.attempt}: {choice.describe()}",
                     attempt=self.attempt, resume_step=choice.step,
-                    skipped=[list(s) for s in choice.skipped])
-        adapter = get_adapter(self.profile.prime_rl.version)
-        names = self._pool.names if self._pool is not None else []
-        specs = adapter.launch_specs(
-            self.profile, run_id=self.run_id, run_dir=self.run_dir,
-            attempt_dir=self.attempt_dir, resume_step=choice.step, container_names=names,
-        )
-        self._specs = specs
-        for spec in specs.values():
-            for path, text in spec.files.items():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
+                    skipped=[list(s) for s in choice.skipped],
+                    checked_by=prepared.plan.resolution.source)
+        self._specs = dict(prepared.plan.processes)
         self.components = {}
+        self.views = {}
         self._attempt_started = self._clock()
+        self._attempt_wall_start = time.time()
         self._attempt_progress = None
         self._attempt_max_step = choice.step or 0
-        metrics = self.run_dir / "metrics.jsonl"
-        self._metrics = LogTail(metrics, from_end=True)
+        metrics = self.layout.metrics_file()
+        self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
         self._set_state(RunState.STARTING)
-        # The trainer loads its model while the inference server starts; the orchestrator
-        # starts only once the server answers /health and /v1/models.
-        for name in ("inference", "trainer"):
-            self._start_component(name)
+        if self.mode == "launcher":
+            self._start_component(LAUNCHER)
+            layout = self.layout
+            since = self._attempt_wall_start - 1.0
+            for name in VIEWED:
+                self.views[name] = LogView(
+                    lambda name=name: layout.log_file(name), since=since)  # type: ignore[misc]
+        else:
+            # The trainer loads its model while the inference server starts; the orchestrator
+            # starts only once the server answers /health and /v1/models.
+            for name in ("inference", "trainer"):
+                if name in self._specs:
+                    self._start_component(name)
         self._start_prober()
         if self._pool is not None:
             self._record_containers()
 
     def _start_prober(self) -> None:
+        if self.profile.inference.port is None:
+            # `rl` starts no inference server (the user runs one elsewhere): nothing to gate on.
+            self._post(InferenceReady(self.run_id, self.attempt, time.time()))
+            return
         self._prober = self._hooks.prober(
             run_id=self.run_id, attempt=self.attempt,
             base_url=inference_base_url(self.profile.inference.host, self.profile.inference.port),
@@ -286,7 +421,8 @@ class RunSupervisor:
         log_path = self.attempt_dir / f"{name}.log"
         launched = self._hooks.launch(spec.argv, env=spec.env, cwd=spec.cwd, log_path=log_path,
                                       run_id=self.run_id, component=name)
-        gpus = list(getattr(self.profile.gpus, name, []))
+        gpus = (sorted({*self.profile.gpus.inference, *self.profile.gpus.trainer})
+                if name == LAUNCHER else list(getattr(self.profile.gpus, name, [])))
         handle = ComponentHandle(
             name=name, identity=launched.identity, pgid=launched.pid,
             log=LogTail(log_path), argv=list(spec.argv), gpus=gpus, launched=launched,
@@ -315,10 +451,17 @@ class RunSupervisor:
         self._attempt_started = self._clock()
         self._attempt_progress = self._clock()
         self._attempt_max_step = step or 0
-        self._metrics = LogTail(self.run_dir / "metrics.jsonl", from_end=True)
+        layout = self.layout
+        metrics = layout.metrics_file() if layout is not None else None
+        self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
+        if self.mode == "launcher" and layout is not None:
+            self.views = {name: LogView(lambda name=name: layout.log_file(name),  # type: ignore[misc]
+                                        since=0.0, from_end=True) for name in VIEWED}
         self.state = RunState.RUNNING
         self.store.update_run(self.run_id, state=str(RunState.RUNNING))
-        if "orchestrator" not in handles:
+        waiting = ("orchestrator" not in handles if self.mode == "components"
+                   else step is None)
+        if waiting:
             # The old supervisor died before the server was ready: wait for it again.
             self.state = RunState.STARTING
             self.store.update_run(self.run_id, state=str(RunState.STARTING))
@@ -379,9 +522,10 @@ class RunSupervisor:
     def _on_ready(self) -> None:
         if self.state != RunState.STARTING:
             return
-        self._event("inference_ready", "inference server ready (/health, /v1/models)",
-                    component="inference")
-        if "orchestrator" not in self.components:
+        if self.profile.inference.port is not None:
+            self._event("inference_ready", "inference server ready (/health, /v1/models)",
+                        component="inference")
+        if self.mode == "components" and "orchestrator" not in self.components:
             self._start_component("orchestrator")
         self._set_state(RunState.RUNNING)
 
@@ -400,6 +544,9 @@ class RunSupervisor:
         if self.state not in (RunState.STARTING, RunState.RUNNING):
             return  # expected: we are stopping it
         what = describe_exit(returncode)
+        if event.component == LAUNCHER:
+            self._on_launcher_exit(handle, returncode, what)
+            return
         if returncode == 0 and event.component in ("trainer", "orchestrator"):
             self._event("component_finished", f"{event.component} finished", component=handle.name)
             others = [self.components.get(n) for n in ("trainer", "orchestrator")]
@@ -408,6 +555,30 @@ class RunSupervisor:
                 self._stop_everything(final=RunState.SUCCEEDED)
             return
         self._fail(f"{event.component} {what}", event.component)
+
+    def _on_launcher_exit(self, handle: ComponentHandle, returncode: int | None,
+                          what: str) -> None:
+        """prime-rl's `rl` ended: 0 after trainer and orchestrator finished (v0.4 rl.py:800-806,
+        main rl.py:470-476); otherwise it names the child that failed first and stops the rest."""
+        if returncode == 0:
+            self._event("success", "prime-rl's launcher finished (trainer and orchestrator "
+                        "done): run complete", component=LAUNCHER)
+            self._stop_everything(final=RunState.SUCCEEDED)
+            return
+        blamed: str | None = None
+        child_code = ""
+        for line in reversed(list(handle.log.last_lines)):
+            match = _CHILD_FAILED.search(strip_ansi(line))
+            if match:
+                blamed = match.group(1).lower().replace("_", "-")
+                child_code = match.group(2)
+                break
+        if blamed is not None:
+            reason = (f"{blamed} exited with status {child_code}; prime-rl's launcher stopped "
+                      f"the run ({what})")
+            self._fail(reason, blamed if blamed in self.views else LAUNCHER)
+        else:
+            self._fail(f"prime-rl's launcher {what}", LAUNCHER)
 
     def _on_task_done(self, event: TaskDone) -> None:
         self._tasks.discard(event.task)
@@ -418,9 +589,15 @@ class RunSupervisor:
             if self._stop_requested:
                 self._stop_everything(final=RunState.STOPPED)
                 return
-            if event.result:
-                self._event("preflight", f"preflight: {event.result}")
-            self._launch_attempt()
+            prepared: PreparedAttempt = event.result
+            if prepared.summary:
+                self._event("preflight", f"preflight: {prepared.summary}")
+            try:
+                self._launch_attempt(prepared)
+            except OSError as exc:
+                # ENOENT / EACCES when spawning: a failure of this attempt, with the reason.
+                self._fail(f"launch failed: {exc.strerror or exc} ({exc.filename or ''})",
+                           None)
         elif event.task == "stop":
             self._after_stop(event)
         elif event.task == "containers":
@@ -441,7 +618,9 @@ class RunSupervisor:
     def _fail(self, reason: str, component: str | None, *, count_restart: bool = True,
               preflight: bool = False) -> None:
         last_lines: list[str] = []
-        if component in self.components:
+        if component in self.views:
+            last_lines = self.views[component].last_lines[-15:]
+        elif component in self.components:
             last_lines = list(self.components[component].log.last_lines)[-15:]
         self._failure = reason
         self.store.update_run(self.run_id, last_error=reason)
@@ -581,20 +760,24 @@ class RunSupervisor:
     def _read_progress(self, now: float) -> None:
         newest = 0
         trainer_step: int | None = None
-        for handle in self.components.values():
-            for line in handle.log.read_new_lines():
+        sources: list[tuple[str, Any, ComponentHandle | None]] = [
+            (h.name, h.log, h) for h in self.components.values()]
+        sources += [(name, view, None) for name, view in self.views.items()]
+        for name, reader, handle in sources:
+            for line in reader.read_new_lines():
                 step = step_from_log_line(line)
                 if step is not None:
                     newest = max(newest, step)
-                    if handle.name == "trainer":
+                    if name == "trainer":
                         trainer_step = max(trainer_step or 0, step)
                     continue
                 milestone = milestone_from_log_line(line)
-                if milestone in ("trainer_finished", "orchestrator_finished"):
+                if milestone in ("trainer_finished", "orchestrator_finished") \
+                        and handle is not None:
                     handle.finished = True
                 if milestone is not None:
-                    self._event("milestone", f"{handle.name}: {milestone.replace('_', ' ')}",
-                                component=handle.name)
+                    self._event("milestone", f"{name}: {milestone.replace('_', ' ')}",
+                                component=name)
         if self._metrics is not None:
             for row in self._metrics.read_new_lines():
                 step = step_from_metrics_row(row)

@@ -1,49 +1,55 @@
-"""How each supported prime-rl version is started: argv, environment and config files.
+"""From a profile to the processes of one attempt, faithful to the prime-rl version.
 
-airvisor starts prime-rl's three components itself (not through prime-rl's `rl` launcher, which
-leaves orphans and cannot resume from an explicit, verified step). Each adapter reproduces what
-that version's `rl` launcher does for one machine, per component.
+Launcher mode (the default) starts prime-rl's own `rl` entry point with the user's argument list
+unchanged, plus airvisor's overrides file as the last `@` and that version's resume option with
+an explicit step:
 
-Verified against prime-rl's own sources and docs (read through the code search, 2026-11):
-- v0.4 era `src/prime_rl/rl.py` (the launcher with `inference_gpu_ids`/`trainer_gpu_ids`): starts
-  `inference @ file`, `orchestrator @ file`, and the trainer as
-  `torchrun --rdzv-endpoint=localhost:P --rdzv-id=ID --local-ranks-filter=0 --nproc-per-node=N
-  -m prime_rl.trainer.rl.train @ file`, with CUDA_VISIBLE_DEVICES per component and
-  LOGURU_FORCE_COLORS=1 / PYTHONUNBUFFERED=1. Its shared `ckpt.resume_step` is copied into
-  `trainer.ckpt.resume_step` and `orchestrator.ckpt.resume_step`, so started separately each
-  component takes `--ckpt.resume-step N`; checkpoint retention is `[ckpt] keep`; it sets
-  `orchestrator.num_train_workers = len(trainer_gpu_ids)` when there is more than one trainer GPU;
-  output_dir is shared by trainer and orchestrator.
-- main (after v0.8): resume is `--resume` (latest) or `--resume.step N` (docs/training.md and the
-  launcher's "pass --resume (or --resume.step N)" error); retention is `[ckpt] keep_last`
-  (`CheckpointConfig.keep_last`); `[client] base_url` is a list of URLs (`ClientConfig.base_url:
-  list[str]`). The trainer entry point is still `-m prime_rl.trainer.rl.train` under torchrun.
-airvisor never passes -1 ("latest"): prime-rl's latest is the highest `step_*` name, which may
-hold only one half of a checkpoint; the engine chooses a complete step and passes it explicitly.
+    <prefix> rl <user args> @ <attempt>/overrides.toml [--ckpt.resume-step N | --resume.step N]
+
+prime-rl then does everything its launcher does (sub-configs, GPUs, clean-ups of future steps);
+airvisor supervises the whole tree and reads the components' logs where that version writes them
+(`_layout.py`).
+
+Component mode starts inference, trainer and orchestrator separately, each with exactly the
+argv and environment that version's launcher uses, and the sub-configs prime-rl itself resolved
+(`resolve_config.py`). It adds readiness gating (the orchestrator starts once the server answers)
+and per-component exit statuses. It is offered only where it can be faithful: prime-rl v0.4 with
+prime-rl reachable for the resolution; anything else is refused with the reason.
+
+Sources (see docs/primerl-fidelity.md for the full table):
+- v0.4 `src/prime_rl/rl.py:556-790` (`rl()`: commands, environments, log files).
+- v0.4 `src/prime_rl/rl.py:76-78` (SharedCheckpointConfig.resume_step): `rl --ckpt.resume-step N`.
+- main `src/prime_rl/entrypoints/rl.py:613-660` (`rl()`: `--resume.step`, `clean_future_steps`).
 """
 
 from __future__ import annotations
 
+import json
 import os
-from abc import ABC, abstractmethod
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from airvisor.profile import Profile, component_config
-from airvisor.profile._configs import deep_merge
-from airvisor.profile._schema import COMPONENTS, ComponentName
+from airvisor.primerl._facts import merged_toml
+from airvisor.primerl._layout import RunLayout, layout_for
+from airvisor.primerl._resolve import Resolution, ResolveError, prime_rl_python, resolve
+from airvisor.profile._problems import Problem
+from airvisor.profile._schema import Profile
 
 TRAINER_MODULE = "prime_rl.trainer.rl.train"
+OVERRIDES_FILE = "overrides.toml"
+LAUNCHER = "launcher"
+SUPPORTED_VERSIONS: tuple[str, ...] = ("0.4", "main")
 
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """One component's process: the engine writes `files`, then runs `argv` in `cwd` with `env`
-    added to its own environment."""
+    """One process: the engine writes `files`, then runs `argv` in `cwd` with `env` added to its
+    own environment."""
 
     argv: list[str]
     env: dict[str, str]
@@ -51,214 +57,298 @@ class LaunchSpec:
     files: dict[Path, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class AttemptPlan:
+    """What one attempt starts: `processes` in start order (launcher mode: just `launcher`)."""
+
+    mode: str
+    processes: dict[str, LaunchSpec]
+    resolution: Resolution
+    resume_step: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The exact plan, for `airvisor check --json`."""
+        return {
+            "mode": self.mode,
+            "resume_step": self.resume_step,
+            "checked_by": self.resolution.source,
+            "note": self.resolution.note or None,
+            "facts": self.resolution.facts.as_json(),
+            "processes": {
+                name: {"argv": spec.argv, "env": spec.env, "cwd": str(spec.cwd),
+                       "files": {str(path): text for path, text in spec.files.items()}}
+                for name, spec in self.processes.items()
+            },
+        }
+
+
 class AdapterError(ValueError):
-    """The profile cannot be expressed for this prime-rl version (preflight catches these)."""
+    """The profile cannot be expressed faithfully for this prime-rl version."""
+
+
+def resume_flags(version: str, step: int) -> list[str]:
+    """That version's option to resume from checkpoint `step` (never -1 / "latest").
+
+    v0.4: `rl.py:76-78` SharedCheckpointConfig.resume_step, copied to trainer and orchestrator
+    (`rl.py:278-280` auto_setup_ckpt). main: `configs/shared.py:48-53` ResumeConfig.step,
+    propagated by `configs/rl.py:408-414` auto_setup_resume.
+    """
+    if version == "0.4":
+        return ["--ckpt.resume-step", str(step)]
+    return ["--resume.step", str(step)]
+
+
+def script(profile: Profile, name: str) -> list[str]:
+    """The argv that runs prime-rl console script `name` (prefix, venv's bin/, or PATH)."""
+    venv = profile.prime_rl.venv
+    executable = str(venv / "bin" / name) if venv is not None else name
+    return [*profile.prime_rl.command_prefix, executable]
+
+
+def airvisor_overrides(profile: Profile) -> dict[str, Any]:
+    """What airvisor puts on top of the user's files: [prime_rl.overrides], and for main a
+    fixed `run.name` when the user's config has none (main names an unnamed run afresh at every
+    launch, `configs/rl.py:254-258`, so a relaunch could never find its checkpoints)."""
+    overrides = dict(profile.prime_rl.overrides)
+    if profile.prime_rl.version == "main":
+        run = overrides.get("run")
+        named = isinstance(run, Mapping) and ("name" in run or "dir" in run)
+        if not named:
+            try:
+                user = merged_toml(profile.prime_rl.args)
+            except (OSError, ValueError):
+                user = {}
+            user_run = user.get("run")
+            if not (isinstance(user_run, Mapping) and ("name" in user_run or "dir" in user_run)):
+                overrides["run"] = {**(run if isinstance(run, Mapping) else {}),
+                                    "name": profile.run.name}
+    return overrides
+
+
+def rl_args(profile: Profile, overrides_file: Path | None, resume_step: int | None) -> list[str]:
+    """The arguments after `rl`: the user's, airvisor's overrides file, the resume flag."""
+    args = list(profile.prime_rl.args)
+    if overrides_file is not None:
+        args += ["@", str(overrides_file)]
+    if resume_step is not None:
+        args += resume_flags(profile.prime_rl.version, resume_step)
+    return args
+
+
+def base_environment(profile: Profile, environ: Mapping[str, str]) -> dict[str, str]:
+    """What airvisor adds to the environment of prime-rl's processes."""
+    env = {
+        # NVML (the preflight, `airvisor gpus`) numbers GPUs in PCI bus order; CUDA's default
+        # order is "fastest first". Same order, so a GPU index in the config is one GPU.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.update(profile.prime_rl.env)
+    has_key = "WANDB_API_KEY" in env or "WANDB_API_KEY" in environ
+    if not has_key and "WANDB_MODE" not in env and "WANDB_MODE" not in environ:
+        env["WANDB_MODE"] = "offline"
+    if profile.demo:
+        env["AIRVISOR_DEMO"] = json.dumps(profile.demo, sort_keys=True)
+    return env
+
+
+def resolve_profile(
+    profile: Profile,
+    *,
+    resume_step: int | None = None,
+    scratch: Path,
+    environ: Mapping[str, str] | None = None,
+) -> Resolution:
+    """Resolve the run's exact `rl` command line with prime-rl's own code.
+
+    Writes the overrides file into `scratch` (a temporary or the attempt's directory).
+    Raises ResolveError with located problems when prime-rl refuses the config.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    overrides_file = write_overrides(profile, scratch)
+    section = profile.prime_rl
+    python = prime_rl_python(python=section.python, venv=section.venv,
+                             command_prefix=section.command_prefix)
+    cwd = section.workdir or (profile.source.parent if profile.source else Path.cwd())
+    where = f"{profile.source or 'profile'} [prime_rl] args"
+    return resolve(
+        version=section.version, python=python,
+        args=rl_args(profile, overrides_file, resume_step), cwd=Path(cwd),
+        environ={**environ, **base_environment(profile, environ)}, where=where)
+
+
+def write_overrides(profile: Profile, directory: Path) -> Path | None:
+    overrides = airvisor_overrides(profile)
+    if not overrides:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / OVERRIDES_FILE
+    path.write_text(overrides_text(overrides))
+    return path
+
+
+def overrides_text(overrides: Mapping[str, Any]) -> str:
+    return ("# Written by airvisor: [prime_rl.overrides] of the profile, passed to prime-rl as "
+            "the last '@' file.\n" + tomli_w.dumps(dict(overrides)))
+
+
+def bind(profile: Profile, resolution: Resolution) -> Profile:
+    """The profile with the facts prime-rl resolved filled in (output dir, GPUs, port, steps).
+
+    GPU lists set in the profile are kept (the checks compare them with prime-rl's).
+    """
+    facts = resolution.facts
+    # The demo's stand-ins use no GPU whatever their config says: nothing to check or reserve.
+    demo = profile.run.demo
+    gpus = profile.gpus.model_copy(update={
+        "inference": [] if demo else profile.gpus.inference or list(facts.inference_gpus),
+        "trainer": [] if demo else profile.gpus.trainer or list(facts.trainer_gpus),
+        "inference_memory_share": _memory_share(resolution),
+    })
+    inference = profile.inference.model_copy(update={
+        "host": _client_host(facts.inference_host), "port": facts.inference_port})
+    run = profile.run.model_copy(update={"output_dir": facts.run_dir,
+                                         "max_steps": facts.max_steps})
+    bound = profile.model_copy(update={"gpus": gpus, "inference": inference, "run": run,
+                                       "resolved": facts.as_json()})
+    bound._locator = profile._locator
+    return bound
+
+
+def run_layout(profile: Profile) -> RunLayout:
+    """Where this bound profile's run keeps checkpoints and logs (its version's layout table)."""
+    if profile.resolved is None:
+        raise AdapterError("the profile is not bound to a resolved prime-rl config")
+    return layout_for(profile.prime_rl.version, profile.resolved)
 
 
 def _client_host(host: str) -> str:
-    # A server bound to every interface is reached on loopback.
-    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    # A server bound to every interface (prime-rl's default host None) is reached on loopback.
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "", "localhost") else host
 
 
-class Adapter(ABC):
-    """One prime-rl version's dialect."""
-
-    version: str
-
-    # --- what differs between versions ---------------------------------------------------------
-
-    @abstractmethod
-    def resume_flags(self, component: ComponentName, step: int) -> list[str]:
-        """Flags that make `component` resume from checkpoint `step` (never -1)."""
-
-    @abstractmethod
-    def checkpoint_table(self, interval: int, keep: int | None) -> dict[str, Any]:
-        """The `[ckpt]` table for trainer and orchestrator."""
-
-    @abstractmethod
-    def client_base_url(self, url: str) -> Any:
-        """The orchestrator's `[client] base_url` value."""
-
-    def orchestrator_extras(self, profile: Profile) -> dict[str, Any]:
-        return {}
-
-    # --- shared --------------------------------------------------------------------------------
-
-    def script(self, profile: Profile, name: str) -> list[str]:
-        """The argv that runs prime-rl console script `name` (prefix, venv's bin/, or PATH)."""
-        venv = profile.prime_rl.venv
-        executable = str(venv / "bin" / name) if venv is not None else name
-        return [*profile.prime_rl.command_prefix, executable]
-
-    def config_path(self, attempt_dir: Path, component: ComponentName) -> Path:
-        return attempt_dir / f"{component}.toml"
-
-    def environment(
-        self, profile: Profile, component: ComponentName, environ: Mapping[str, str]
-    ) -> dict[str, str]:
-        gpus = {"inference": profile.gpus.inference, "trainer": profile.gpus.trainer}.get(
-            component, [])
-        env = {
-            # NVML (the preflight, `airvisor gpus`) numbers GPUs in PCI bus order; CUDA's
-            # default order is "fastest first". Same order, so a profile index is one GPU.
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
-            # prime-rl's launcher forces loguru's colours on; the supervisor strips them.
-            "LOGURU_FORCE_COLORS": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-        env.update(profile.prime_rl.env)
-        env.update(getattr(profile, component).env)
-        has_key = "WANDB_API_KEY" in env or "WANDB_API_KEY" in environ
-        if not has_key and "WANDB_MODE" not in env:
-            env["WANDB_MODE"] = "offline"
-        return env
-
-    def effective_config(
-        self,
-        profile: Profile,
-        component: ComponentName,
-        *,
-        run_dir: Path,
-        container_names: list[str],
-    ) -> dict[str, Any]:
-        """The merged config plus what airvisor owns: output dir, steps, checkpoints, wiring."""
-        config = component_config(profile, component)
-        inference = profile.inference
-        if component == "inference":
-            injected: dict[str, Any] = {"server": {"host": inference.host, "port": inference.port}}
-            if profile.gpus.inference_memory_share is not None:
-                injected["gpu_memory_utilization"] = profile.gpus.inference_memory_share
-            if profile.run.demo:
-                # Only the demo stand-in reads output_dir here; prime-rl's inference has none.
-                injected["output_dir"] = str(run_dir)
-            return deep_merge(config, injected)
-        injected = {
-            "output_dir": str(run_dir),
-            "ckpt": self.checkpoint_table(profile.checkpoint.interval, profile.checkpoint.keep),
-        }
-        if profile.run.max_steps is not None:
-            injected["max_steps"] = profile.run.max_steps
-        if component == "orchestrator":
-            url = f"http://{_client_host(inference.host)}:{inference.port}/v1"
-            injected["client"] = {"base_url": self.client_base_url(url)}
-            injected.update(self.orchestrator_extras(profile))
-        config = deep_merge(config, injected)
-        if component == "orchestrator" and profile.containers.enabled:
-            envs = config.get("env")
-            if not (isinstance(envs, list) and envs and isinstance(envs[0], dict)):
-                raise AdapterError(
-                    "[containers] is enabled but the orchestrator config has no [[env]] table "
-                    "to pass the container names to")
-            args = dict(envs[0].get("args") or {})
-            args[profile.containers.env_arg] = list(container_names)
-            config["env"] = [{**envs[0], "args": args}, *envs[1:]]
-        return config
-
-    def argv(
-        self,
-        profile: Profile,
-        component: ComponentName,
-        *,
-        run_id: str,
-        config_file: Path,
-        resume_step: int | None,
-    ) -> list[str]:
-        if component == "trainer":
-            nproc = max(len(profile.gpus.trainer), 1)
-            argv = [
-                *self.script(profile, "torchrun"),
-                f"--nproc-per-node={nproc}",
-                f"--rdzv-endpoint=localhost:{profile.trainer.rdzv_port}",
-                f"--rdzv-id={run_id}",
-                "--local-ranks-filter=0",
-                "-m", TRAINER_MODULE,
-            ]
-        else:
-            argv = self.script(profile, component)
-        argv += ["@", str(config_file)]
-        if resume_step is not None and component != "inference":
-            argv += self.resume_flags(component, resume_step)
-        return argv + list(getattr(profile, component).extra_args)
-
-    def launch_specs(
-        self,
-        profile: Profile,
-        *,
-        run_id: str,
-        run_dir: Path,
-        attempt_dir: Path,
-        resume_step: int | None,
-        container_names: list[str],
-        environ: Mapping[str, str] | None = None,
-    ) -> dict[str, LaunchSpec]:
-        """Specs for inference, trainer and orchestrator (in start order)."""
-        if resume_step is not None and resume_step < 1:
-            raise AdapterError(f"resume step must be a checkpoint step >= 1, got {resume_step}")
-        environ = os.environ if environ is None else environ
-        cwd = profile.prime_rl.workdir or run_dir.parent
-        specs: dict[str, LaunchSpec] = {}
-        for component in COMPONENTS:
-            config_file = self.config_path(attempt_dir, component)
-            config = self.effective_config(
-                profile, component, run_dir=run_dir, container_names=container_names)
-            specs[component] = LaunchSpec(
-                argv=self.argv(profile, component, run_id=run_id, config_file=config_file,
-                               resume_step=resume_step),
-                env=self.environment(profile, component, environ),
-                cwd=cwd,
-                files={config_file: tomli_w.dumps(config)},
-            )
-        return specs
+def _memory_share(resolution: Resolution) -> float | None:
+    inference = resolution.components.get("inference")
+    if not isinstance(inference, Mapping):
+        return None
+    # v0.4 InferenceConfig.gpu_memory_utilization; main InferenceConfig.vllm.gpu_memory_utilization
+    for value in (inference.get("gpu_memory_utilization"),
+                  (inference.get("vllm") or {}).get("gpu_memory_utilization")
+                  if isinstance(inference.get("vllm"), Mapping) else None):
+        if isinstance(value, int | float) and 0 < value <= 1:
+            return float(value)
+    return None
 
 
-class PrimeRL04(Adapter):
-    """prime-rl v0.4 (the seeds' version)."""
-
-    version = "0.4"
-
-    def resume_flags(self, component: ComponentName, step: int) -> list[str]:
-        # `rl --trainer.ckpt.resume-step N` / `--orchestrator.ckpt.resume-step N`, per component.
-        return ["--ckpt.resume-step", str(step)]
-
-    def checkpoint_table(self, interval: int, keep: int | None) -> dict[str, Any]:
-        return {"interval": interval} if keep is None else {"interval": interval, "keep": keep}
-
-    def client_base_url(self, url: str) -> Any:
-        return url
-
-    def orchestrator_extras(self, profile: Profile) -> dict[str, Any]:
-        # What v0.4's `rl` does: one orchestrator data shard per trainer rank.
-        if len(profile.gpus.trainer) > 1:
-            return {"num_train_workers": len(profile.gpus.trainer)}
-        return {}
-
-
-class PrimeRLMain(Adapter):
-    """prime-rl main (after v0.8)."""
-
-    version = "main"
-
-    def resume_flags(self, component: ComponentName, step: int) -> list[str]:
-        return ["--resume.step", str(step)]
-
-    def checkpoint_table(self, interval: int, keep: int | None) -> dict[str, Any]:
-        return {"interval": interval} if keep is None else {"interval": interval,
-                                                            "keep_last": keep}
-
-    def client_base_url(self, url: str) -> Any:
-        return [url]
+def plan_attempt(
+    profile: Profile,
+    resolution: Resolution,
+    *,
+    attempt_dir: Path,
+    resume_step: int | None,
+    container_names: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> AttemptPlan:
+    """The processes of one attempt. `resolution` must come from `resolve_profile` with the
+    same `resume_step` (so what prime-rl validated is exactly what runs)."""
+    if resume_step is not None and resume_step < 0:
+        raise AdapterError(f"resume step must be a checkpoint step >= 0, got {resume_step}")
+    environ = dict(os.environ if environ is None else environ)
+    section = profile.prime_rl
+    cwd = Path(section.workdir or (profile.source.parent if profile.source else Path.cwd()))
+    env = base_environment(profile, environ)
+    if profile.containers.enabled:
+        env[profile.containers.env_var] = ",".join(container_names)
+    overrides = airvisor_overrides(profile)
+    overrides_file = attempt_dir / OVERRIDES_FILE if overrides else None
+    files = {overrides_file: overrides_text(overrides)} if overrides_file is not None else {}
+    if section.mode == "launcher":
+        argv = [*script(profile, "rl"), *rl_args(profile, overrides_file, resume_step)]
+        spec = LaunchSpec(argv=argv, env=env, cwd=cwd, files=files)
+        return AttemptPlan("launcher", {LAUNCHER: spec}, resolution, resume_step)
+    return AttemptPlan("components", _component_specs(profile, resolution, env=env, cwd=cwd,
+                                                      attempt_dir=attempt_dir),
+                       resolution, resume_step)
 
 
-_ADAPTERS: dict[str, Adapter] = {"0.4": PrimeRL04(), "main": PrimeRLMain()}
-SUPPORTED_VERSIONS: tuple[str, ...] = tuple(_ADAPTERS)
+def component_mode_problems(profile: Profile, resolution: Resolution) -> list[Problem]:
+    """Why component mode cannot run this profile faithfully (empty when it can)."""
+    if profile.prime_rl.mode != "components":
+        return []
+    where = f"{profile.source or 'profile'} [prime_rl] mode"
+    if profile.prime_rl.version != "0.4":
+        return [Problem(where, "component mode is supported for prime-rl v0.4 only: main's "
+                               "launcher also starts env servers with environment defaults "
+                               "kept outside its config package",
+                        'use mode = "launcher" (the default)')]
+    if not resolution.checked_by_prime_rl:
+        return [Problem(where, "component mode needs the sub-configs prime-rl itself resolves, "
+                               f"and prime-rl could not be reached ({resolution.note})",
+                        "point [prime_rl] python / venv / command_prefix at prime-rl, or use "
+                        'mode = "launcher"')]
+    rl = resolution.rl or {}
+    if rl.get("teacher_gpu_ids") or rl.get("teacher_inference"):
+        return [Problem(where, "component mode does not start a teacher inference server",
+                        'use mode = "launcher"')]
+    return []
 
 
-def get_adapter(version: str) -> Adapter:
-    """The adapter for a prime-rl version ("0.4" or "main")."""
-    try:
-        return _ADAPTERS[version]
-    except KeyError:
-        raise AdapterError(
-            f"prime-rl version {version!r} is not supported; supported: "
-            f"{', '.join(SUPPORTED_VERSIONS)}") from None
+def _component_specs(profile: Profile, resolution: Resolution, *, env: dict[str, str],
+                     cwd: Path, attempt_dir: Path) -> dict[str, LaunchSpec]:
+    """v0.4's three processes exactly as `rl.py:583-760` starts them."""
+    problems = component_mode_problems(profile, resolution)
+    if problems:
+        raise ResolveError(problems)
+    facts = resolution.facts
+    components = resolution.components
+    wandb = {"WANDB_PROGRAM": "uv run rl", "WANDB_ARGS": json.dumps(["rl", *profile.prime_rl.args])}
+    specs: dict[str, LaunchSpec] = {}
+
+    def config_file(name: str) -> tuple[Path, str]:
+        # rl.py writes `model_dump(exclude_none=True, mode="json")` with tomli_w.
+        path = attempt_dir / f"{name}.toml"
+        return path, tomli_w.dumps(components[name])
+
+    gpus = ",".join
+    if isinstance(components.get("inference"), Mapping):
+        path, text = config_file("inference")
+        specs["inference"] = LaunchSpec(  # rl.py:611-627
+            argv=[*script(profile, "inference"), "@", str(path)],
+            env={**env, "CUDA_VISIBLE_DEVICES": gpus(map(str, facts.inference_gpus))},
+            cwd=cwd, files={path: text})
+    path, text = config_file("trainer")
+    nproc = len(facts.trainer_gpus)
+    # rl.py runs `uv run env PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=... torchrun ...`: `env`
+    # inside prime-rl's environment, so that environment's torchrun.
+    if profile.prime_rl.venv is not None:
+        head = ["env", "PYTHONUNBUFFERED=1", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                str(profile.prime_rl.venv / "bin" / "torchrun")]
+    else:
+        head = [*profile.prime_rl.command_prefix, "env", "PYTHONUNBUFFERED=1",
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "torchrun"]
+    specs["trainer"] = LaunchSpec(  # rl.py:721-762
+        argv=[*head,
+              f"--rdzv-endpoint=localhost:{profile.trainer.rdzv_port or _free_port()}",
+              f"--rdzv-id={uuid.uuid4().hex}",
+              f"--log-dir={facts.output_dir / 'torchrun'}",
+              "--local-ranks-filter=0", "--redirect=3", "--tee=3",
+              f"--nproc-per-node={nproc}", "-m", TRAINER_MODULE, "@", str(path)],
+        env={**env, "CUDA_VISIBLE_DEVICES": gpus(map(str, facts.trainer_gpus)),
+             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "LOGURU_FORCE_COLORS": "1",
+             **wandb},
+        cwd=cwd, files={path: text})
+    path, text = config_file("orchestrator")
+    specs["orchestrator"] = LaunchSpec(  # rl.py:682-703
+        argv=[*script(profile, "orchestrator"), "@", str(path)],
+        env={**env, "LOGURU_FORCE_COLORS": "1", **wandb}, cwd=cwd, files={path: text})
+    return specs
+
+
+def _free_port() -> int:
+    """A free TCP port, as v0.4's `utils/utils.py:241-249` get_free_port picks one."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        port: int = sock.getsockname()[1]
+        return port

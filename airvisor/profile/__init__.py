@@ -3,11 +3,11 @@
 from airvisor.profile._checks import (
     MachineFacts,
     check_profile,
-    component_configs,
     machine_problems,
+    prime_rl_scripts,
     semantic_problems,
 )
-from airvisor.profile._configs import ComponentConfig, component_config, sourced_component_config
+from airvisor.profile._configs import deep_merge
 from airvisor.profile._load import PROFILE_NAME, available_profiles, find_profile, load_profile
 from airvisor.profile._plan import render_plan
 from airvisor.profile._problems import Problem, ProfileError
@@ -16,7 +16,6 @@ from airvisor.profile._schema import COMPONENTS, ComponentName, PrimeRLVersion, 
 __all__ = [
     "COMPONENTS",
     "PROFILE_NAME",
-    "ComponentConfig",
     "ComponentName",
     "MachineFacts",
     "PrimeRLVersion",
@@ -25,12 +24,11 @@ __all__ = [
     "ProfileError",
     "available_profiles",
     "check_profile",
-    "component_config",
-    "component_configs",
+    "deep_merge",
     "find_profile",
     "load_profile",
     "machine_problems",
+    "prime_rl_scripts",
     "render_plan",
     "semantic_problems",
-    "sourced_component_config",
 ]

@@ -1,27 +1,38 @@
 """What can be wrong with a well-formed profile, found before anything starts.
 
-`semantic_problems` is pure (a function of the profile and its merged component configs) and is
-unit-tested on plain data. `machine_problems` looks at this machine: PATH, the prime-rl venv or
-checkout, the output directory's permissions and free disk.
+prime-rl validates its own config (the resolver runs its parser and validators, see
+`airvisor.primerl`); these checks cover airvisor's part and how the two fit together. They run on
+a *bound* profile (its derived facts filled from prime-rl's resolution).
+
+`semantic_problems` is pure (a function of the bound profile and the run facts) and is unit-tested
+on plain data. `machine_problems` looks at this machine: PATH, the prime-rl venv or checkout, the
+run directory's permissions and free disk.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from airvisor.profile._configs import ComponentConfig, merge_component_config
 from airvisor.profile._locate import KeyLocator, Loc
 from airvisor.profile._problems import Problem
-from airvisor.profile._schema import COMPONENTS, Profile
+from airvisor.profile._schema import Profile
+
+if TYPE_CHECKING:
+    from airvisor.primerl import RunFacts
 
 GIB = 1024**3
-# The console scripts prime-rl installs that airvisor starts (see airvisor.primerl).
-PRIME_RL_SCRIPTS: tuple[str, ...] = ("inference", "orchestrator", "torchrun")
+
+
+def prime_rl_scripts(profile: Profile) -> tuple[str, ...]:
+    """The console scripts of prime-rl that airvisor starts in this profile's mode."""
+    if profile.prime_rl.mode == "launcher":
+        return ("rl",)
+    return ("inference", "orchestrator", "torchrun")
 
 
 def profile_where(profile: Profile, loc: Loc) -> str:
@@ -30,23 +41,6 @@ def profile_where(profile: Profile, loc: Loc) -> str:
     if isinstance(locator, KeyLocator):
         return locator.where(loc)
     return str(profile.source) if profile.source else "profile"
-
-
-def component_configs(profile: Profile) -> tuple[dict[str, ComponentConfig], list[Problem]]:
-    """The merged configs of all three components and the problems reading their files."""
-    configs: dict[str, ComponentConfig] = {}
-    problems: list[Problem] = []
-    locator = profile._locator if isinstance(profile._locator, KeyLocator) else None
-    for name in COMPONENTS:
-        section = getattr(profile, name)
-        merged, found = merge_component_config(
-            name, section.config_files, section.config,
-            profile_locator=locator,
-            profile_where=str(profile.source) if profile.source else "profile",
-        )
-        configs[name] = merged
-        problems.extend(found)
-    return configs, problems
 
 
 def _gpu_problems(profile: Profile) -> list[Problem]:
@@ -64,13 +58,13 @@ def _gpu_problems(profile: Profile) -> list[Problem]:
             problems.append(Problem(where, f"[gpus] {name} lists GPU(s) {duplicates} twice",
                                     "list each GPU once"))
     shared = sorted(set(gpus.inference) & set(gpus.trainer))
-    if shared and gpus.inference_memory_share is None:
+    if shared and (gpus.inference_memory_share is None or gpus.inference_memory_share >= 0.9):
         problems.append(Problem(
-            profile_where(profile, ("gpus", "trainer")),
-            f"[gpus] trainer shares GPU(s) {shared} with [gpus] inference, but "
-            "[gpus] inference_memory_share is not set",
-            "give the trainer other GPUs, or set [gpus] inference_memory_share = 0.5 (the "
-            "fraction of each shared GPU the inference server may take)"))
+            profile_where(profile, ("prime_rl", "args")),
+            f"the trainer shares GPU(s) {shared} with the inference server, which may take "
+            f"{gpus.inference_memory_share or 0.9:.0%} of each (vLLM's gpu_memory_utilization)",
+            "give the trainer other GPUs, or lower the inference server's "
+            "gpu_memory_utilization in the prime-rl config (e.g. 0.5)"))
     container_gpus = profile.containers.gpus or gpus.containers
     container_loc: Loc = (
         ("containers", "gpus") if profile.containers.gpus else ("gpus", "containers"))
@@ -85,126 +79,61 @@ def _gpu_problems(profile: Profile) -> list[Problem]:
     return problems
 
 
-def _inference_problems(profile: Profile, inference: ComponentConfig) -> list[Problem]:
+def _agreement_problems(profile: Profile, facts: RunFacts) -> list[Problem]:
+    """GPU lists set in the profile must be the ones prime-rl will use."""
     problems: list[Problem] = []
-    share = profile.gpus.inference_memory_share
-    utilization = inference.get("gpu_memory_utilization")
-    if share is not None and isinstance(utilization, int | float) and utilization != share:
-        problems.append(Problem(
-            inference.where("gpu_memory_utilization"),
-            f"inference gpu_memory_utilization = {utilization} differs from "
-            f"[gpus] inference_memory_share = {share}",
-            "remove gpu_memory_utilization from the inference config (airvisor sets it from "
-            "inference_memory_share) or make the two equal"))
-    count = len(profile.gpus.inference)
-    dp, tp = inference.get("parallel", "dp"), inference.get("parallel", "tp")
-    dp = dp if isinstance(dp, int) else 1
-    tp = tp if isinstance(tp, int) else 1
-    if count and dp * tp != count:
-        problems.append(Problem(
-            inference.where("parallel"),
-            f"the inference server uses parallel.dp x parallel.tp = {dp} x {tp} = {dp * tp} "
-            f"GPU(s), but [gpus] inference lists {count}",
-            f"set [inference.config.parallel] dp = {max(count // tp, 1)} (with tp = {tp}), or "
-            "change [gpus] inference"))
+    for name, resolved in (("inference", facts.inference_gpus), ("trainer", facts.trainer_gpus)):
+        listed = getattr(profile.gpus, name)
+        if listed and sorted(listed) != sorted(resolved):
+            problems.append(Problem(
+                profile_where(profile, ("gpus", name)),
+                f"[gpus] {name} = {sorted(listed)} but prime-rl's config gives the {name} "
+                f"GPU(s) {sorted(resolved)}",
+                f"remove [gpus] {name} (airvisor takes prime-rl's) or make them equal"))
     return problems
 
 
-def _model_problems(configs: Mapping[str, ComponentConfig]) -> list[Problem]:
-    names = [
-        (name, config.get("model", "name"), config.where("model", "name"))
-        for name, config in configs.items()
-        if isinstance(config.get("model", "name"), str)
-    ]
-    if len({model for _, model, _ in names}) <= 1:
+def _model_problems(profile: Profile, facts: RunFacts) -> list[Problem]:
+    names = dict(facts.model_names)
+    if len(set(names.values())) <= 1:
         return []
-    first = names[0][1]
-    odd = next(entry for entry in names if entry[1] != first)
-    listing = "; ".join(f"{name} '{model}' ({where})" for name, model, where in names)
+    listing = "; ".join(f"{name} '{model}'" for name, model in sorted(names.items()))
     return [Problem(
-        odd[2], f"the model name differs between components: {listing}",
-        "use the same [model] name for inference, trainer and orchestrator")]
-
-
-def _sequence_problems(orchestrator: ComponentConfig) -> list[Problem]:
-    max_tokens = orchestrator.get("sampling", "max_tokens")
-    seq_len = orchestrator.get("seq_len")
-    if isinstance(max_tokens, int) and isinstance(seq_len, int) and max_tokens > seq_len:
-        return [Problem(
-            orchestrator.where("sampling", "max_tokens"),
-            f"orchestrator sampling.max_tokens = {max_tokens} is larger than seq_len = {seq_len} "
-            f"({orchestrator.where('seq_len')})",
-            f"lower sampling.max_tokens to at most {seq_len}, or raise seq_len")]
-    return []
-
-
-def _cadence_problems(profile: Profile, configs: Mapping[str, ComponentConfig]) -> list[Problem]:
-    entries: list[tuple[str, Any, str]] = [(
-        "[checkpoint] interval", profile.checkpoint.interval,
-        profile_where(profile, ("checkpoint", "interval")))]
-    for name in ("trainer", "orchestrator"):
-        value = configs[name].get("ckpt", "interval")
-        if value is not None:
-            where = configs[name].where("ckpt", "interval")
-            entries.append((f"{name} ckpt.interval", value, where))
-    if len({value for _, value, _ in entries}) <= 1:
-        return []
-    odd = next(entry for entry in entries[1:] if entry[1] != entries[0][1])
-    listing = "; ".join(f"{label} = {value} ({where})" for label, value, where in entries)
-    return [Problem(
-        odd[2], f"checkpoint cadence differs: {listing}",
-        "remove ckpt.interval from the component configs (airvisor writes [checkpoint] interval "
-        "into both trainer and orchestrator) or make them all equal")]
-
-
-def _max_steps_problems(profile: Profile, configs: Mapping[str, ComponentConfig]) -> list[Problem]:
-    if profile.run.max_steps is not None:
-        return []  # airvisor writes run.max_steps into both components
-    trainer, orchestrator = configs["trainer"], configs["orchestrator"]
-    a, b = trainer.get("max_steps"), orchestrator.get("max_steps")
-    if a is not None and b is not None and a != b:
-        return [Problem(
-            orchestrator.where("max_steps"),
-            f"max_steps differs: trainer {a} ({trainer.where('max_steps')}), orchestrator {b}",
-            "set [run] max_steps (airvisor writes it into both components) or make them equal")]
-    return []
-
-
-def _container_problems(profile: Profile, orchestrator: ComponentConfig) -> list[Problem]:
-    if not profile.containers.enabled:
-        return []
-    envs = orchestrator.get("env")
-    if isinstance(envs, list) and envs and isinstance(envs[0], dict):
-        return []
-    return [Problem(
-        profile_where(profile, ("containers", "enabled")),
-        "[containers] is enabled but the orchestrator config has no [[env]] table to pass the "
-        f"container names to (as args.{profile.containers.env_arg})",
-        "add an [[orchestrator.config.env]] table with the environment's id and args")]
+        profile_where(profile, ("prime_rl", "args")),
+        f"the model name differs between components in the prime-rl config: {listing}",
+        "use the same model name for inference, trainer and orchestrator (or a shared "
+        "[model] name)")]
 
 
 def _port_problems(profile: Profile) -> list[Problem]:
-    if profile.inference.port == profile.trainer.rdzv_port:
+    port, rdzv = profile.inference.port, profile.trainer.rdzv_port
+    if port is not None and port == rdzv:
         return [Problem(
             profile_where(profile, ("trainer", "rdzv_port")),
-            f"[trainer] rdzv_port {profile.trainer.rdzv_port} is also [inference] port",
+            f"[trainer] rdzv_port {rdzv} is also the inference server's port",
             "use two different ports")]
     return []
 
 
-def semantic_problems(
-    profile: Profile, configs: Mapping[str, ComponentConfig]
-) -> list[Problem]:
-    """Problems that follow from the profile and its component configs alone (pure)."""
+def _deployment_problems(profile: Profile, facts: RunFacts) -> list[Problem]:
+    if facts.slurm or facts.deployment_type != "single_node":
+        return [Problem(
+            profile_where(profile, ("prime_rl", "args")),
+            f"the prime-rl config describes a {'Slurm' if facts.slurm else facts.deployment_type} "
+            "deployment; airvisor supervises single-node runs on this box",
+            "remove [slurm] / set [deployment] type = \"single_node\", or run it with "
+            "prime-rl's own Slurm path")]
+    return []
+
+
+def semantic_problems(profile: Profile, facts: RunFacts) -> list[Problem]:
+    """Problems that follow from the bound profile and prime-rl's resolved facts (pure)."""
     return [
         *_gpu_problems(profile),
-        *_inference_problems(profile, configs["inference"]),
-        *_model_problems(configs),
-        *_sequence_problems(configs["orchestrator"]),
-        *_cadence_problems(profile, configs),
-        *_max_steps_problems(profile, configs),
-        *_container_problems(profile, configs["orchestrator"]),
+        *_agreement_problems(profile, facts),
+        *_model_problems(profile, facts),
         *_port_problems(profile),
+        *_deployment_problems(profile, facts),
     ]
 
 
@@ -261,7 +190,8 @@ def _command_problems(profile: Profile, facts: MachineFacts) -> list[Problem]:
                     "does not exist", "clone prime-rl there, or edit [prime_rl] command_prefix"))
             elif (project_dir / ".venv").is_dir():
                 bin_dir = project_dir / ".venv" / "bin"
-                missing = [s for s in PRIME_RL_SCRIPTS if not os.access(bin_dir / s, os.X_OK)]
+                missing = [s for s in prime_rl_scripts(profile)
+                           if not os.access(bin_dir / s, os.X_OK)]
                 if missing:
                     problems.append(Problem(
                         where, f"prime-rl is not installed in {project}: {bin_dir} lacks "
@@ -273,13 +203,13 @@ def _command_problems(profile: Profile, facts: MachineFacts) -> list[Problem]:
             problems.append(Problem(where, f"[prime_rl] venv {section.venv} has no bin/ directory",
                                     install_hint))
         else:
-            missing = [s for s in PRIME_RL_SCRIPTS if not os.access(bin_dir / s, os.X_OK)]
+            missing = [s for s in prime_rl_scripts(profile) if not os.access(bin_dir / s, os.X_OK)]
             if missing:
                 problems.append(Problem(
                     where, f"prime-rl is not installed in [prime_rl] venv: {bin_dir} lacks "
                     f"{', '.join(missing)}", install_hint))
     if not prefix and section.venv is None:
-        missing = [s for s in PRIME_RL_SCRIPTS if facts.which(s) is None]
+        missing = [s for s in prime_rl_scripts(profile) if facts.which(s) is None]
         if missing:
             problems.append(Problem(
                 profile_where(profile, ("prime_rl",)),
@@ -293,32 +223,35 @@ def _command_problems(profile: Profile, facts: MachineFacts) -> list[Problem]:
     return problems
 
 
-def _output_problems(profile: Profile, facts: MachineFacts) -> list[Problem]:
-    output_dir = profile.run.output_dir
-    where = profile_where(profile, ("run", "output_dir"))
-    if output_dir.exists() and not output_dir.is_dir():
-        return [Problem(where, f"[run] output_dir {output_dir} exists and is not a directory",
-                        "choose another output_dir")]
-    existing = nearest_existing(output_dir)
-    if not existing.is_dir() or not facts.writable(existing):
+def _output_problems(profile: Profile, facts: RunFacts, fs: MachineFacts) -> list[Problem]:
+    run_dir = facts.run_dir
+    where = profile_where(profile, ("prime_rl", "args"))
+    if run_dir.exists() and not run_dir.is_dir():
+        return [Problem(where, f"the run directory {run_dir} (prime-rl's output_dir) exists and "
+                               "is not a directory", "choose another output_dir")]
+    existing = nearest_existing(run_dir)
+    if not existing.is_dir() or not fs.writable(existing):
         return [Problem(
-            where, f"[run] output_dir {output_dir} is not writable ({existing} is not writable "
-            "by this user)", "choose a directory you can write to, or fix its permissions")]
-    keep = profile.checkpoint.keep
-    if keep is None:
-        if profile.run.max_steps is None:
+            where, f"the run directory {run_dir} (prime-rl's output_dir) is not writable "
+            f"({existing} is not writable by this user)",
+            "choose a directory you can write to, or fix its permissions")]
+    if facts.ckpt_interval is None:
+        return []
+    if facts.keep_last is None:
+        if facts.max_steps is None:
             return []
-        count = profile.run.max_steps // profile.checkpoint.interval + 1
+        count = facts.max_steps // facts.ckpt_interval + 1
     else:
-        count = keep + 1  # the newest is written before the oldest is deleted
+        count = facts.keep_last + 1  # the newest is written before the oldest is deleted
     needed = count * profile.checkpoint.size_gib * GIB
-    free = facts.free_bytes(existing)
+    free = fs.free_bytes(existing)
     if free < needed:
         return [Problem(
             profile_where(profile, ("checkpoint",)),
             f"too little free disk for checkpoints: {count} x {profile.checkpoint.size_gib} GiB = "
             f"{needed / GIB:.1f} GiB needed under {existing}, {free / GIB:.1f} GiB free",
-            "free disk space, lower [checkpoint] keep, or choose another [run] output_dir")]
+            "free disk space, lower [ckpt] keep_last in the prime-rl config, or choose another "
+            "output_dir")]
     return []
 
 
@@ -334,14 +267,14 @@ def _mount_problems(profile: Profile) -> list[Problem]:
     ]
 
 
-def machine_problems(profile: Profile, facts: MachineFacts | None = None) -> list[Problem]:
-    """Problems with this machine: prime-rl not installed, output dir, free disk, mounts."""
-    facts = facts or MachineFacts()
-    return [*_command_problems(profile, facts), *_output_problems(profile, facts),
+def machine_problems(profile: Profile, facts: RunFacts,
+                     fs: MachineFacts | None = None) -> list[Problem]:
+    """Problems with this machine: prime-rl not installed, run dir, free disk, mounts."""
+    fs = fs or MachineFacts()
+    return [*_command_problems(profile, fs), *_output_problems(profile, facts, fs),
             *_mount_problems(profile)]
 
 
-def check_profile(profile: Profile) -> list[Problem]:
-    """Every semantic and machine problem of a loaded profile (empty when it is ready to run)."""
-    configs, problems = component_configs(profile)
-    return [*problems, *semantic_problems(profile, configs), *machine_problems(profile)]
+def check_profile(profile: Profile, facts: RunFacts) -> list[Problem]:
+    """Every semantic and machine problem of a bound profile (empty when it is ready to run)."""
+    return [*semantic_problems(profile, facts), *machine_problems(profile, facts)]

@@ -8,6 +8,7 @@ unknown key with the closest valid one), and read the components' config files.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import os
@@ -21,10 +22,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from airvisor._paths import profile_search_path
-from airvisor.profile._configs import merge_component_config
 from airvisor.profile._locate import KeyLocator, Loc
 from airvisor.profile._problems import Problem, ProfileError
-from airvisor.profile._schema import COMPONENTS, Profile
+from airvisor.profile._schema import Profile
 from airvisor.profile._toml import TomlDocument, read_toml
 
 PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -32,10 +32,22 @@ PYTHON_PLACEHOLDER = "{python}"
 
 # Path-valued keys that are resolved against the profile file's directory.
 _PATH_KEYS: tuple[tuple[str, str], ...] = (
-    ("run", "output_dir"),
     ("prime_rl", "venv"),
     ("prime_rl", "workdir"),
 )
+
+# Keys airvisor derives from prime-rl's resolved config: a profile that sets them would
+# contradict the user's prime-rl config, so they are refused with the place to set them instead.
+DERIVED_KEYS: dict[tuple[str, str], str] = {
+    ("run", "output_dir"): "set output_dir in your prime-rl config (or [prime_rl.overrides] "
+                           "output_dir = \"...\")",
+    ("run", "max_steps"): "set max_steps in your prime-rl config (or [prime_rl.overrides] "
+                          "max_steps = N)",
+    ("inference", "host"): "set inference.server.host in your prime-rl config",
+    ("inference", "port"): "set inference.server.port in your prime-rl config",
+    ("gpus", "inference_memory_share"): "set the inference server's gpu_memory_utilization in "
+                                        "your prime-rl config",
+}
 
 
 def is_path_ref(ref: str | Path) -> bool:
@@ -188,10 +200,17 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
         table = raw.get(section)
         if isinstance(table, dict) and key in table:
             table[key] = resolve(table[key])
-    for component in COMPONENTS:
-        table = raw.get(component)
-        if isinstance(table, dict) and isinstance(table.get("config_files"), list):
-            table["config_files"] = [resolve(v) for v in table["config_files"]]
+    prime_rl = raw.get("prime_rl")
+    if isinstance(prime_rl, dict) and isinstance(prime_rl.get("args"), list):
+        from airvisor.primerl._rlargs import RlArgsError, absolute_args
+
+        if all(isinstance(a, str) for a in prime_rl["args"]):
+            # A malformed list ("@" at the end) is reported by the checks.
+            with contextlib.suppress(RlArgsError):
+                prime_rl["args"] = absolute_args(prime_rl["args"], base)
+    if isinstance(prime_rl, dict) and "workdir" not in prime_rl:
+        # prime-rl resolves relative paths in its config (output_dir) against its cwd.
+        prime_rl["workdir"] = str(base)
     containers = raw.get("containers")
     if isinstance(containers, dict) and isinstance(containers.get("mounts"), list):
         for mount in containers["mounts"]:
@@ -205,26 +224,30 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
         ]
 
 
-def _config_file_problems(
-    raw: dict[str, Any], locator: KeyLocator, source: Path
-) -> list[Problem]:
+def _derived_key_problems(raw: dict[str, Any], locator: KeyLocator) -> list[Problem]:
     problems: list[Problem] = []
-    for component in COMPONENTS:
+    for (section, key), fix in DERIVED_KEYS.items():
+        table = raw.get(section)
+        if isinstance(table, dict) and key in table:
+            problems.append(Problem(
+                locator.where((section, key)),
+                f"[{section}] {key} comes from prime-rl's resolved config, not the profile", fix))
+            del table[key]
+    for component in ("inference", "trainer", "orchestrator"):
         table = raw.get(component)
-        if not isinstance(table, dict):
-            continue
-        files = table.get("config_files", [])
-        inline = table.get("config", {})
-        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-            continue  # the schema reports the wrong type
-        _, found = merge_component_config(
-            component,
-            [Path(f) for f in files],
-            inline if isinstance(inline, dict) else {},
-            profile_locator=locator,
-            profile_where=str(source),
-        )
-        problems.extend(found)
+        if isinstance(table, dict):
+            for key in ("config", "config_files", "extra_args"):
+                if key in table:
+                    problems.append(Problem(
+                        locator.where((component, key)),
+                        f"[{component}] {key}: component configs now live in your own "
+                        "prime-rl config files",
+                        "name them in [prime_rl] args, e.g. args = [\"@\", \"rl.toml\"] or "
+                        "[\"--trainer\", \"@\", \"train.toml\", ...], and put airvisor-only "
+                        "changes in [prime_rl.overrides]"))
+                    del table[key]
+            if component == "orchestrator" and not table:
+                del raw[component]
     return problems
 
 
@@ -237,17 +260,18 @@ def load_profile(ref: str | Path, overrides: Mapping[str, Any] | None = None) ->
         raise ProfileError([document])
     raw = copy.deepcopy(document.data)
     problems: list[Problem] = []
-    if "source" in raw:
-        problems.append(Problem(document.locator.where(("source",)),
-                                "unknown key 'source' at the top level (airvisor sets it)",
-                                "remove it"))
-        del raw["source"]
+    for key in ("source", "resolved"):
+        if key in raw:
+            problems.append(Problem(document.locator.where((key,)),
+                                    f"unknown key '{key}' at the top level (airvisor sets it)",
+                                    "remove it"))
+            del raw[key]
     for key, value in overrides.items():
         problem = _set_override(raw, key, value)
         if problem is not None:
             problems.append(problem)
+    problems.extend(_derived_key_problems(raw, document.locator))
     _resolve_paths(raw, path.parent)
-    problems.extend(_config_file_problems(raw, document.locator, path))
     profile: Profile | None = None
     try:
         profile = Profile.model_validate(raw)

@@ -25,13 +25,15 @@ class _Section(BaseModel):
 
 class RunSection(_Section):
     name: str
-    # The prime-rl output directory; one airvisor run owns it for all its attempts.
-    output_dir: Path
+    # Derived, not set in a profile: the run directory as prime-rl resolves it from the user's
+    # config (v0.4 `output_dir`; main `output_dir / run.name`). One airvisor run owns it.
+    output_dir: Path | None = None
     # What `start` does when output_dir already holds checkpoints of an earlier run:
     # "refuse" (ask for --resume or --fresh), "resume" (continue from the newest complete
     # checkpoint), "archive" (move it aside to <output_dir>.old-<time>), "replace" (delete it;
     # only for throwaway runs such as the demo).
     on_existing: Literal["refuse", "resume", "archive", "replace"] = "refuse"
+    # Derived, not set in a profile: prime-rl's resolved max_steps (None: no limit).
     max_steps: int | None = Field(default=None, ge=1)
     demo: bool = False  # the components are airvisor's own stand-ins, not prime-rl
 
@@ -43,41 +45,49 @@ class PrimeRLSection(_Section):
     command_prefix: list[str] = Field(default_factory=list)
     # Alternatively a virtual environment whose bin/ holds the scripts.
     venv: Path | None = None
-    workdir: Path | None = None  # cwd of the components (default: output_dir's parent)
-    env: dict[str, str] = Field(default_factory=dict)  # extra environment for all components
+    # prime-rl's Python, to resolve the config with prime-rl's own code (default: the venv's
+    # python, else `<command_prefix> python`). `[]`: do not ask prime-rl (check only airvisor's
+    # part).
+    python: list[str] | None = None
+    # The user's own command line after `rl`, unchanged: ["@", "rl.toml"] or
+    # ["--trainer", "@", "train.toml", "--orchestrator", "@", "orch.toml", ...]. Paths after
+    # "@" are relative to the profile file.
+    args: list[str] = Field(min_length=1)
+    # prime-rl keys on top of the user's files (written to a TOML file passed as the last "@").
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    # "launcher": start prime-rl's own `rl` and supervise its tree (the default);
+    # "components": start inference, trainer and orchestrator separately with exactly the argv
+    # and environment prime-rl's launcher uses (readiness gating per component).
+    mode: Literal["launcher", "components"] = "launcher"
+    workdir: Path | None = None  # cwd of `rl` (default: the profile's directory)
+    env: dict[str, str] = Field(default_factory=dict)  # extra environment for prime-rl
 
 
-class ComponentSection(_Section):
-    # prime-rl TOML files for this component (deep-merged in order), then the inline table.
-    config_files: list[Path] = Field(default_factory=list)
-    config: dict[str, Any] = Field(default_factory=dict)
-    extra_args: list[str] = Field(default_factory=list)  # appended verbatim to the argv
-    env: dict[str, str] = Field(default_factory=dict)
-
-
-class InferenceSection(ComponentSection):
+class InferenceSection(_Section):
+    # Derived, not set in a profile: where prime-rl's inference server listens
+    # (`inference.server` of the resolved config; None: `rl` starts no server).
     host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
+    port: int | None = Field(default=None, ge=1, le=65535)
 
 
-class TrainerSection(ComponentSection):
-    rdzv_port: int = Field(default=29501, ge=1, le=65535)
+class TrainerSection(_Section):
     # Free GPU memory each trainer GPU needs before launch (preflight).
     min_free_gib: float = Field(default=10.0, ge=0)
-
-
-class OrchestratorSection(ComponentSection):
-    pass
+    # The trainer's torchrun rendezvous port, for the port check. prime-rl's launchers pick a
+    # free port per launch (v0.4 rl.py `get_free_port()`), so none is fixed by default.
+    rdzv_port: int | None = Field(default=None, ge=1, le=65535)
 
 
 class GPUSection(_Section):
+    # The GPUs to check before launch. Inference and trainer GPUs come from prime-rl's resolved
+    # config (v0.4 inference_gpu_ids / trainer_gpu_ids; main [deployment]); set here, they
+    # must agree with it.
     inference: list[int] = Field(default_factory=list)
     trainer: list[int] = Field(default_factory=list)
     containers: list[int] = Field(default_factory=list)
-    # Overlapping inference/trainer GPUs are allowed only with an explicit memory share:
-    # the fraction of each shared GPU the inference server may take (vLLM's
-    # gpu_memory_utilization); the rest is the trainer's.
-    inference_memory_share: float | None = Field(default=None, gt=0, lt=1)
+    # Derived, not set in a profile: the fraction of each GPU the inference server may take
+    # (vLLM's gpu_memory_utilization in the resolved inference config).
+    inference_memory_share: float | None = Field(default=None, gt=0, le=1)
 
 
 class HealthSection(_Section):
@@ -89,9 +99,9 @@ class HealthSection(_Section):
 
 
 class CheckpointSection(_Section):
-    interval: int = Field(default=10, ge=1)
-    keep: int | None = Field(default=3, ge=1)
-    size_gib: float = Field(default=5.0, ge=0)  # estimate per checkpoint, for the disk check
+    # Cadence and retention are prime-rl's (`[ckpt] interval`, `keep_last` in its config);
+    # this is airvisor's estimate per checkpoint, for the disk check.
+    size_gib: float = Field(default=5.0, ge=0)
 
 
 class RestartSection(_Section):
@@ -141,8 +151,10 @@ class ContainerSection(_Section):
         default_factory=lambda: ["/bin/sh", "-c", "echo ok"], min_length=1
     )
     stop_grace: float = Field(default=2.0, ge=0)  # SIGTERM -> SIGKILL when stopping a container
-    # The orchestrator env arg that receives the container names (list of str).
-    env_arg: str = "container_names"
+    # The environment variable through which prime-rl's processes (and so the environment
+    # that the orchestrator or its env-server loads) learn the task containers' names
+    # (comma-separated): the user's prime-rl config stays unchanged.
+    env_var: str = "AIRVISOR_CONTAINER_NAMES"
 
 
 NotifyEvent = Literal["failed", "recovered", "stalled", "gpu_wait", "succeeded"]
@@ -183,13 +195,18 @@ class Profile(_Section):
     gpus: GPUSection = GPUSection()
     inference: InferenceSection = InferenceSection()
     trainer: TrainerSection = TrainerSection()
-    orchestrator: OrchestratorSection = OrchestratorSection()
     health: HealthSection = HealthSection()
     checkpoint: CheckpointSection = CheckpointSection()
     restart: RestartSection = RestartSection()
     reaper: ReaperSection = ReaperSection()
     containers: ContainerSection = ContainerSection()
     notify: NotifySection = NotifySection()
+    # airvisor's stand-ins only: pacing and injected faults per component, passed to the
+    # stand-in launcher as AIRVISOR_DEMO (JSON). See configs/demo.toml.
+    demo: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Set by airvisor, not a TOML key: the run facts prime-rl resolved (airvisor.primerl.bind),
+    # kept with the run so a later daemon finds the run's files without resolving again.
+    resolved: dict[str, Any] | None = None
     # Set by the loader: where the profile came from (not a TOML key).
     source: Path | None = Field(default=None, exclude=True)
     # Set by the loader: the positions of the profile's keys (an `airvisor.profile._locate.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from airvisor.gpu import (
     GIB,
@@ -26,7 +25,7 @@ from airvisor.gpu import (
     wait_for_free_memory,
 )
 from airvisor.profile._schema import Profile
-from airvisor.reaper._discover import Candidate, default_context, discover
+from airvisor.reaper._discover import Candidate, default_context, discover_all
 from airvisor.reaper._reap import BusyPort, LogFn, ReapReport, reap
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
@@ -72,38 +71,19 @@ def profile_gpus(profile: Profile) -> list[int]:
     return sorted({*g.inference, *g.trainer, *g.containers, *profile.containers.gpus})
 
 
+def profile_ports(profile: Profile) -> list[int]:
+    """The ports the profile's run listens on (and reaper.ports)."""
+    ports: list[int | None] = [profile.inference.port, profile.trainer.rdzv_port]
+    return sorted({*profile.reaper.ports, *(p for p in ports if p is not None)})
+
+
 def inference_memory_share(profile: Profile) -> float:
-    """gpus.inference_memory_share, else the inference config's gpu_memory_utilization (its
-    merged TOML files, the inline table, or --gpu-memory-utilization in extra_args), else 0.9."""
+    """The fraction of each inference GPU the server may take: gpus.inference_memory_share,
+    which airvisor fills from the gpu_memory_utilization of prime-rl's resolved inference
+    config (`airvisor.primerl.bind`), else vLLM's default 0.9."""
     if profile.gpus.inference_memory_share is not None:
         return profile.gpus.inference_memory_share
-    args = profile.inference.extra_args
-    for i, arg in enumerate(args):
-        if arg.startswith("--gpu-memory-utilization="):
-            return float(arg.split("=", 1)[1])
-        if arg == "--gpu-memory-utilization" and i + 1 < len(args):
-            return float(args[i + 1])
-    config: Mapping[str, Any] = profile.inference.config
-    try:
-        from airvisor.profile import component_config
-
-        config = component_config(profile, "inference")
-    except Exception:  # an unreadable config file is `check`'s to report; use the inline table
-        pass
-    found = _find_key(config, ("gpu_memory_utilization", "gpu-memory-utilization"))
-    return float(found) if isinstance(found, int | float) else DEFAULT_GPU_MEMORY_UTILIZATION
-
-
-def _find_key(config: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
-    for key in keys:
-        if key in config:
-            return config[key]
-    for value in config.values():
-        if isinstance(value, Mapping):
-            found = _find_key(value, keys)
-            if found is not None:
-                return found
-    return None
+    return DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 def memory_requirements(
@@ -164,19 +144,25 @@ def prepare_machine(
                                  f"but {str(err)[0].lower()}{str(err)[1:]}") from err
         _check_gpus_exist(profile, gpus)
 
-    ports = sorted({*profile.reaper.ports, profile.inference.port, profile.trainer.rdzv_port})
+    ports = profile_ports(profile)
     reaped: ReapReport | None = None
+    left_alone: list[Candidate] = []
     if profile.reaper.enabled:
         live = set(live_run_ids) - {run_id}
         context = default_context(live, own_pids=own_pids,
                                   allow_other_users=profile.reaper.allow_other_users,
-                                  profile_gpus=gpus_used)
+                                  profile_gpus=gpus_used, profile_ports=ports)
         holders = _holders(backend) if gpus_used else {}
-        candidates: list[Candidate] = discover(context, gpu_holders=holders)
+        found = discover_all(context, gpu_holders=holders)
+        candidates: list[Candidate] = found.candidates
+        left_alone = found.blocked
         if log is not None:
             for c in candidates:
                 log("reaper.candidate", {"pid": c.pid, "kind": c.kind, "reason": c.reason,
                                          "command": c.command[:200]})
+            for c in left_alone:
+                log("reaper.left_alone", {"pid": c.pid, "kind": c.kind, "reason": c.reason,
+                                          "why": c.blocked_by, "command": c.command[:200]})
         reaped = reap(candidates, grace=profile.restart.stop_grace, ports=ports,
                       allow_other_users=profile.reaper.allow_other_users, log=log,
                       spare=own_pids)
@@ -199,12 +185,43 @@ def prepare_machine(
             raise PreflightError(str(err)) from err
         waited = result.waited
         if not result.ok:
-            raise PreflightError(format_memory_shortfall(gpus, requirements, who, waited))
+            notes = holder_notes(gpus, left_alone, reaped)
+            raise PreflightError(format_memory_shortfall(gpus, requirements, who, waited,
+                                                         notes=notes))
     report = PreflightReport(gpus=gpus, requirements=requirements, reaped=reaped,
                              waited=waited, busy_ports=busy)
     if log is not None:
         log("preflight.done", {"summary": report.summary})
     return report
+
+
+def holder_notes(
+    gpus: list[GPUInfo], left_alone: list[Candidate], reaped: ReapReport | None,
+) -> dict[int, str]:
+    """pid -> the next step for each process still holding memory on a short GPU."""
+    not_ours = {c.pid: c for c in left_alone}
+    survivors = {s.pid: s for s in (reaped.kill.survivors if reaped and reaped.kill else [])}
+    notes: dict[int, str] = {}
+    for gpu in gpus:
+        for holder in gpu.processes:
+            pid = holder.pid
+            if pid in survivors:
+                notes[pid] = (f"still alive after SIGKILL ({survivors[pid].status}; a process "
+                              f"in D state waits for the driver): check `dmesg`, then "
+                              f"`kill -9 {pid}` or reset the GPU")
+            elif pid in not_ours:
+                c = not_ours[pid]
+                notes[pid] = (f"{c.blocked_by}: `airvisor reap --all --pid {pid}` stops it "
+                              f"(it asks first), or give the run other GPUs ([gpus] in the "
+                              f"profile)")
+            elif holder.run_id is not None:
+                notes[pid] = (f"belongs to live airvisor run {holder.run_id}: `airvisor stop "
+                              f"{holder.run_id}` if that run should end")
+            else:
+                notes[pid] = (f"not a training process airvisor knows: stop it yourself "
+                              f"(`kill {pid}`) if it is stale, or give the run other GPUs "
+                              f"([gpus] in the profile)")
+    return notes
 
 
 def _holders(backend: NVMLBackend | None) -> dict[int, dict[int, int]]:

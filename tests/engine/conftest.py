@@ -24,20 +24,38 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def demo_profile_dict(out: Path, **extra: Any) -> dict[str, Any]:
+def demo_rl_config(out: Path, **extra: Any) -> dict[str, Any]:
+    """A prime-rl v0.4 `rl` config for the stand-ins, as a user writes one (the run dir `out`)."""
     base: dict[str, Any] = {
-        "run": {"name": "t", "output_dir": str(out), "max_steps": 12, "demo": True,
-                "on_existing": "replace"},
-        "prime_rl": {"version": "0.4", "command_prefix": ["{python}", "-m", "airvisor.demo"]},
-        "inference": {"port": free_port(), "config": {"model": {"name": "demo/tiny"},
-                                                      "demo": {"startup_delay": 0.3}}},
-        "trainer": {"rdzv_port": free_port(), "min_free_gib": 0,
-                    "config": {"model": {"name": "demo/tiny"}, "demo": {"step_time": 0.1}}},
-        "orchestrator": {"config": {"model": {"name": "demo/tiny"}, "demo": {"step_time": 0.05},
-                                    "seq_len": 512, "sampling": {"max_tokens": 128}}},
+        "output_dir": str(out), "max_steps": 12,
+        "inference_gpu_ids": [0], "trainer_gpu_ids": [1],
+        "ckpt": {"interval": 2, "keep_last": 3},
+        "model": {"name": "demo/tiny"},
+        "inference": {"server": {"port": free_port()}},
+        "orchestrator": {"seq_len": 512, "sampling": {"max_tokens": 128}},
+        "trainer": {"model": {"seq_len": 512}},
+    }
+    return deep_merge(base, extra)
+
+
+def demo_profile_dict(out: Path, *, rl: dict[str, Any] | None = None,
+                      **extra: Any) -> dict[str, Any]:
+    """An airvisor profile over the demo stand-ins of prime-rl v0.4's `rl`; its prime-rl config
+    (`demo_rl_config(out, **rl)`) is written next to `out` as `<out>-rl.toml`."""
+    config = out.parent / f"{out.name}-rl.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(tomli_w.dumps(demo_rl_config(out, **(rl or {}))))
+    base: dict[str, Any] = {
+        "run": {"name": "t", "demo": True, "on_existing": "replace"},
+        "prime_rl": {"version": "0.4", "python": [], "args": ["@", str(config)],
+                     "command_prefix": ["{python}", "-m", "airvisor.demo", "--prime-rl", "0.4"],
+                     "workdir": str(out.parent)},
+        "demo": {"inference": {"startup_delay": 0.3}, "trainer": {"step_time": 0.1},
+                 "orchestrator": {"step_time": 0.05}},
+        "trainer": {"min_free_gib": 0},
         "health": {"ready_timeout": 20, "probe_interval": 0.5, "probe_failures": 3,
                    "stall_timeout": 3, "first_step_grace": 15},
-        "checkpoint": {"interval": 2, "keep": 3, "size_gib": 0},
+        "checkpoint": {"size_gib": 0},
         "restart": {"max_restarts": 3, "window": 120, "backoff_initial": 0.2,
                     "backoff_factor": 2, "backoff_max": 1, "stop_grace": 1},
         # Other developers' demo stand-ins run on this machine: never reap in these tests.
@@ -67,8 +85,8 @@ class Harness:
         self.manager.hooks.prepare_machine = prepare_machine
         self.run_ids: list[str] = []
 
-    def profile(self, **extra: Any) -> Profile:
-        data = demo_profile_dict(self.tmp / "run", **extra)
+    def profile(self, *, rl: dict[str, Any] | None = None, **extra: Any) -> Profile:
+        data = demo_profile_dict(self.tmp / "run", rl=rl, **extra)
         return load_profile(write_profile(self.tmp / "profile.toml", data))
 
     def run(self, profile: Profile, timeout: float = 90.0, **kw: Any) -> str:

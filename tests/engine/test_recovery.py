@@ -33,8 +33,7 @@ def test_demo_run_completes(harness: Harness) -> None:
 
 
 def test_trainer_crash_resumes_from_last_complete_checkpoint(harness: Harness) -> None:
-    profile = harness.profile(trainer={"config": {"demo": {"crash_at_step": 5,
-                                                           "exit_code": 3}}})
+    profile = harness.profile(demo={"trainer": {"crash_at_step": 5, "exit_code": 3}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
     failures = harness.events(run_id, "failure")
@@ -46,7 +45,7 @@ def test_trainer_crash_resumes_from_last_complete_checkpoint(harness: Harness) -
 
 
 def test_hang_is_detected_by_stall_timeout_and_recovered(harness: Harness) -> None:
-    profile = harness.profile(trainer={"config": {"demo": {"hang_at_step": 7}}})
+    profile = harness.profile(demo={"trainer": {"hang_at_step": 7}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
     failure = harness.events(run_id, "failure")[0]
@@ -55,7 +54,7 @@ def test_hang_is_detected_by_stall_timeout_and_recovered(harness: Harness) -> No
 
 
 def test_orchestrator_crash_recovers(harness: Harness) -> None:
-    profile = harness.profile(orchestrator={"config": {"demo": {"crash_at_step": 6}}})
+    profile = harness.profile(demo={"orchestrator": {"crash_at_step": 6}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
     failure = harness.events(run_id, "failure")[0]
@@ -64,7 +63,7 @@ def test_orchestrator_crash_recovers(harness: Harness) -> None:
 
 
 def test_half_written_newest_checkpoint_is_skipped(harness: Harness) -> None:
-    profile = harness.profile(trainer={"config": {"demo": {"half_checkpoint_at_step": 6}}})
+    profile = harness.profile(demo={"trainer": {"half_checkpoint_at_step": 6}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
     assert resume_steps(harness, run_id) == [None, 4]
@@ -73,10 +72,8 @@ def test_half_written_newest_checkpoint_is_skipped(harness: Harness) -> None:
 
 
 def test_component_ignoring_sigterm_is_killed_after_grace(harness: Harness) -> None:
-    profile = harness.profile(
-        trainer={"config": {"demo": {"crash_at_step": 5}}},
-        orchestrator={"config": {"demo": {"ignore_sigterm": True}}},
-    )
+    profile = harness.profile(demo={"trainer": {"crash_at_step": 5},
+                                    "orchestrator": {"ignore_sigterm": True}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
     stopped = harness.events(run_id, "stopped_components")[0]
@@ -100,7 +97,7 @@ def test_crash_loop_ends_as_failed_with_reasons(harness: Harness) -> None:
 
 
 def test_stop_request_stops_every_component(harness: Harness) -> None:
-    profile = harness.profile(run={"max_steps": 1000})
+    profile = harness.profile(rl={"max_steps": 1000})
     record = harness.manager.submit(profile)
     harness.run_ids.append(record.id)
     import time

@@ -1,0 +1,104 @@
+"""One path from a loaded profile to a checked plan: `check`, `start` and the daemon's
+`POST /runs` all go through `prepare_run`, so they refuse exactly the same things."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from airvisor.primerl._adapters import (
+    AdapterError,
+    AttemptPlan,
+    bind,
+    component_mode_problems,
+    plan_attempt,
+    resolve_profile,
+)
+from airvisor.primerl._resolve import Resolution, ResolveError
+from airvisor.primerl._rlargs import RlArgsError, toml_refs
+from airvisor.profile import Problem, Profile, check_profile
+from airvisor.profile._checks import profile_where
+
+# Where a real attempt's files go (the state directory's runs/<run id>/attempt_<n>), as the plan of
+# `check` shows it before any run exists.
+PLACEHOLDER_ATTEMPT_DIR = Path("<state-dir>/runs/<run-id>/attempt_1")
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A profile checked against prime-rl and this machine. `plan` is None when a problem
+    stopped the resolution itself."""
+
+    profile: Profile  # bound: derived facts filled in from prime-rl's resolution
+    resolution: Resolution | None
+    plan: AttemptPlan | None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.plan is not None
+
+
+def _args_problems(profile: Profile) -> list[Problem]:
+    where = profile_where(profile, ("prime_rl", "args"))
+    try:
+        refs = toml_refs(profile.prime_rl.args)
+    except RlArgsError as exc:
+        return [Problem(where, str(exc), "put a file path after each '@'")]
+    problems = []
+    for ref in refs:
+        if not ref.path.is_file():
+            problems.append(Problem(where, f"prime-rl config file {ref.path} does not exist",
+                                    "fix the path after '@' (relative paths are relative to "
+                                    "the profile file)"))
+    if not refs:
+        problems.append(Problem(where, "[prime_rl] args names no config file",
+                                'name your prime-rl config: args = ["@", "rl.toml"]'))
+    return problems
+
+
+def prepare_run(
+    profile: Profile,
+    *,
+    resume_step: int | None = None,
+    attempt_dir: Path | None = None,
+    container_names: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    machine: bool = True,
+) -> PreparedRun:
+    """Resolve with prime-rl, bind, check, plan. Writes only into a temporary directory
+    (or `attempt_dir`, when given, for the attempt's own files)."""
+    problems = _args_problems(profile)
+    if problems:
+        return PreparedRun(profile, None, None, problems)
+    names = list(container_names) if container_names is not None else [
+        f"<container-{i + 1}>" for i in range(profile.containers.count)]
+    with tempfile.TemporaryDirectory(prefix="airvisor-plan-") as scratch:
+        try:
+            resolution = resolve_profile(profile, resume_step=resume_step,
+                                         scratch=Path(scratch), environ=environ)
+        except ResolveError as exc:
+            return PreparedRun(profile, None, None, exc.problems)
+    bound = bind(profile, resolution)
+    problems = component_mode_problems(bound, resolution)
+    facts = resolution.facts
+    problems += check_profile(bound, facts) if machine else []
+    if not machine:
+        from airvisor.profile import semantic_problems
+
+        problems += semantic_problems(bound, facts)
+    plan: AttemptPlan | None = None
+    if not problems:
+        try:
+            plan = plan_attempt(
+                bound, resolution,
+                attempt_dir=attempt_dir or PLACEHOLDER_ATTEMPT_DIR,
+                resume_step=resume_step,
+                container_names=names if profile.containers.enabled else [],
+                environ=environ)
+        except (AdapterError, ResolveError) as exc:
+            problems += exc.problems if isinstance(exc, ResolveError) else [
+                Problem(str(profile.source or "profile"), str(exc), None)]
+    return PreparedRun(bound, resolution, plan, problems)
