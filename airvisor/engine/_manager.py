@@ -31,6 +31,12 @@ from airvisor.engine._supervisor import (
     run_dir_used,
 )
 from airvisor.engine._tail import LogTail
+from airvisor.engine._takeover import (
+    finish_if_completed,
+    record_accepted,
+    refresh_adopted,
+    unfinished_commands,
+)
 from airvisor.policy import RunState, choose_resume_step, step_from_log_line
 from airvisor.proc import ProcessIdentity, terminate_tree
 from airvisor.profile._schema import Profile
@@ -202,6 +208,7 @@ class RunManager:
                                   "(finished, or owned by another airvisor)")
             if supervisor.state.terminal:
                 raise RunConflict(f"run {run_id} has already ended ({supervisor.state})")
+        record_accepted(self.store, run_id, action)  # the next daemon does it if this one dies
         self._queue.put(Command(run_id, action))
 
     def post(self, event: Event) -> None:
@@ -272,6 +279,8 @@ class RunManager:
                 self.store.update_run(run.id, state="failed", ended_at=time.time(),
                                       last_error=f"stored profile unreadable: {exc}")
                 continue
+            if finish_if_completed(self.store, run, profile):
+                continue  # it ended while no supervisor watched: recorded, not relaunched
             with self._lock:
                 self.store.update_run(run.id, supervisor_pid=self._pid,
                                       supervisor_started=self._started)
@@ -280,6 +289,7 @@ class RunManager:
                 self._runs[run.id] = supervisor
             handles, dead = self._component_handles(run)
             if handles and not dead:
+                refresh_adopted(self.store, run)  # step and progress time, before any answer
                 supervisor.adopt(run.attempt, handles,
                                  _step_from_logs(supervisor, handles, run.step))
                 pids = ", ".join(str(h.identity.pid) for h in handles.values())
@@ -295,6 +305,8 @@ class RunManager:
                 self._guard(supervisor, functools.partial(
                     supervisor.take_over_dead, run.attempt, handles, why))
             taken.append(run.id)
+            for action in unfinished_commands(self.store, run.id):  # accepted, never done
+                self._queue.put(Command(run.id, action))
         return taken
 
     def _component_handles(self, run: RunRecord) -> tuple[dict[str, ComponentHandle], list[str]]:

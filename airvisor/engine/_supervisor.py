@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from airvisor._logging import get_logger
+from airvisor.engine._event_levels import event_log_level
 from airvisor.engine._events import (
     Command,
     ComponentExited,
@@ -292,7 +293,8 @@ class RunSupervisor:
     def _event(self, kind: str, message: str, *, component: str | None = None,
                **data: Any) -> None:
         self.store.add_event(self.run_id, kind, message, component=component, data=data)
-        log.info(message, run=self.run_id, kind=kind, component=component)
+        log.log(event_log_level(kind, message), message, run=self.run_id, kind=kind,
+                component=component)
 
     def _set_state(self, target: RunState) -> None:
         if target == self.state:
