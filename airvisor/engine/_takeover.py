@@ -87,9 +87,24 @@ def read_log_facts(logs: Mapping[str, Path]) -> LogFacts:
     return facts_from_lines({name: _tail_lines(path) for name, path in logs.items()}, mtimes)
 
 
-def _process_logs(store: Store, run: RunRecord) -> dict[str, Path]:
-    return {c.name: Path(c.log_path) for c in store.components(run.id, run.attempt)
+def _process_logs(store: Store, run: RunRecord, profile: Profile | None = None
+                  ) -> dict[str, Path]:
+    """The logs of the run's processes; in launcher mode (prime-rl's `rl` started the trainer
+    and orchestrator) theirs are where that prime-rl version writes them."""
+    logs = {c.name: Path(c.log_path) for c in store.components(run.id, run.attempt)
             if c.kind == "process" and c.log_path}
+    if profile is not None and profile.resolved is not None:
+        from airvisor.primerl import run_layout
+
+        try:
+            layout = run_layout(profile)
+        except Exception:  # an unknown layout: the recorded logs are all there is
+            return logs
+        for name in FINISH_MILESTONES:
+            path = layout.log_file(name)  # type: ignore[arg-type]
+            if name not in logs and path is not None:
+                logs[name] = path
+    return logs
 
 
 def finish_if_completed(store: Store, run: RunRecord, profile: Profile) -> bool:
@@ -99,10 +114,12 @@ def finish_if_completed(store: Store, run: RunRecord, profile: Profile) -> bool:
     return True."""
     comps = [c for c in store.components(run.id, run.attempt) if c.kind == "process"]
     for comp in comps:
-        if comp.name in FINISH_MILESTONES and comp.pid and comp.create_time and \
+        # The inference server outlives a finished trainer and orchestrator (prime-rl's
+        # launcher, when it ran them, ends only after them).
+        if comp.name != "inference" and comp.pid and comp.create_time and \
                 ProcessIdentity(comp.pid, comp.create_time).alive():
             return False
-    facts = read_log_facts(_process_logs(store, run))
+    facts = read_log_facts(_process_logs(store, run, profile))
     step = completed_step(facts, profile.run.max_steps)
     if step is None:
         return False
@@ -125,7 +142,11 @@ def finish_if_completed(store: Store, run: RunRecord, profile: Profile) -> bool:
 def refresh_adopted(store: Store, run: RunRecord) -> int | None:
     """Right after adopting a live run: its step and time of last progress from the logs
     written while nobody read them, so the first answer is not stale. Returns the step."""
-    facts = read_log_facts(_process_logs(store, run))
+    try:
+        profile: Profile | None = Profile.model_validate(run.profile)
+    except ValueError:
+        profile = None
+    facts = read_log_facts(_process_logs(store, run, profile))
     step = max(facts.step or 0, run.step or 0) if facts.step or run.step else None
     fields: dict[str, object] = {"step": step}
     if facts.last_write is not None and step is not None and step != run.step:
