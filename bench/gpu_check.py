@@ -218,7 +218,7 @@ def run() -> None:
           f"free memory {gib(free_bytes(args.gpu))}")
     profile = Profile(
         run=RunSection(name="gpu-check", output_dir=work / "out"),
-        prime_rl=PrimeRLSection(version="0.4"),
+        prime_rl=PrimeRLSection(version="0.4", args=["@", "rl.toml"]),
         gpus=GPUSection(inference=[args.gpu], trainer=[args.gpu], inference_memory_share=0.6),
         inference=InferenceSection(port=free_port()),
         trainer=TrainerSection(rdzv_port=free_port(), min_free_gib=20),

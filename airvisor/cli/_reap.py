@@ -3,7 +3,12 @@
     airvisor processes [--profile NAME]          stale training processes, and why
     airvisor reap --dry-run [--profile NAME]     what `reap` would stop and remove
     airvisor reap [--yes] [--profile NAME]       stop them (asks first on a terminal)
+    airvisor reap --all                          also training processes that are not ours
     airvisor gpus                                GPUs, memory and who holds it
+
+Stale: processes of airvisor runs that are not live (by the run's cgroup or marker), and
+training processes (vLLM, torchrun, prime-rl) in the way of the profile's GPUs or ports.
+Other training processes are listed as "not ours, left alone" and stopped only with --all.
 
 Exit status: 0 done (or nothing to do), 1 something could not be done (survivors, no GPU
 driver, refused without --yes), 2 bad command line.
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -27,26 +33,27 @@ EXIT_FAILED = 1
 
 def live_run_ids() -> set[str]:
     """Runs of this machine's store whose supervisor is still that same process."""
-    from airvisor._paths import database_path
-    from airvisor.store import Store
+    from airvisor._paths import state_dir
+    from airvisor.reaper import live_runs_of
 
-    path = database_path()
-    if not path.exists():
-        return set()
-    live: set[str] = set()
-    for run in Store(path).live_runs():
-        if run.supervisor_pid is None:
-            continue
+    return set(live_runs_of(state_dir()) or ())
+
+
+class Seconds(click.ParamType):  # type: ignore[type-arg]
+    """A finite, non-negative number of seconds (`--grace -1`, `nan` and `inf` are refused:
+    they would skip the grace or wait forever on a process that ignores SIGTERM)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
         try:
-            proc = psutil.Process(run.supervisor_pid)
-            started = getattr(run, "supervisor_started", None)
-            if started is not None and abs(proc.create_time() - started) > 0.01:
-                continue
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                live.add(run.id)
-        except psutil.Error:
-            continue
-    return live
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(number) or number < 0:
+            self.fail(f"{value!r} is not a finite number of seconds >= 0 (e.g. 10)", param, ctx)
+        return number
 
 
 def _daemon_live_run_ids() -> set[str]:
@@ -73,13 +80,14 @@ def _load_profile(ref: str | None) -> Any:
         sys.exit(EXIT_FAILED)
 
 
-def _context(profile: Any, live: set[str]) -> Any:
-    from airvisor.reaper import default_context, profile_gpus
+def _context(profile: Any, live: set[str], reap_all: bool = False) -> Any:
+    from airvisor.reaper import default_context, profile_gpus, profile_ports
 
     if profile is None:
-        return default_context(live)
+        return default_context(live, reap_unowned=reap_all)
     return default_context(live, allow_other_users=profile.reaper.allow_other_users,
-                           profile_gpus=profile_gpus(profile))
+                           profile_gpus=profile_gpus(profile),
+                           profile_ports=profile_ports(profile), reap_unowned=reap_all)
 
 
 def _restrict(candidates: list[Any], pids: tuple[int, ...]) -> list[Any]:
@@ -107,7 +115,7 @@ def _print_candidates(candidates: list[Any], blocked: list[Any]) -> None:
     click.echo(format_candidates(candidates))
     if blocked:
         click.echo("")
-        click.echo("Kept (a safety rule applies):")
+        click.echo("Left alone (not ours, or a safety rule applies; see each reason):")
         click.echo(format_candidates(blocked))
 
 
@@ -165,8 +173,8 @@ def reap_command(profile_ref: str | None, pids: tuple[int, ...], dry_run: bool, 
     allow_others = bool(profile and profile.reaper.allow_other_users)
     ports: list[int] = []
     if profile is not None:
-        ports = sorted({*profile.reaper.ports, profile.inference.port,
-                        profile.trainer.rdzv_port})
+        ports = sorted({*profile.reaper.ports, *(
+            p for p in (profile.inference.port, profile.trainer.rdzv_port) if p is not None)})
     _print_candidates(candidates, blocked)
     leftovers = remove_leftovers(find_leftovers(), own_uid=os.getuid(),
                                  allow_other_users=allow_others, dry_run=True)
@@ -203,10 +211,21 @@ def reap_command(profile_ref: str | None, pids: tuple[int, ...], dry_run: bool, 
             click.echo(container_note)
         click.echo(f"removed {len(containers)} orphan container(s)")
     click.echo(report.summary)
+    if report.leftovers.kept and not leftovers.kept:
+        _print_kept_leftovers(report.leftovers.kept)
     if report.kill is not None and report.kill.survivors:
         for s in report.kill.survivors:
             click.echo(f"  still alive: {s.pid} ({s.status}) {s.cmdline[:80]}", err=True)
         sys.exit(EXIT_FAILED)
+
+
+def _print_kept_leftovers(kept: list[tuple[str, str]]) -> None:
+    if not kept:
+        return
+    click.echo("")
+    click.echo("Leftover files kept:")
+    for path, why in kept:
+        click.echo(f"  {path}  ({why})")
 
 
 @main.command("gpus")

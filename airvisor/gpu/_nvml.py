@@ -112,17 +112,33 @@ def _describe_pid(pid: int) -> tuple[str | None, str]:
         return None, "(not readable: another user's process)"
 
 
+def run_of_pid(pid: int) -> str | None:
+    """The airvisor run whose memory this is: the run cgroup the process (or, being in it,
+    any descendant of a component) sits in, else the run marker in its environment."""
+    from airvisor.proc import parse_run_path, pid_cgroup, read_marker
+
+    cgroup = pid_cgroup(pid)
+    if cgroup is not None:
+        run = parse_run_path(cgroup, None, read_xattrs=False)
+        if run is not None:
+            return run.run_id
+    marker = read_marker(pid)
+    return marker.run_id if marker is not None else None
+
+
 def join_holders(
     readings: list[DeviceReading],
     describe: Callable[[int], tuple[str | None, str]] = _describe_pid,
+    owner: Callable[[int], str | None] = run_of_pid,
 ) -> list[GPUInfo]:
-    """Readings with each holder's user and command (NVML gives only pids)."""
+    """Readings with each holder's user, command and owning run (NVML gives only pids)."""
     gpus = []
     for r in readings:
         processes = []
         for pid, used in r.holders:
             user, command = describe(pid)
-            processes.append(GPUProcess(pid=pid, used_bytes=used, user=user, command=command))
+            processes.append(GPUProcess(pid=pid, used_bytes=used, user=user, command=command,
+                                        run_id=owner(pid)))
         gpus.append(GPUInfo(r.index, r.name, r.uuid, r.total, r.used, r.free, r.utilization,
                             tuple(processes)))
     return gpus

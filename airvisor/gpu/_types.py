@@ -40,6 +40,9 @@ class GPUProcess:
     used_bytes: int | None
     user: str | None
     command: str
+    # The airvisor run the memory belongs to: the holder is in the run's cgroup (or carries its
+    # marker); None for memory no airvisor run owns.
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -84,22 +84,40 @@ def format_gpu_table(gpus: list[GPUInfo]) -> str:
     return "\n".join(lines)
 
 
-def _holder_lines(g: GPUInfo, indent: str) -> list[str]:
+def _holder_lines(g: GPUInfo, indent: str, notes: Mapping[int, str] | None = None
+                  ) -> list[str]:
+    """PID, USER, GPU MEM, COMMAND per holder (airvisor.notify parses these rows), then on a
+    line of its own the run the memory belongs to and, given `notes`, the next step."""
     if not g.processes:
         return [f"{indent}no process holds memory on it"]
     rows = [("PID", "USER", "GPU MEM", "COMMAND")]
-    for p in sorted(g.processes, key=lambda p: -(p.used_bytes or 0)):
+    ordered = sorted(g.processes, key=lambda p: -(p.used_bytes or 0))
+    for p in ordered:
         rows.append((str(p.pid), p.user or "?", gib(p.used_bytes), p.command[:100]))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    return [f"{indent}{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}"
-            for r in rows]
+    lines = []
+    for n, r in enumerate(rows):
+        lines.append(f"{indent}{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  "
+                     f"{r[2]:>{widths[2]}}  {r[3]}")
+        if n == 0:
+            continue
+        holder = ordered[n - 1]
+        extra = []
+        if holder.run_id is not None:
+            extra.append(f"airvisor run {holder.run_id}")
+        if notes and holder.pid in notes:
+            extra.append(f"next step: {notes[holder.pid]}")
+        if extra:
+            lines.append(f"{indent}  -> " + "; ".join(extra))
+    return lines
 
 
 def format_memory_shortfall(
     gpus: list[GPUInfo], requirements: Mapping[int, int], needs: Mapping[int, str],
-    waited: float,
+    waited: float, *, notes: Mapping[int, str] | None = None,
 ) -> str:
-    """The failure message of the preflight: per short GPU, what it needs and who holds it."""
+    """The failure message of the preflight: per short GPU, what it needs, who holds it and
+    (`notes`: pid -> text) the next step for each holder."""
     by_index = {g.index: g for g in gpus}
     free = {g.index: g.free_bytes for g in gpus}
     short = shortfall(requirements, free)
@@ -112,7 +130,9 @@ def format_memory_shortfall(
         lines.append(f"GPU {index} ({g.name}): {gib(g.free_bytes)} free of {gib(g.total_bytes)}, "
                      f"{needs.get(index, 'the run')} needs {gib(requirements[index])} "
                      f"({gib(missing)} short)")
-        lines.extend(_holder_lines(g, indent="    "))
-    lines.append("Stop these processes (`airvisor reap` lists stale ones), or lower the "
-                 "requirement (gpus.inference_memory_share, trainer.min_free_gib).")
+        lines.extend(_holder_lines(g, indent="    ", notes=notes))
+    lines.append("airvisor stopped what it owns or found stale; what is left is not its to "
+                 "stop. Free the memory (see each holder's next step), give the run other GPUs "
+                 "([gpus]), or lower the requirement (gpus.inference_memory_share, "
+                 "trainer.min_free_gib).")
     return "\n".join(lines)

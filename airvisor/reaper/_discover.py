@@ -37,7 +37,8 @@ class Candidate:
     create_time: float = 0.0
     pgid: int | None = None
     marker_run_id: str | None = None
-    blocked_by: str | None = None  # set on processes a safety rule keeps from being reaped
+    blocked_by: str | None = None  # set on processes left alone (not ours, a safety rule)
+    cgroup: str | None = None  # the airvisor run cgroup it sits in (relative to the hierarchy)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def build_candidates(
             create_time=f.create_time, pgid=f.pgid,
             marker_run_id=f.marker.run_id if f.marker else None,
             blocked_by=j.verdict.blocked_by,
+            cgroup=f.cgroup if f.cgroup_run is not None else None,
         ))
         for child in sorted(kids.get(pid, ())):
             visit(child, depth + 1)

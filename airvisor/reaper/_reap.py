@@ -10,6 +10,7 @@ from typing import Any
 
 import psutil
 
+from airvisor.proc import _cgroup
 from airvisor.proc._facts import listeners_on
 from airvisor.proc._kill import KillReport, terminate_tree
 from airvisor.reaper._discover import Candidate, default_context, discover
@@ -92,6 +93,17 @@ def orphan_containers(
         return [], f"containers not checked: the Docker engine is not reachable ({first_line})"
 
 
+def _remove_emptied(leaf: Path) -> None:
+    """rmdir an emptied run cgroup and its parents up to the run's (busy ones stay)."""
+    path = leaf
+    while path.name and not path.name.startswith(_cgroup.INSTANCE_PREFIX):
+        if _cgroup.populated(path) or not _cgroup.remove(path):
+            return
+        if path.name.startswith(_cgroup.RUN_PREFIX):
+            return
+        path = path.parent
+
+
 def reap(
     candidates: list[Candidate] | None = None,
     *,
@@ -122,11 +134,19 @@ def reap(
     candidates = [c for c in candidates if c.blocked_by is None]
     kill: KillReport | None = None
     if candidates and not dry_run:
+        # The cgroups of dead runs are killed whole (cgroup.kill also gets what forks during
+        # the grace); one that holds a spared process is not (terminate_tree checks).
+        mount = _cgroup.cgroup2_mount()
+        cgroups = sorted({mount / c.cgroup.lstrip("/") for c in candidates
+                          if c.cgroup and mount is not None})
         # Identities guard against pid reuse between discovery and the kill.
         kill = terminate_tree(
             [c.pid for c in candidates], grace=grace, kill_wait=kill_wait,
             identities={c.pid: c.create_time for c in candidates}, spare=spare,
+            cgroups=cgroups,
         )
+        for path in cgroups:
+            _remove_emptied(path)
         if log is not None:
             log("reaper.reaped", {
                 "pids": [c.pid for c in candidates], "terminated": kill.terminated,

@@ -199,10 +199,16 @@ class Verdict:
     # Set when the process would be a candidate but is left alone: not ours, another user's,
     # another airvisor's whose state is unknown, inside a container.
     blocked_by: str | None = None
+    # Why it is (or would be) stale: "owner" (a run that is not live), "in-the-way" (holds the
+    # profile's GPUs or ports), "all" (--all), "unowned" (left alone), "relative".
+    basis: str = ""
 
     @property
     def stale(self) -> bool:
         return self.blocked_by is None
+
+
+NOT_OURS = "not ours, left alone (stopped only with --all)"
 
 
 @dataclass(frozen=True)
@@ -304,6 +310,7 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
         return None
 
     blocked: str | None = None
+    basis = "owner"
     if own is not None:
         component = f" ({own.component})" if own.component else ""
         kind = kind_match[0] if kind_match else "airvisor-run"
@@ -323,11 +330,14 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
         way = _in_the_way(facts, context)
         if way is not None:
             reason = f"{what}, not of a live airvisor run, {way}"
+            basis = "in-the-way"
         elif context.reap_unowned:
             reason = f"{what}, not started by airvisor (stopped because of --all)"
+            basis = "all"
         else:
             reason = f"{what}, not started by airvisor (no run cgroup or marker)"
-            blocked = "not ours, left alone (stopped only with --all)"
+            blocked = NOT_OURS
+            basis = "unowned"
     if in_other_pid_namespace(facts, context):
         blocked = ("inside another PID namespace (a container's): left to Docker, whose "
                    "containers airvisor reaps by label")
@@ -338,7 +348,7 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
             and not context.allow_other_users:
         blocked = (f"belongs to user {facts.username or facts.uid} "
                    f"(set reaper.allow_other_users to include it)")
-    return Verdict(kind, reason, blocked)
+    return Verdict(kind, reason, blocked, basis)
 
 
 @dataclass(frozen=True)
@@ -391,9 +401,33 @@ def judge_all(facts_by_pid: Mapping[int, ProcessFacts], context: ReapContext) ->
                       f"({KIND_LABELS[owner.verdict.kind]})")
             if facts.ppid == 1:
                 reason += "; orphaned (parent is init)"
-            stale[facts.pid] = Judged(facts, Verdict("mp-helper", reason))
+            stale[facts.pid] = Judged(facts, Verdict("mp-helper", reason, None, "relative"))
+    blocked = _add_in_the_way_groups(context, stale, blocked)
     _add_uv_launchers(facts_by_pid, context, stale, blocked)
     return Judgement(stale=sorted(stale.values(), key=lambda j: j.facts.pid), blocked=blocked)
+
+
+def _add_in_the_way_groups(context: ReapContext, stale: dict[int, Judged],
+                           blocked: list[Judged]) -> list[Judged]:
+    """An unowned training process in the profile's way takes the unowned training processes
+    of its process group along (vLLM's API server and engine core when only its worker holds
+    the GPU): stopping the worker alone would leave a server without its engine."""
+    in_the_way: dict[int, Judged] = {}
+    for j in sorted(stale.values(), key=lambda j: j.facts.pid):
+        if j.verdict.basis == "in-the-way" and j.facts.pgid is not None:
+            in_the_way.setdefault(j.facts.pgid, j)
+    still: list[Judged] = []
+    for j in blocked:
+        owner = in_the_way.get(j.facts.pgid) if j.facts.pgid is not None else None
+        other_user = j.facts.uid != context.own_uid and not context.allow_other_users
+        if owner is None or j.verdict.basis != "unowned" or j.verdict.blocked_by != NOT_OURS \
+                or other_user:
+            still.append(j)
+            continue
+        reason = (f"{j.verdict.reason}; in the process group of pid {owner.facts.pid}, which "
+                  f"is in the profile's way")
+        stale[j.facts.pid] = Judged(j.facts, Verdict(j.verdict.kind, reason, None, "relative"))
+    return still
 
 
 def _add_uv_launchers(facts_by_pid: Mapping[int, ProcessFacts], context: ReapContext,

@@ -29,7 +29,7 @@ from airvisor.reaper import (
 def profile(tmp_path: Path, **sections: Any) -> Profile:
     base: dict[str, Any] = {
         "run": RunSection(name="t", output_dir=tmp_path / "out"),
-        "prime_rl": PrimeRLSection(version="0.4"),
+        "prime_rl": PrimeRLSection(version="0.4", args=["@", "rl.toml"]),
         # Reaping is off here: these tests are about GPUs and must not look for stale
         # processes on a shared machine.
         "reaper": ReaperSection(enabled=False, gpu_free_timeout=4.0, ports=[]),
@@ -96,12 +96,11 @@ def test_requirements_follow_the_profile(tmp_path: Path) -> None:
     assert needs == {0: 40 * GIB + 10 * GIB} and "+" in who[0]
 
 
-def test_inference_share_from_the_inference_config(tmp_path: Path) -> None:
-    inline = profile(tmp_path, inference=InferenceSection(config={"gpu_memory_utilization": 0.6}))
-    assert inference_memory_share(inline) == 0.6
-    args = profile(tmp_path, inference=InferenceSection(
-        extra_args=["--gpu-memory-utilization", "0.7"]))
-    assert inference_memory_share(args) == 0.7
+def test_inference_share_from_the_profile_else_vllms_default(tmp_path: Path) -> None:
+    # airvisor.primerl fills gpus.inference_memory_share from prime-rl's resolved config.
+    shared = profile(tmp_path, gpus=GPUSection(inference=[0], trainer=[1],
+                                                inference_memory_share=0.6))
+    assert inference_memory_share(shared) == 0.6
     assert inference_memory_share(profile(tmp_path)) == 0.9
 
 
@@ -127,6 +126,9 @@ def test_memory_never_freed_fails_with_a_table_of_holders(tmp_path: Path) -> Non
     assert clock.now == pytest.approx(4.0)  # reaper.gpu_free_timeout
     assert "GPU 0" in message and "GPU 1" in message
     assert "3999999" in message and "(exited)" in message
+    # Each holder gets the real next step: this one is no training process airvisor knows.
+    assert "next step: not a training process airvisor knows" in message
+    assert "airvisor reap` lists stale ones" not in message
     assert "trainer (trainer.min_free_gib = 10)" in message
 
 

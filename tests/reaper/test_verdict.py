@@ -323,3 +323,16 @@ def test_parse_run_path_reads_the_layout() -> None:
     assert parse_run_path("/user.slice/session-1.scope", None) is None
     assert parse_run_path("/airvisor/sv-0123456789ab/run-r2", None) == \
         CgroupRun("sv-0123456789ab", "r2", None, None, None)
+
+
+def test_an_unowned_tree_in_the_way_goes_whole_through_its_process_group() -> None:
+    # Only vLLM's worker holds GPU 0; its engine core (same process group) goes with it, a
+    # colleague's vLLM elsewhere (another group) does not.
+    engine = facts(["VLLM::EngineCore"], pid=11, pgid=10)
+    worker = facts(["VLLM::Worker"], pid=12, ppid=11, pgid=10, ancestors=(11, 1),
+                   gpu_memory={0: 2**30})
+    colleague = facts(["VLLM::EngineCore"], pid=21, pgid=20)
+    judged = judge_all({f.pid: f for f in (engine, worker, colleague)}, OWNED)
+    assert [j.facts.pid for j in judged.stale] == [11, 12]
+    assert "process group of pid 12" in judged.stale[0].verdict.reason
+    assert [j.facts.pid for j in judged.blocked] == [21]

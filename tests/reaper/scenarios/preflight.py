@@ -81,7 +81,7 @@ def main() -> None:
     })
     profile = Profile(
         run=RunSection(name="t", output_dir=work / "out"),
-        prime_rl=PrimeRLSection(version="0.4"),
+        prime_rl=PrimeRLSection(version="0.4", args=["@", "rl.toml"]),
         gpus=GPUSection(inference=[0], trainer=[1]),
         inference=InferenceSection(port=18000),
         trainer=TrainerSection(rdzv_port=18001, min_free_gib=10),
