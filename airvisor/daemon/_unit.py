@@ -89,6 +89,10 @@ TimeoutStopSec=90
 # process" for them on every stop and start: expected, by design.
 # `airvisor daemon --stop-runs` (or `airvisor stop`) stops training on purpose.
 KillMode=process
+# Each attempt's processes live in a cgroup of their own below the service's (airvisor.proc
+# containment): Delegate=yes hands that subtree to the daemon. A restarted daemon finds its
+# runs' processes by these cgroups, whatever they did to their titles and sessions.
+Delegate=yes
 LimitNOFILE=65536
 
 [Install]
