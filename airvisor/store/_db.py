@@ -85,7 +85,7 @@ CREATE TABLE IF NOT EXISTS series_points (
     y REAL NOT NULL,
     weight INTEGER NOT NULL DEFAULT 1
 );
-CREATE INDEX IF NOT EXISTS series_points_by_run ON series_points(run_id, series, x);
+CREATE INDEX IF NOT EXISTS series_points_by_run ON series_points(run_id, series, x, y, weight);
 -- Webhook deliveries (airvisor.notify), one row per (notification, target), and cursors.
 CREATE TABLE IF NOT EXISTS notifications (
     id INTEGER PRIMARY KEY AUTOINCREMENT,

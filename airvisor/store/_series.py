@@ -1,10 +1,10 @@
 """Time series for the run page (step over time, training curves, GPU memory), bounded.
 
-Each (run, series) keeps at most `max_points` rows. When a series grows past that, its older
-half is merged pairwise (weighted means of x and y), so recent points keep full resolution and
-old ones get coarser each time: a week-long run costs the same few thousand rows as an hour-long
-one. Merging updates the surviving row in place, so row ids only ever grow for new points and
-a client that asks for "rows after id N" never sees a merged old point again.
+Each (run, series) keeps at most `max_points` rows. When a series grows past that, a quarter
+of its rows go: the closest neighbours merge into one point (weighted means of x and y), so
+the series stays evenly spaced over its whole range, and a week-long run costs the same few
+thousand rows as an hour-long one. Merging updates the surviving row in place, so row ids only
+grow for new points and a client that asks for "rows after id N" never sees a merged point.
 
 Reads are downsampled again in SQL (`GROUP BY` over x buckets), so even a table that holds far
 more rows than the bound (a bulk import, the benchmark) answers in milliseconds.
@@ -29,15 +29,29 @@ class SeriesRead:
     last_id: int
 
 
-def merge_pairs(rows: Sequence[tuple[int, float, float, int]]
+def merge_pairs(rows: Sequence[tuple[int, float, float, int]], remove: int
                 ) -> tuple[list[tuple[float, float, int, int]], list[int]]:
-    """Pure: (id, x, y, weight) rows sorted by x -> (updates (x, y, weight, id), ids to delete).
+    """Pure: which neighbours to merge so that `remove` rows go, given (id, x, y, weight) rows
+    sorted by x. Returns (updates (x, y, weight, id), ids to delete).
 
-    Consecutive pairs become one point at their weighted mean; an odd last row stays as it is.
+    The closest neighbours (smallest x gap; the older on a tie) merge first, into one point at
+    their weighted mean, so a long series ends up evenly spaced over its whole range. The first
+    and last rows are never merged: the curve keeps its exact start and newest point.
     """
+    candidates = sorted(range(1, len(rows) - 2),
+                        key=lambda i: (rows[i + 1][1] - rows[i][1], rows[i][1]))
+    taken: set[int] = set()
+    chosen: list[int] = []
+    for i in candidates:
+        if len(chosen) >= remove:
+            break
+        if i in taken or i + 1 in taken:
+            continue
+        taken.update((i, i + 1))
+        chosen.append(i)
     updates: list[tuple[float, float, int, int]] = []
     deletes: list[int] = []
-    for i in range(0, len(rows) - 1, 2):
+    for i in sorted(chosen):
         (id_a, x_a, y_a, w_a), (id_b, x_b, y_b, w_b) = rows[i], rows[i + 1]
         weight = w_a + w_b
         updates.append(((x_a * w_a + x_b * w_b) / weight, (y_a * w_a + y_b * w_b) / weight,
@@ -72,16 +86,18 @@ class SeriesStore:
             count = db.execute("SELECT COUNT(*) FROM series_points WHERE run_id = ? AND "
                                "series = ?", (run_id, series)).fetchone()[0]
             while count > self.max_points:
-                count -= self._compact(run_id, series, count)
+                removed = self._compact(run_id, series, count - self.max_points * 3 // 4)
+                if not removed:
+                    break
+                count -= removed
         return len(rows)
 
-    def _compact(self, run_id: str, series: str, count: int) -> int:
+    def _compact(self, run_id: str, series: str, remove: int) -> int:
         db = self.store._conn()
-        oldest = db.execute(
+        rows = db.execute(
             "SELECT id, x, y, weight FROM series_points WHERE run_id = ? AND series = ? "
-            "ORDER BY x, id LIMIT ?", (run_id, series, max(2, count // 2)),
-        ).fetchall()
-        updates, deletes = merge_pairs([tuple(r) for r in oldest])
+            "ORDER BY x, id", (run_id, series)).fetchall()
+        updates, deletes = merge_pairs([tuple(r) for r in rows], remove)
         db.executemany("UPDATE series_points SET x = ?, y = ?, weight = ? WHERE id = ?", updates)
         db.executemany("DELETE FROM series_points WHERE id = ?", [(i,) for i in deletes])
         return len(deletes)

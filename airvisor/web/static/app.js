@@ -332,17 +332,16 @@ async function act(action) {
 
 async function start() {
   $("token").value = localStorage.getItem("airvisor.token") || "";
-  try {
-    const health = await getJSON("/health");
+  getJSON("/health").then((health) => {
     page.authRequired = health.auth_required;
     $("token-box").hidden = !health.auth_required;
-  } catch (err) {
-    $("daemon-status").textContent = `daemon unreachable (${err.message})`;
-  }
+  }).catch((err) => { $("daemon-status").textContent = `daemon unreachable (${err.message})`; });
   $("stop-btn").addEventListener("click", () => act("stop"));
   $("restart-btn").addEventListener("click", () => act("restart"));
   window.addEventListener("hashchange", () => { const id = fromHash(); if (id) select(id); });
   window.addEventListener("resize", renderCharts);
+  const linked = fromHash();
+  if (linked) select(linked);  // load the linked run at once, beside the run list
   await refreshRuns();
   setInterval(refreshRuns, RUNS_POLL_MS);
   setInterval(refreshRun, POLL_MS);

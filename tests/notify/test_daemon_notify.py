@@ -1,0 +1,122 @@
+"""Notifications from a real daemon supervising real demo runs: the JSON and Slack receivers get
+each event once with the documented payload, a dead and a slow receiver delay neither the
+others nor supervision, and the run page's API shows the failed delivery without its URL."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from ..web.conftest import LiveDaemon, wait_for
+from .receiver import Receiver
+
+SECRET_PATH = "/services/T0/B0/sEcReTtOkEn"
+SLOW_SECONDS = 20.0
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def receivers() -> Iterator[dict[str, Receiver]]:
+    made = {"json": Receiver(), "slack": Receiver(), "slow": Receiver(delay=SLOW_SECONDS)}
+    yield made
+    for receiver in made.values():
+        receiver.close()
+
+
+def by_run(receiver: Receiver, run_id: str) -> list[dict[str, object]]:
+    return [r.body for r in receiver.received if r.body.get("run_id") == run_id]
+
+
+@pytest.mark.slow
+def test_runs_that_need_a_person_are_notified_once_each(
+    live: LiveDaemon, receivers: dict[str, Receiver]
+) -> None:
+    state = live.tmp / "state"
+    state.mkdir(parents=True)
+    # The daemon-wide default: the JSON receiver, for every run.
+    (state / "notify.toml").write_text(
+        f'[notify]\nretries = 1\nbackoff_initial = 0.2\n'
+        f'[[notify.webhooks]]\nurl = "{receivers["json"].url}/hook"\n')
+    dead = f"http://127.0.0.1:{closed_port()}{SECRET_PATH}"
+    profile_notify = {"retries": 1, "backoff_initial": 0.2, "timeout": SLOW_SECONDS + 10,
+                      "webhooks": [
+                          {"url": f"{receivers['slack'].url}/slack", "format": "slack"},
+                          {"url": f"{receivers['slow'].url}/slow"},
+                          {"url": dead, "name": "pager"}]}
+    live.start()
+    crashy = live.profile("crashy", rl={"max_steps": 10},
+                          demo={"trainer": {"crash_at_step": 4}}, notify=profile_notify)
+    hangy = live.profile("hangy", rl={"max_steps": 50}, demo={"trainer": {"hang_at_step": 3}},
+                         health={"stall_timeout": 2}, restart={"max_restarts": 0},
+                         notify=profile_notify)
+
+    # 1. A crash, a recovery from a checkpoint, then success.
+    run_id = live.submit(crashy)
+    wait_for("the crashy run to end", lambda: not live.run(run_id)["live"], 90)
+    assert live.run(run_id)["state"] == "succeeded"
+    events = live.events(run_id)
+    failure = next(e for e in events if e["kind"] == "failure")
+    relaunch = next(e for e in events if e["kind"] == "attempt" and e["id"] > failure["id"])
+    # Supervision went on at its own pace although one webhook hangs for 20 s and one is dead.
+    assert relaunch["at"] - failure["at"] < 8.0, (failure, relaunch)
+    json_hook = receivers["json"]
+    wait_for("two notifications", lambda: len(by_run(json_hook, run_id)) >= 2, 15)
+    time.sleep(1.0)  # nothing more may come
+    bodies = by_run(json_hook, run_id)
+    assert [b["event"] for b in bodies] == ["recovered", "succeeded"]
+    recovered, succeeded = bodies
+    assert set(recovered) == {"source", "schema", "event", "title", "run_id", "run_name",
+                              "state", "step", "attempt", "restarts", "reason", "resume_step",
+                              "holders", "at", "event_id", "page"}
+    assert recovered["reason"] == "trainer exited with status 1"
+    assert isinstance(recovered["resume_step"], int) and recovered["attempt"] == 2
+    assert f"from step {recovered['resume_step']}" in str(recovered["title"])
+    assert succeeded["state"] == "succeeded" and succeeded["step"] == 10
+    for body in bodies:  # delivered promptly, not behind the slow or the dead receiver
+        received_at = next(r.at for r in json_hook.received if r.body == body)
+        assert received_at - float(str(body["at"])) < 5.0
+    slack_texts = [r.body["text"] for r in receivers["slack"].received]
+    assert len(slack_texts) == 2 and "recovered" in slack_texts[0]
+    assert "succeeded" in slack_texts[1]
+
+    # The page's API shows the failed delivery to the dead target, its URL redacted.
+    page = wait_for("the dead target to give up", lambda: (p := httpx.get(
+        f"{live.url}/ui/api/runs/{run_id}", timeout=10).json()) and sum(
+        d["status"] == "failed" for d in p["deliveries"]) == 2 and p, 20)
+    failed = [d for d in page["deliveries"] if d["status"] == "failed"]
+    assert {d["event"] for d in failed} == {"recovered", "succeeded"}
+    assert all(d["target"].startswith("pager (http://127.0.0.1:") and d["tries"] == 2
+               and "ConnectError" in d["error"] for d in failed)
+    delivered = {(d["event"], d["target"].split("/")[2]) for d in page["deliveries"]
+                 if d["status"] == "delivered"}
+    assert len(delivered) == 4  # JSON and Slack, both events (the slow one still waits)
+
+    # 2. A hang: stalled, then (no restarts allowed) the run gives up.
+    hang_id = live.submit(hangy)
+    wait_for("the hung run to fail", lambda: live.run(hang_id)["state"] == "failed", 60)
+    wait_for("two more notifications", lambda: len(by_run(json_hook, hang_id)) >= 2, 15)
+    time.sleep(1.0)
+    bodies = by_run(json_hook, hang_id)
+    assert [b["event"] for b in bodies] == ["stalled", "failed"]
+    assert str(bodies[0]["reason"]).startswith("hung: step")
+    assert "gave up" in str(bodies[1]["title"])
+    assert "crash loop" in str(bodies[1]["reason"]) and "hung: step" in str(bodies[1]["reason"])
+
+    # The secret never shows: not in the API's answers, not in the daemon's log.
+    for url in (f"/ui/api/runs/{run_id}", f"/runs/{run_id}", f"/runs/{run_id}/events",
+                "/runs", f"/ui/api/runs/{hang_id}"):
+        assert "sEcReTtOkEn" not in httpx.get(f"{live.url}{url}", timeout=10).text
+    assert live.daemon is not None
+    log = live.daemon.output()
+    assert "notification not delivered" in log and "sEcReTtOkEn" not in log
+    assert json.dumps(recovered)  # the payload is plain JSON
