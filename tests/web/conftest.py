@@ -1,0 +1,107 @@
+"""A real daemon (subprocess, real engine over the demo stand-ins) for the page and
+notification tests, with the token on, and a clean-up that leaves no stand-in behind."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from airvisor.proc._marker import processes_with_marker
+
+from ..daemon.conftest import DaemonProcess, write_profile
+from ..engine.conftest import demo_profile_dict
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except httpx.HTTPError as err:
+            last = err
+        else:
+            if last:
+                return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+class LiveDaemon:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.profiles = tmp / "profiles"
+        self.profiles.mkdir(parents=True, exist_ok=True)
+        self.daemon: DaemonProcess | None = None
+        self.run_ids: list[str] = []
+
+    def start(self, env: dict[str, str] | None = None) -> DaemonProcess:
+        self.daemon = DaemonProcess(self.tmp, env={"AIRVISOR_PROFILES": str(self.profiles),
+                                                   **(env or {})})
+        self.daemon.wait_ready()
+        return self.daemon
+
+    @property
+    def url(self) -> str:
+        assert self.daemon is not None
+        return self.daemon.url
+
+    @property
+    def token(self) -> str:
+        assert self.daemon is not None
+        return (self.daemon.state / "token").read_text().strip()
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30,
+                            headers={"Authorization": f"Bearer {self.token}"})
+
+    def profile(self, name: str, **extra: Any) -> str:
+        data = demo_profile_dict(self.tmp / f"out-{name}", run={"name": name}, **extra)
+        write_profile(self.profiles / f"{name}.toml", data)
+        return name
+
+    def submit(self, profile: str) -> str:
+        with self.client() as client:
+            answer = client.post("/runs", json={"profile": profile})
+        assert answer.status_code == 201, answer.text
+        run_id: str = answer.json()["id"]
+        self.run_ids.append(run_id)
+        return run_id
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        body: dict[str, Any] = httpx.get(f"{self.url}/runs/{run_id}", timeout=10).json()
+        return body
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        body: list[dict[str, Any]] = httpx.get(f"{self.url}/runs/{run_id}/events",
+                                               timeout=10).json()
+        return body
+
+    def close(self) -> None:
+        daemon = self.daemon
+        if daemon is not None and daemon.proc.poll() is None:
+            with self.client() as client:
+                for run_id in self.run_ids:
+                    if self.run(run_id)["live"]:
+                        client.post(f"/runs/{run_id}/stop")
+            for run_id in self.run_ids:
+                wait_for("the run to stop", lambda r=run_id: not self.run(r)["live"], 30)
+            daemon.stop()
+        leftovers = [p for run_id in self.run_ids for p in processes_with_marker(run_id)]
+        for proc in leftovers:
+            proc.kill()
+        assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[LiveDaemon]:
+    handle = LiveDaemon(tmp_path)
+    try:
+        yield handle
+    finally:
+        handle.close()
