@@ -204,6 +204,13 @@ def containment(*, refresh: bool = False) -> Containment:
     with _lock:
         if _current is None or refresh:
             _current = detect()
+            # The logs say which containment is active (and `airvisor status` through
+            # `containment_mode()`).
+            from airvisor._logging import get_logger
+
+            get_logger("airvisor.proc").info(
+                "containment", mode=_current.mode, cgroup=str(_current.base or "") or None,
+                reason=_current.reason)
         return _current
 
 

@@ -16,6 +16,11 @@ Shapes:
                          a child retitled `VLLM::EngineCore`, which has a `VLLM::Worker`
                          child (setproctitle wipes /proc/<pid>/environ, as in vLLM)
   tree N                 N processes: a root and N-1 descendants in a chain of fan-outs
+  holders                the issue's GPU holder, twice: the root (a component) starts
+                         `AIRVISOR_RUN_ID=gone setsid -f python -c '...setproctitle("holder")...'`
+                         itself (role holder-child) and through a child that does the same
+                         (role holder-grandchild); both detach (new session, parent exits) and
+                         retitle, which wipes their environment
 """
 
 from __future__ import annotations
@@ -131,6 +136,34 @@ def main() -> None:
         (ready_dir / "tracker").write_text(str(tracker.pid))
         retitle("vllm serve /models/tiny --port 8000")
         fork(engine)
+        ready(ready_dir, "root")
+        sleep_forever()
+
+    elif shape == "holders":
+        import subprocess
+
+        holder_code = (
+            "import os,sys,time,setproctitle\n"
+            "d,role=sys.argv[1],sys.argv[2]\n"
+            "open(os.path.join(d,'.'+role+'.tmp'),'w').write(str(os.getpid()))\n"
+            "os.rename(os.path.join(d,'.'+role+'.tmp'),os.path.join(d,role))\n"
+            "setproctitle.setproctitle('holder')\n"
+            "time.sleep(600)\n"
+        )
+
+        def detach_holder(role: str) -> None:
+            env = {**os.environ, "AIRVISOR_RUN_ID": "gone"}
+            subprocess.run(["setsid", "-f", sys.executable, "-c", holder_code,
+                            str(ready_dir), role], env=env, check=True)
+
+        detach_holder("holder-child")
+
+        def middle() -> None:
+            detach_holder("holder-grandchild")
+            ready(ready_dir, "middle")
+            sleep_forever()
+
+        fork(middle)
         ready(ready_dir, "root")
         sleep_forever()
 

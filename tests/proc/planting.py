@@ -150,3 +150,34 @@ class Planter:
         for popen in self.popens:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=5)
+
+
+def make_test_cgroup(prefix: str = "airvisor-test") -> tuple[Path | None, str]:
+    """A fresh cgroup v2 directory for one test (as AIRVISOR_CGROUP_ROOT), or (None, why not)."""
+    from airvisor.proc._cgroup import cgroup2_mount
+
+    mount = cgroup2_mount()
+    if mount is None:
+        return None, "no cgroup v2 hierarchy is mounted (checked /proc/self/mountinfo)"
+    root = mount / f"{prefix}-{uuid.uuid4().hex[:10]}"
+    try:
+        root.mkdir()
+    except OSError as err:
+        return None, f"cannot create a cgroup under {mount}: {err.strerror}"
+    if not (root / "cgroup.procs").exists():
+        return None, f"{mount} is not a cgroup v2 hierarchy"
+    return root, ""
+
+
+def destroy_test_cgroup(root: Path) -> None:
+    """Kill whatever is left in a test's cgroup and remove it (children first)."""
+    from airvisor.proc._cgroup import kill, populated, remove
+
+    if not root.exists():
+        return
+    with contextlib.suppress(OSError):
+        kill(root)
+    deadline = time.monotonic() + 5
+    while populated(root) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    remove(root)

@@ -115,3 +115,21 @@ def vllm_venv() -> Path:
         print(f"SKIP: {reason}")
         pytest.skip(reason)
     return VLLM_VENV
+
+
+@pytest.fixture(params=["cgroup", "subreaper"])
+def containment_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The environment that puts a scenario's airvisor in one containment mode: a cgroup v2 of
+    the test's own (removed afterwards), or the subreaper fallback forced by the setting."""
+    if request.param == "subreaper":
+        yield {"AIRVISOR_CONTAINMENT": "subreaper"}
+        return
+    root, why = planting.make_test_cgroup()
+    if root is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"cgroup containment cannot be tested: {why}")
+        pytest.skip(f"cgroup containment cannot be tested here: {why}")
+    try:
+        yield {"AIRVISOR_CONTAINMENT": "cgroup", "AIRVISOR_CGROUP_ROOT": str(root)}
+    finally:
+        planting.destroy_test_cgroup(root)
