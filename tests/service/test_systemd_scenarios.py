@@ -1,0 +1,303 @@
+"""The system service under a real systemd (Debian bookworm, systemd 252, booted with /sbin/init
+in a container), installed as the README says, supervising the demo stand-ins.
+
+The container is built by tests/images/build_systemd_image.sh (scripts/setup.d/60-systemd-image.sh
+in CI). It has no network: airvisor is installed offline from the checkout and the image's
+wheelhouse. `--privileged` is not needed (nor allowed here): CAP_SYS_ADMIN lets systemd mount
+its file systems, and the host's cgroup hierarchy (hybrid v1 here) is shared with
+`--cgroupns=host`.
+
+The scenarios run in order on one container, each from the state the one before left (the whole
+module takes about two minutes):
+READY gating -> root's commands see the supervised run (reap leaves it alone) -> `systemctl
+restart` adopts the same pids -> `kill -9` restart -> the watchdog restarts a frozen daemon ->
+a component failure is a warning in the journal -> a run that finished while the daemon was
+stopped stays finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE_SCRIPT = REPO / "tests" / "images" / "build_systemd_image.sh"
+# What the README says: a checkout in /opt/airvisor with its own venv.
+CHECKOUT = "/opt/airvisor"
+AIRVISOR = f"{CHECKOUT}/.venv/bin/airvisor"
+PYTHON = f"{CHECKOUT}/.venv/bin/python"
+# Set to a git revision to install that commit instead of the working tree.
+SOURCE_REV_ENV = "AIRVISOR_SERVICE_TEST_REV"
+# The demo profile, long enough to outlive the scenarios, without its default crash.
+LONG_RUN = ["--set", "run.max_steps=100000"]
+SHORT_STEPS = 8
+SHORT_RUN = ["--set", f"run.max_steps={SHORT_STEPS}"]
+NO_CRASH = ["--set", "trainer.config.demo.crash_at_step=1000000"]
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
+
+T = TypeVar("T")
+
+
+def _docker_ok() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=30,
+                          check=False).returncode == 0
+
+
+def _image() -> str | None:
+    tag = subprocess.run([str(IMAGE_SCRIPT), "--print-tag"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    present = subprocess.run(["docker", "image", "inspect", tag], capture_output=True,
+                             check=False).returncode == 0
+    return tag if present else None
+
+
+def _source_tar() -> bytes:
+    """The checkout to install: the working tree's tracked and unignored files (or a commit)."""
+    rev = os.environ.get(SOURCE_REV_ENV)
+    if rev:
+        return subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True,
+                              check=True).stdout
+    files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, check=True).stdout
+    existing = b"\0".join(f for f in files.split(b"\0") if f and (REPO / f.decode()).exists())
+    return subprocess.run(["tar", "--null", "-T", "-", "-c"], cwd=REPO, input=existing,
+                          capture_output=True, check=True).stdout
+
+
+class Box:
+    """A booted systemd container and the commands a person would type in it (as root, with
+    no AIRVISOR_* variable: the CLI must find the service by itself)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def run(self, script: str, *, check: bool = True, timeout: float = 120,
+            stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+        raw = subprocess.run(
+            ["docker", "exec", *(["-i"] if stdin is not None else []), self.name,
+             "bash", "-c", script],
+            input=stdin, capture_output=True, timeout=timeout, check=False)
+        result = subprocess.CompletedProcess(
+            raw.args, raw.returncode, raw.stdout.decode(errors="replace"),
+            raw.stderr.decode(errors="replace"))
+        if check and result.returncode != 0:
+            raise AssertionError(f"`{script}` exited {result.returncode}:\n"
+                                 f"{result.stdout}\n{result.stderr}")
+        return result
+
+    def out(self, script: str, **kw: Any) -> str:
+        return self.run(script, **kw).stdout.strip()
+
+    def status(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.out(f"{AIRVISOR} status --json"))
+        return data
+
+    def main_pid(self) -> int:
+        return int(self.out("systemctl show -p MainPID --value airvisor"))
+
+    def prop(self, name: str) -> str:
+        return self.out(f"systemctl show -p {name} --value airvisor")
+
+    def pids(self) -> dict[str, int]:
+        return {c["name"]: c["pid"] for c in self.status()["components"]
+                if c["kind"] == "process" and c["state"] == "running"}
+
+    def alive(self, pid: int) -> bool:
+        return self.run(f"kill -0 {pid}", check=False).returncode == 0
+
+    def journal(self, args: str) -> str:
+        return self.out(f"journalctl --no-pager {args}")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0,
+             interval: float = 0.5) -> T:
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = probe()
+        except (AssertionError, ValueError, KeyError, subprocess.TimeoutExpired) as err:
+            last_error, value = err, None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}"
+                         + (f" (last error: {last_error})" if last_error else ""))
+
+
+@pytest.fixture(scope="module")
+def box() -> Iterator[Box]:
+    if not _docker_ok():
+        pytest.skip("no Docker engine (scripts/start_dockerd.sh)")
+    image = _image()
+    if image is None:
+        pytest.skip(f"the systemd image is not built ({IMAGE_SCRIPT.relative_to(REPO)})")
+    name = f"airvisor-systemd-{uuid.uuid4().hex[:8]}"
+    subprocess.run(
+        ["docker", "run", "-d", "--name", name, "--hostname", "gpu-box",
+         "--cgroupns=host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--cap-add", "SYS_ADMIN",
+         "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp", image],
+        check=True, capture_output=True, timeout=60)
+    machine = Box(name)
+    try:
+        state = wait_for("systemd to finish booting", lambda: machine.out(
+            "systemctl is-system-running", check=False) in ("running", "degraded"), timeout=60)
+        assert state
+        # Install as the README says: a venv in the checkout, pip install, install-service.
+        machine.run(f"mkdir -p {CHECKOUT}")
+        machine.run(f"tar -x -C {CHECKOUT}", stdin=_source_tar())
+        machine.run(f"python3 -m venv {CHECKOUT}/.venv && {CHECKOUT}/.venv/bin/pip install -q "
+                    f"--no-index --find-links /opt/wheelhouse -e {CHECKOUT}", timeout=300)
+        machine.run(f"{AIRVISOR} install-service")
+        yield machine
+    finally:
+        if os.environ.get("AIRVISOR_KEEP_CONTAINER"):
+            print(f"kept container {name}")
+        else:
+            subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False,
+                           timeout=60)
+
+
+def _journal_monotonic(box: Box, needle: str) -> int:
+    for line in box.journal("-u airvisor -o json").splitlines():
+        entry = json.loads(line)
+        if needle in str(entry.get("MESSAGE", "")):
+            return int(entry["__MONOTONIC_TIMESTAMP"])
+    raise AssertionError(f"no journal entry with {needle!r}")
+
+
+def test_install_service_writes_the_shipped_unit(box: Box) -> None:
+    installed = box.out("cat /etc/systemd/system/airvisor.service")
+    assert installed == (REPO / "systemd" / "airvisor.service").read_text().strip()
+    assert f"ExecStart={CHECKOUT}/.venv/bin/python -m airvisor daemon" in installed
+
+
+def test_ready_gating_and_discovery_without_environment(box: Box) -> None:
+    box.run("systemctl daemon-reload && systemctl enable --now airvisor", timeout=200)
+    assert box.out("systemctl is-active airvisor") == "active"
+    # Active only after READY=1, which the daemon sends once it serves: the journal line it
+    # writes when serving comes before systemd's activation.
+    serving = _journal_monotonic(box, "airvisor daemon serving")
+    assert serving <= int(box.prop("ActiveEnterTimestampMonotonic"))
+    assert serving >= int(box.prop("ExecMainStartTimestampMonotonic"))
+    announced = json.loads(box.out("cat /run/airvisor/daemon.json"))
+    assert announced["url"] == "http://127.0.0.1:8765"
+    assert announced["pid"] == box.main_pid()
+    assert announced["token_file"] == "/var/lib/airvisor/token"
+    assert box.out("stat -c %a /run/airvisor/daemon.json") == "644"
+    # The journal: identifier airvisor, real priorities, no timestamp of our own.
+    entry = json.loads(box.journal("-t airvisor -o json -g 'daemon serving'").splitlines()[-1])
+    assert entry["SYSLOG_IDENTIFIER"] == "airvisor" and entry["PRIORITY"] == "6"
+    assert not re.match(r"\d{4}-\d\d-\d\dT", entry["MESSAGE"]), entry["MESSAGE"]
+
+
+def test_root_commands_see_the_supervised_run_and_reap_leaves_it(box: Box) -> None:
+    submitted = box.out(f"cd / && {AIRVISOR} start demo {' '.join(LONG_RUN + NO_CRASH)}")
+    assert "to the daemon at http://127.0.0.1:8765" in submitted, submitted
+    wait_for("the run's third step", lambda: (box.status().get("step") or 0) >= 3)
+    before = box.pids()
+    assert {"trainer", "orchestrator"} <= set(before), before
+    listing = box.out(f"{AIRVISOR} processes")
+    assert "No stale processes" in listing, listing
+    reaped = box.run(f"{AIRVISOR} reap --yes")
+    assert reaped.returncode == 0, reaped.stderr
+    step = box.status()["step"]
+    time.sleep(2)
+    assert all(box.alive(pid) for pid in before.values())
+    after = box.status()
+    assert after["state"] == "running" and after["restarts"] == 0
+    assert box.pids() == before and after["step"] > step
+
+
+def test_systemctl_restart_adopts_the_same_pids_and_answers_fresh(box: Box) -> None:
+    before = box.pids()
+    old_daemon = box.main_pid()
+    step_before = box.status()["step"]
+    box.run("systemctl restart airvisor", timeout=200)
+    first = box.status()  # the first answer of the new daemon
+    assert box.main_pid() != old_daemon
+    assert first["state"] == "running" and first["restarts"] == 0, first
+    assert box.pids() == before
+    assert any(e["kind"] == "adopted" for e in first["recent_events"]), first["recent_events"]
+    # The steps made while no daemon watched are in the first answer, with their time.
+    assert first["step"] > step_before, (first["step"], step_before)
+    assert first["seconds_since_progress"] is not None
+    assert first["seconds_since_progress"] < 5.0, first["seconds_since_progress"]
+
+
+def test_kill_9_is_restarted_and_adopts(box: Box) -> None:
+    before = box.pids()
+    old_daemon = box.main_pid()
+    restarts = int(box.prop("NRestarts"))
+    box.run(f"kill -9 {old_daemon}")
+    wait_for("systemd to restart the daemon", lambda: (
+        box.main_pid() not in (0, old_daemon)
+        and box.out("systemctl is-active airvisor", check=False) == "active"), timeout=40)
+    assert int(box.prop("NRestarts")) == restarts + 1
+    assert box.pids() == before
+    assert box.status()["restarts"] == 0
+
+
+def test_watchdog_restarts_a_frozen_daemon(box: Box) -> None:
+    # A shorter watchdog than the unit's 30 s, to keep the test short.
+    box.run("mkdir -p /etc/systemd/system/airvisor.service.d && printf '[Service]\\n"
+            "WatchdogSec=4\\n' > /etc/systemd/system/airvisor.service.d/watchdog.conf && "
+            "systemctl daemon-reload && systemctl restart airvisor", timeout=200)
+    before = box.pids()
+    frozen = box.main_pid()
+    box.run(f"kill -STOP {frozen}")
+    wait_for("the watchdog to restart the daemon", lambda: (
+        box.main_pid() not in (0, frozen)
+        and box.out("systemctl is-active airvisor", check=False) == "active"), timeout=40)
+    assert "Watchdog timeout" in box.journal("-u airvisor -o cat")
+    assert box.pids() == before
+    box.run("rm -rf /etc/systemd/system/airvisor.service.d && systemctl daemon-reload")
+
+
+def test_a_component_failure_is_a_warning_in_the_journal(box: Box) -> None:
+    trainer = box.pids()["trainer"]
+    box.run(f"kill -9 {trainer}")
+    wait_for("the restart after the trainer's death",
+             lambda: box.status()["restarts"] >= 1 and box.status()["state"] == "running",
+             timeout=60)
+    warnings = box.journal("-u airvisor -p warning -o cat")
+    assert re.search(r"trainer.*(signal|SIGKILL|exited|killed)", warnings), warnings
+    # Only warnings and worse: the info lines stay out.
+    assert "airvisor daemon serving" not in warnings
+    assert "airvisor daemon serving" in box.journal("-t airvisor -p info -o cat")
+
+
+def test_a_run_finished_while_the_daemon_was_stopped_stays_finished(box: Box) -> None:
+    box.run(f"{AIRVISOR} stop")
+    wait_for("the long run to stop", lambda: box.status()["state"] == "stopped", timeout=60)
+    box.out(f"cd / && {AIRVISOR} start demo {' '.join(SHORT_RUN + NO_CRASH)}")
+    wait_for("the short run's second step", lambda: (box.status().get("step") or 0) >= 2)
+    run = box.status()
+    box.run("systemctl stop airvisor", timeout=120)
+    # Training keeps running unsupervised; root's commands read the service's state dir.
+    shown = box.run(f"{AIRVISOR} status", check=False)
+    assert run["id"] in shown.stdout and "no runs yet" not in shown.stdout, shown
+    workers = [c["pid"] for c in run["components"] if c["name"] != "inference"]
+    wait_for("training to end on its own", lambda: not any(box.alive(p) for p in workers),
+             timeout=90)
+    box.run("systemctl start airvisor", timeout=200)
+    final = json.loads(box.out(f"{AIRVISOR} status {run['id']} --json"))
+    assert final["state"] == "succeeded", final
+    assert final["step"] == SHORT_STEPS and final["attempt"] == run["attempt"], final
+    assert final["last_error"] is None
+    kinds = [e["kind"] for e in final["recent_events"]]
+    assert "finished_unsupervised" in kinds and "boot_resume" not in kinds, kinds
+    assert not any(box.alive(c["pid"]) for c in run["components"] if c.get("pid"))
