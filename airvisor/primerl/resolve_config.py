@@ -1,0 +1,611 @@
+#!/usr/bin/env python3
+"""Resolve a prime-rl command line with prime-rl's OWN parser and print the result as JSON.
+
+A standalone script: standard library and prime-rl only, no airvisor imports. airvisor runs it
+with prime-rl's interpreter (Python 3.12, prime-rl importable), so what it reports is what that
+prime-rl version makes of the user's config, never a re-reading of it.
+
+    python resolve_config.py --version {0.4|main} [--component rl|trainer|orchestrator|inference]
+        [--cwd DIR] -- <args exactly as they follow the `rl` (or component) command>
+
+e.g. `-- @ /abs/rl.toml @ /abs/overrides.toml --ckpt.resume-step 5` (v0.4) or
+`-- @ /abs/rl.toml --resume.step 5` (main). main also accepts `--component env-server`.
+
+--cwd is the directory the run is launched from (default: the caller's cwd). prime-rl opens
+`@ file` paths and every relative path of the config against the launch directory, so relative
+`@` paths are made absolute against it (the parsers only open them) and the paths under "facts"
+are joined onto it. The parse itself runs in a fresh temporary directory as cwd (v0.4 writes
+`.pydantic_config/temp_*.toml` into the cwd for `--trainer @ f`: utils/pydantic_config.py:
+121-127,279-283); main's resolved sub-configs are produced by prime-rl's own write_subconfigs
+into that temporary directory and read back. Nothing is written anywhere else; the temporary
+directory is removed at exit.
+
+stdout is ONE JSON object (anything prime-rl prints goes to stderr):
+  exit 0  {"ok": true, "version", "component", "rl", "components", "env_servers", "facts",
+           "warnings", "unknown_args"}
+  exit 2  {"ok": false, "errors": [{"loc", "msg", "type"}], "message"}  prime-rl refused the
+           config (pydantic's errors, or one error for any other exception, e.g. a missing file)
+  exit 3  {"ok": false, "errors": [...], "message": "prime-rl is not importable with ..."}
+  exit 4  usage error of this script; exit 5 an internal error of this script (a bug).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_REFUSED = 2
+EXIT_NOT_IMPORTABLE = 3
+EXIT_USAGE = 4
+EXIT_INTERNAL = 5
+
+COMPONENTS = ("rl", "trainer", "orchestrator", "inference", "env-server")
+
+# The config class each entry point parses.
+# v0.4.0 (pyproject.toml:47-51 [project.scripts]):
+#   rl           rl.py:822-823                        rl(parse_argv(RLConfig))
+#   trainer      trainer/rl/train.py:614-617          parse_argv(RLTrainerConfig) (rl.py:728-744
+#                                                     starts it under torchrun -m)
+#   orchestrator orchestrator/orchestrator.py:726-729 parse_argv(OrchestratorConfig)
+#   inference    inference/server.py:5-6              parse_argv(InferenceConfig, allow_extras=True)
+V04_CLASSES = {
+    "rl": ("prime_rl.rl", "RLConfig"),
+    "trainer": ("prime_rl.trainer.rl.config", "RLTrainerConfig"),
+    "orchestrator": ("prime_rl.orchestrator.config", "OrchestratorConfig"),
+    "inference": ("prime_rl.inference.config", "InferenceConfig"),
+}
+# main (pyproject.toml:50-57 [project.scripts] -> src/prime_rl/entrypoints/*.py):
+#   rl           entrypoints/rl.py:664-666            rl(cli(RLConfig))
+#   trainer      entrypoints/trainer.py:17-19         cli(TrainerConfig)
+#   orchestrator entrypoints/orchestrator.py:19-21    cli(OrchestratorConfig)
+#   inference    entrypoints/inference.py:237-239     cli(InferenceConfig)
+#   env-server   entrypoints/env_server.py:35-38      cli(EnvServerConfig)
+MAIN_CLASSES = {
+    "rl": ("prime_rl.configs.rl", "RLConfig"),
+    "trainer": ("prime_rl.configs.trainer", "TrainerConfig"),
+    "orchestrator": ("prime_rl.configs.orchestrator", "OrchestratorConfig"),
+    "inference": ("prime_rl.configs.inference", "InferenceConfig"),
+    "env-server": ("prime_rl.configs.env_server", "EnvServerConfig"),
+}
+
+
+class Refused(Exception):
+    """prime-rl refused the config: carries the JSON errors and prime-rl's own message."""
+
+    def __init__(self, errors: list[dict[str, Any]], message: str) -> None:
+        super().__init__(message)
+        self.errors = errors
+        self.message = message
+
+
+class NotImportable(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _emit(stdout: Any, payload: dict[str, Any], code: int) -> int:
+    stdout.write(json.dumps(payload, default=str) + "\n")
+    stdout.flush()
+    return code
+
+
+def _failure(errors: list[dict[str, Any]], message: str) -> dict[str, Any]:
+    return {"ok": False, "errors": errors, "message": message}
+
+
+def _one_error(exc: BaseException) -> list[dict[str, Any]]:
+    return [{"loc": "", "msg": str(exc), "type": type(exc).__name__}]
+
+
+def _pydantic_errors(exc: Any) -> list[dict[str, Any]]:
+    """A pydantic ValidationError as [{loc: "a.b.0.c", msg, type}]."""
+    out = []
+    for error in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in error.get("loc", ()))
+        out.append(
+            {"loc": loc, "msg": str(error.get("msg", "")), "type": str(error.get("type", ""))}
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _absolute_at_paths(args: list[str], cwd: Path, version: str) -> list[str]:
+    """Make the file of every `@ file` (and, for main, `--key @file`) absolute against cwd.
+
+    v0.4 reads only a standalone `@` followed by the path (utils/pydantic_config.py:140-158);
+    main also `--key @file` without the space (pydantic_config/cli.py _process_args).
+    """
+    out = list(args)
+    for index, arg in enumerate(out):
+        if arg == "@" and index + 1 < len(out):
+            path = Path(out[index + 1]).expanduser()
+            if not path.is_absolute():
+                out[index + 1] = str(cwd / path)
+        elif (
+            version == "main"
+            and arg.startswith("@")
+            and len(arg) > 1
+            and index > 0
+            and out[index - 1].startswith("--")
+        ):
+            path = Path(arg[1:]).expanduser()
+            if not path.is_absolute():
+                out[index] = "@" + str(cwd / path)
+    return out
+
+
+def _absolute(path: Any, cwd: Path) -> str | None:
+    if path is None:
+        return None
+    candidate = Path(path).expanduser()
+    return str(candidate if candidate.is_absolute() else cwd / candidate)
+
+
+# --------------------------------------------------------------------------- v0.4
+
+
+def _parse_v04(component: str, args: list[str]) -> tuple[Any, list[str]]:
+    """v0.4's own parse: parse_argv reads sys.argv (utils/pydantic_config.py:239-275).
+
+    Unknown flags make pydantic-settings' argparse print usage and `error: ...` to stderr and
+    raise SystemExit(2); that message is the refusal. Only the inference entry point allows
+    extras (inference/server.py:6): they are vLLM's arguments, returned as unknown_args.
+    """
+    module_name, class_name = V04_CLASSES[component]
+    try:
+        module = __import__(module_name, fromlist=[class_name])
+        config_cls = getattr(module, class_name)
+        from prime_rl.utils.pydantic_config import parse_argv
+    except Exception as exc:
+        raise NotImportable(f"{type(exc).__name__}: {exc}") from exc
+    from pydantic import ValidationError
+
+    allow_extras = component == "inference"
+    saved_argv = sys.argv
+    sys.argv = [component, *args]
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            config = parse_argv(config_cls, allow_extras=allow_extras)
+    except ValidationError as exc:
+        raise Refused(_pydantic_errors(exc), str(exc)) from exc
+    except SystemExit as exc:
+        text = captured.getvalue()
+        lines = [line for line in text.splitlines() if ": error: " in line]
+        message = lines[-1] if lines else (text.strip() or f"prime-rl exited with {exc.code}")
+        if exc.code == 0:
+            message = "prime-rl printed its help and exited (--help / -h in the arguments)"
+        raise Refused([{"loc": "", "msg": message, "type": "SystemExit"}], message) from exc
+    except Exception as exc:
+        raise Refused(_one_error(exc), f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        sys.argv = saved_argv
+        # argparse's usage block is hundreds of lines: keep stderr to the error itself.
+        text = captured.getvalue()
+        kept = [line for line in text.splitlines() if not line.startswith(("usage:", " "))]
+        sys.stderr.write("".join(line + "\n" for line in kept))
+    unknown = list(config.get_unknown_args()) if allow_extras else []
+    return config, unknown
+
+
+def _v04_component_dump(config: Any) -> dict[str, Any]:
+    # rl.py:611 (inference), 684 (orchestrator), 723 (trainer): what the launcher writes to the
+    # temporary TOML each component is started with.
+    dumped: dict[str, Any] = config.model_dump(exclude_none=True, mode="json")
+    return dumped
+
+
+def _v04_facts(config: Any, cwd: Path) -> dict[str, Any]:
+    trainer, orchestrator, inference = config.trainer, config.orchestrator, config.inference
+    output_dir = _absolute(config.output_dir, cwd)
+    assert output_dir is not None
+    # rl.py:377-386 sets orchestrator.output_dir = output_dir / "run_default", enforced by
+    # utils/validation.py:50-57.
+    orchestrator_dir = _absolute(orchestrator.output_dir, cwd)
+    assert orchestrator_dir is not None
+    log_dir = str(Path(output_dir) / "logs")  # rl.py:568, utils/pathing.py:8-9
+    return {
+        "output_dir": output_dir,
+        "run_dir": output_dir,
+        "orchestrator_output_dir": orchestrator_dir,
+        # inference/config.py ServerConfig: host None = all interfaces, port 8000 by default.
+        "inference_host": inference.server.host if inference is not None else None,
+        "inference_port": inference.server.port if inference is not None else None,
+        # orchestrator/config.py ClientConfig.base_url: a list in v0.4.
+        "client_base_urls": list(orchestrator.client.base_url),
+        # rl.py:136-137 (fields), 613-620 and 739-752: CUDA_VISIBLE_DEVICES of each process.
+        "inference_gpu_ids": list(config.inference_gpu_ids) if inference is not None else None,
+        "trainer_gpu_ids": list(config.trainer_gpu_ids),
+        "gpu_ids_are_physical": True,
+        "num_infer_gpus": len(config.inference_gpu_ids) if inference is not None else 0,
+        "num_train_gpus": len(config.trainer_gpu_ids),  # rl.py:738 --nproc-per-node
+        # rl.py:262-293 copies [ckpt] onto both halves; validate_shared_ckpt_config checks them.
+        "ckpt_interval": trainer.ckpt.interval if trainer.ckpt is not None else None,
+        "keep_last": trainer.ckpt.keep_last if trainer.ckpt is not None else None,
+        "keep_interval": trainer.ckpt.keep_interval if trainer.ckpt is not None else None,
+        "max_steps": trainer.max_steps,  # rl.py:355-364
+        "resume_step": trainer.ckpt.resume_step if trainer.ckpt is not None else None,
+        "resume_latest": trainer.ckpt is not None and trainer.ckpt.resume_step == -1,
+        # orchestrator/ckpt.py:14-15 Progress.step = 0: steps are 0-based.
+        "first_step": 0,
+        "model_names": {
+            "trainer": trainer.model.name,
+            "orchestrator": orchestrator.model.name,
+            "inference": inference.model.name if inference is not None else None,
+        },
+        "slurm": False,
+        "deployment_type": "local",
+        # rl.py:162-167 default True; rl.py:572-596 removes logs, rollouts and (unless resuming
+        # with filesystem broadcast) broadcasts.
+        "clean": bool(config.clean),
+        "weight_broadcast_type": trainer.weight_broadcast.type,
+        # trainer/ckpt.py:113 and orchestrator/ckpt.py:26: <output_dir>/checkpoints of each.
+        "trainer_ckpt_dir": str(
+            Path(_absolute(trainer.output_dir, cwd) or output_dir) / "checkpoints"
+        ),
+        "orchestrator_ckpt_dir": str(Path(orchestrator_dir) / "checkpoints"),
+        "log_dir": log_dir,
+        # rl.py:617, 695, 747 (component stdout+stderr), rl.py:560 (launcher, if log.file),
+        # rl.py:735 (torchrun --log-dir, per-rank logs).
+        "log_files": {
+            "inference": str(Path(log_dir) / "inference.stdout") if inference is not None else None,
+            "orchestrator": str(Path(log_dir) / "orchestrator.stdout"),
+            "trainer": str(Path(log_dir) / "trainer.stdout"),
+            "launcher": str(Path(log_dir) / "rl.log") if config.log.file else None,
+        },
+        "torchrun_log_dir": str(Path(output_dir) / "torchrun"),
+        # rl.py:569: the orchestrator's own log dir, cleaned by rl.py:582-584
+        "orchestrator_log_dir": str(Path(orchestrator_dir) / "logs"),
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _parse_main(component: str, args: list[str]) -> Any:
+    """main's own parse: pydantic_config.cli(cls, args=...) (prime_rl/utils/config.py re-exports
+    it). With explicit args it raises ConfigFileError instead of printing and exiting; a
+    validation failure is a ConfigFileError whose __cause__ is pydantic's ValidationError."""
+    module_name, class_name = MAIN_CLASSES[component]
+    try:
+        module = __import__(module_name, fromlist=[class_name])
+        config_cls = getattr(module, class_name)
+        from prime_rl.utils.config import cli
+    except Exception as exc:
+        raise NotImportable(f"{type(exc).__name__}: {exc}") from exc
+    from pydantic import ValidationError
+
+    try:
+        return cli(config_cls, args=args)
+    except SystemExit as exc:  # --help: cli writes help and exits 0
+        message = "prime-rl printed its help and exited (--help / -h in the arguments)"
+        raise Refused([{"loc": "", "msg": message, "type": "SystemExit"}], message) from exc
+    except ValidationError as exc:
+        raise Refused(_pydantic_errors(exc), str(exc)) from exc
+    except Exception as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ValidationError):
+            raise Refused(_pydantic_errors(cause), str(exc)) from exc
+        raise Refused(_one_error(exc), str(exc)) from exc
+
+
+def _main_subconfigs(config: Any, scratch: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Exactly what main's launcher writes: prime-rl's own write_subconfigs (entrypoints/rl.py:
+    77-111), run into a scratch directory and read back, with env_servers (rl.py:51-62)."""
+    from prime_rl.entrypoints.rl import (
+        ENVS_DIR,
+        INFERENCE_CONFIG,
+        ORCHESTRATOR_CONFIG,
+        TRAINER_CONFIG,
+        env_servers,
+        write_subconfigs,
+    )
+
+    config_dir = scratch / "configs"
+    write_subconfigs(config, config_dir)
+
+    def read(name: Path) -> Any:
+        return json.loads(name.read_text())
+
+    inference_file = config_dir / INFERENCE_CONFIG
+    components = {
+        "trainer": read(config_dir / TRAINER_CONFIG),
+        "orchestrator": read(config_dir / ORCHESTRATOR_CONFIG),
+        "inference": read(inference_file) if inference_file.exists() else None,
+    }
+    servers = []
+    for split, source, address in env_servers(config):
+        name = source.resolved_name
+        servers.append(
+            {
+                "split": split,
+                "name": name,
+                "address": address,
+                "config": read(config_dir / ENVS_DIR / split / f"{name}.json"),
+            }
+        )
+    return components, servers
+
+
+def _next_attempt(logs_dir: Path) -> int:
+    """The attempt number main's next launch will use (utils/pathing.py:14-34
+    create_attempt_log_dir: 1 + the highest logs/attempt_<n>), computed read-only."""
+    if not logs_dir.is_dir():
+        return 1
+    numbers = [
+        int(p.name.removeprefix("attempt_"))
+        for p in logs_dir.glob("attempt_*")
+        if p.name.removeprefix("attempt_").isdigit()
+    ]
+    return 1 + max(numbers, default=0)
+
+
+def _main_facts(config: Any, cwd: Path, run_name_given: bool) -> dict[str, Any]:
+    trainer, orchestrator, inference = config.trainer, config.orchestrator, config.inference
+    deployment = config.deployment
+    run_dir = _absolute(config.run_dir, cwd)  # configs/rl.py:249-252 output_dir / run.dir
+    assert run_dir is not None
+    single_node = deployment.type == "single_node"
+    num_infer = (deployment.num_infer_gpus if inference is not None else 0) if single_node else None
+    num_train = deployment.num_train_gpus if single_node else None
+    infer_ids: list[int] | None = None
+    train_ids: list[int] | None = None
+    if single_node and num_infer is not None and num_train is not None:
+        # entrypoints/rl.py:129-147: local ids 0..n-1 for inference, then the trainer's, mapped
+        # through the launcher's CUDA_VISIBLE_DEVICES (utils/process.py:36-44; without it,
+        # NVML's order, i.e. the identity).
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        physical = (
+            [int(token.strip()) for token in visible.split(",") if token.strip()]
+            if visible is not None
+            else list(range(num_infer + num_train))
+        )
+        if len(physical) >= num_infer + num_train:
+            infer_ids = physical[:num_infer]
+            train_ids = physical[num_infer : num_infer + num_train]
+    resume = config.resume
+    resume_step = None
+    if resume is not None:  # entrypoints/rl.py:636-644
+        resume_step = resume.dir_step if resume.dir is not None else resume.step
+    ckpt = trainer.ckpt
+    trainer_ckpt_base = (ckpt.output_dir if ckpt is not None else None) or trainer.output_dir
+    logs_dir = Path(run_dir) / "logs"
+    attempt = _next_attempt(logs_dir)
+    attempt_dir = logs_dir / f"attempt_{attempt}"
+    return {
+        "output_dir": _absolute(config.output_dir, cwd),
+        "run_dir": run_dir,
+        # configs/rl.py:388-405: both sub-configs' output_dir is the run dir.
+        "orchestrator_output_dir": _absolute(orchestrator.output_dir, cwd),
+        "run_name": config.run.name,
+        # configs/rl.py:254-261: without run.name a random one is drawn at every parse, so
+        # every launch (and every resume) would get a new run directory.
+        "run_name_generated": not run_name_given,
+        "inference_host": inference.server.host if inference is not None else None,
+        "inference_port": inference.server.port if inference is not None else None,
+        # configs/inference.py:440-444: a router on server.port, the engine on backend_port.
+        "inference_backend_port": inference.backend_port if inference is not None else None,
+        "inference_router": inference is not None and inference.router is not None,
+        "client_base_urls": [orchestrator.model.client.base_url],
+        "inference_gpu_ids": infer_ids,
+        "trainer_gpu_ids": train_ids,
+        "gpu_ids_are_physical": visible_is_set(),
+        "num_infer_gpus": num_infer,
+        "num_train_gpus": num_train,
+        "ckpt_interval": ckpt.interval if ckpt is not None else None,
+        "keep_last": ckpt.keep_last if ckpt is not None else None,
+        "keep_interval": ckpt.keep_interval if ckpt is not None else None,
+        "max_steps": trainer.max_steps,
+        "resume_step": resume_step,
+        "resume_latest": resume is not None and resume_step is None,
+        # orchestrator/types.py:27-30 Progress.step = 1: steps are 1-based.
+        "first_step": 1,
+        "model_names": {
+            "trainer": trainer.model.name,
+            "orchestrator": orchestrator.model.name,
+            # configs/inference.py: main's server model is [inference.vllm] model.
+            "inference": inference.vllm.model if inference is not None else None,
+        },
+        "slurm": config.slurm is not None,
+        "deployment_type": deployment.type,
+        # configs/rl.py:246 default False; entrypoints/rl.py:622-628 validate_run_dir refuses a
+        # used run dir unless resuming or clean (utils/pathing.py:156-193).
+        "clean": bool(config.clean),
+        "weight_broadcast_type": trainer.weight_broadcast.type,
+        # trainer/ckpt.py:310-317 (ckpt.output_dir overrides), orchestrator/ckpt.py:74-77.
+        "trainer_ckpt_dir": str(Path(_absolute(trainer_ckpt_base, cwd) or run_dir) / "checkpoints"),
+        "orchestrator_ckpt_dir": str(
+            Path(_absolute(orchestrator.output_dir, cwd) or run_dir) / "checkpoints"
+        ),
+        "log_dir": str(logs_dir),
+        # entrypoints/rl.py:176 create_attempt_log_dir: logs/attempt_<n>, logs/latest -> it.
+        "next_attempt": attempt,
+        "attempt_log_dir": str(attempt_dir),
+        "latest_log_dir": str(logs_dir / "latest"),  # utils/pathing.py:37-39
+        # entrypoints/rl.py:199, 257, 287, 326, 338: in the attempt dir of the next launch.
+        "log_files": {
+            "inference": str(attempt_dir / "inference.log") if inference is not None else None,
+            "orchestrator": str(attempt_dir / "orchestrator.log"),
+            "trainer": str(attempt_dir / "trainer.log"),
+            "env_servers": {
+                f"{split}/{source.resolved_name}": str(
+                    attempt_dir / "envs" / split / f"{source.resolved_name}.log"
+                )
+                for split, source in orchestrator.env_sources
+                if source.serve.address is None
+            },
+        },
+        "torchrun_log_dir": str(attempt_dir / "trainer" / "torchrun"),
+        "config_dir": str(Path(run_dir) / "configs"),  # entrypoints/rl.py:122
+    }
+
+
+def visible_is_set() -> bool:
+    return os.environ.get("CUDA_VISIBLE_DEVICES") is not None
+
+
+def _component_facts(component: str, config: Any, version: str, cwd: Path) -> dict[str, Any]:
+    """What one component's own config says (component mode): the rest is null."""
+    facts: dict[str, Any] = {}
+    if component in ("trainer", "orchestrator", "env-server"):
+        facts["output_dir"] = _absolute(config.output_dir, cwd)
+    if component in ("trainer", "orchestrator"):
+        ckpt = config.ckpt
+        facts["ckpt_interval"] = ckpt.interval if ckpt is not None else None
+        facts["keep_last"] = ckpt.keep_last if ckpt is not None else None
+        facts["max_steps"] = config.max_steps
+        if version == "0.4":
+            facts["resume_step"] = ckpt.resume_step if ckpt is not None else None
+        else:
+            resume = config.resume
+            facts["resume_step"] = (
+                None
+                if resume is None
+                else (resume.dir_step if resume.dir is not None else resume.step)
+            )
+        facts["model_names"] = {component: config.model.name}
+    if component == "orchestrator":
+        base = config.client.base_url if version == "0.4" else config.model.client.base_url
+        facts["client_base_urls"] = list(base) if isinstance(base, list) else [base]
+    if component == "inference":
+        facts["inference_host"] = config.server.host
+        facts["inference_port"] = config.server.port
+        name = config.model.name if version == "0.4" else config.vllm.model
+        facts["model_names"] = {"inference": name}
+    facts["first_step"] = 0 if version == "0.4" else 1
+    return facts
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    if "--" not in argv:
+        raise ValueError("missing `--` before prime-rl's arguments")
+    split = argv.index("--")
+    own, rest = argv[:split], argv[split + 1 :]
+    parser = argparse.ArgumentParser(prog="resolve_config.py", add_help=False, exit_on_error=False)
+    parser.add_argument("--version", required=True, choices=["0.4", "main"])
+    parser.add_argument("--component", default="rl", choices=list(COMPONENTS))
+    parser.add_argument("--cwd", default=None)
+    namespace = parser.parse_args(own)
+    if namespace.component == "env-server" and namespace.version != "main":
+        raise ValueError("--component env-server exists only in prime-rl main")
+    return namespace, rest
+
+
+def _resolve(options: argparse.Namespace, args: list[str], scratch: Path) -> dict[str, Any]:
+    version: str = options.version
+    component: str = options.component
+    cwd = Path(options.cwd).expanduser().resolve() if options.cwd else Path.cwd()
+    args = _absolute_at_paths(args, cwd, version)
+    result: dict[str, Any] = {
+        "ok": True,
+        "version": version,
+        "component": component,
+        "cwd": str(cwd),
+        "rl": None,
+        "components": {"trainer": None, "orchestrator": None, "inference": None},
+        "env_servers": [],
+        "facts": {},
+        "warnings": [],
+        "unknown_args": [],
+    }
+    os.chdir(scratch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if version == "0.4":
+            config, unknown = _parse_v04(component, args)
+            result["unknown_args"] = unknown
+            if component == "rl":
+                result["rl"] = config.model_dump(mode="json")
+                result["components"] = {
+                    "trainer": _v04_component_dump(config.trainer),
+                    "orchestrator": _v04_component_dump(config.orchestrator),
+                    "inference": (
+                        _v04_component_dump(config.inference)
+                        if config.inference is not None
+                        else None
+                    ),
+                }
+                result["facts"] = _v04_facts(config, cwd)
+        else:
+            config = _parse_main(component, args)
+            if component == "rl":
+                run_name_given = _run_name_given(config)
+                result["rl"] = config.model_dump(mode="json")
+                components, servers = _main_subconfigs(config, scratch)
+                result["components"] = components
+                result["env_servers"] = servers
+                result["facts"] = _main_facts(config, cwd, run_name_given)
+        if component != "rl":
+            from pydantic import BaseModel
+
+            assert isinstance(config, BaseModel)
+            key = component
+            dumped = (
+                _v04_component_dump(config) if version == "0.4" else config.model_dump(mode="json")
+            )
+            result["components"] = {"trainer": None, "orchestrator": None, "inference": None}
+            result["components"][key] = dumped
+            result["facts"] = _component_facts(component, config, version, cwd)
+    result["warnings"] = [str(w.message) for w in caught]
+    return result
+
+
+def _run_name_given(config: Any) -> bool:
+    # configs/rl.py:254-261: _resolve_run_name fills run.name only when it was unset; the
+    # RunConfig's fields_set tells whether the user (TOML or CLI) gave it.
+    return "name" in config.run.model_fields_set
+
+
+def main(argv: list[str] | None = None) -> int:
+    stdout = sys.stdout
+    # Everything else prime-rl prints (help, warnings, loguru) goes to stderr: stdout carries
+    # exactly one JSON object.
+    sys.stdout = sys.stderr
+    try:
+        try:
+            options, args = _arguments(list(sys.argv[1:] if argv is None else argv))
+        except (ValueError, argparse.ArgumentError, SystemExit) as exc:
+            message = f"usage: resolve_config.py --version {{0.4|main}} [...] -- ARGS: {exc}"
+            return _emit(stdout, _failure(_one_error(exc), message), EXIT_USAGE)
+        scratch = Path(tempfile.mkdtemp(prefix="airvisor-resolve-"))
+        start = os.getcwd()
+        try:
+            payload = _resolve(options, args, scratch)
+            return _emit(stdout, payload, EXIT_OK)
+        except NotImportable as exc:
+            message = f"prime-rl is not importable with {sys.executable}: {exc}"
+            errors = [{"loc": "", "msg": message, "type": "ImportError"}]
+            return _emit(stdout, _failure(errors, message), EXIT_NOT_IMPORTABLE)
+        except Refused as exc:
+            return _emit(stdout, _failure(exc.errors, exc.message), EXIT_REFUSED)
+        finally:
+            os.chdir(start)
+            shutil.rmtree(scratch, ignore_errors=True)
+    except BaseException as exc:
+        traceback.print_exc(file=sys.stderr)
+        message = f"internal error of resolve_config.py: {type(exc).__name__}: {exc}"
+        return _emit(stdout, _failure(_one_error(exc), message), EXIT_INTERNAL)
+    finally:
+        sys.stdout = stdout
+
+
+if __name__ == "__main__":
+    sys.exit(main())
