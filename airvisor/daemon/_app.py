@@ -2,6 +2,10 @@
 
 Handlers never wait on the supervision engine: submit/stop/restart only enqueue work that the
 daemon's main loop carries out on its ticks.
+
+The served OpenAPI schema is the contract: every error is an `ErrorOut` (FastAPI's validation
+errors and Starlette's HTTP errors are converted), and `document_errors` adds to every operation
+the error statuses that the app-wide layers (middlewares, dependencies) can answer with.
 """
 
 from __future__ import annotations
@@ -9,17 +13,24 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import types
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
+from fastapi.dependencies.models import Dependant
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from airvisor._logging import get_logger
@@ -30,6 +41,7 @@ from airvisor.daemon._machine import CachedGPUs, FeatureMissing, plain, read_gpu
 from airvisor.daemon._metrics import metrics_registry, render_metrics
 from airvisor.daemon._models import (
     COMPONENT_PATTERN,
+    ERROR_DESCRIPTIONS,
     RUN_ID_PATTERN,
     AcceptedOut,
     ErrorOut,
@@ -42,6 +54,7 @@ from airvisor.daemon._models import (
     RunOut,
     RunSummaryOut,
     SubmitIn,
+    error_responses,
 )
 from airvisor.daemon._profiles import BadProfileRef, ProfileCatalog, load
 from airvisor.daemon._service import RunService
@@ -53,9 +66,11 @@ log = get_logger("airvisor.daemon.api")
 
 FOLLOW_POLL_SECONDS = 0.25
 FOLLOW_RECHECK_SECONDS = 1.0
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 422, 503)
-}
+# Request bodies are small JSON documents (a profile reference and a few overrides).
+MAX_BODY_BYTES = 64 * 1024
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+NO_RUN = "No run with this id (GET /runs lists them)."
+NOT_LIVE = "The run has already ended, or a change to it is under way."
 
 
 @dataclass
@@ -100,10 +115,65 @@ def _require_token(
         )
 
 
+def _takes_many(annotation: Any) -> bool:
+    """Whether a query parameter of this type may be given more than once (a list of values)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _takes_many(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        return any(_takes_many(arg) for arg in get_args(annotation))
+    return isinstance(origin, type) and issubclass(origin, Sequence | set | frozenset) \
+        and not issubclass(origin, str | bytes)
+
+
+def _query_fields(dependant: Dependant) -> Iterator[Any]:
+    yield from dependant.query_params
+    for sub in dependant.dependencies:
+        yield from _query_fields(sub)
+
+
+async def _refuse_repeated_query_parameters(request: Request) -> None:
+    """`?limit=1&limit=2` is a 422, not silently one of the two (applies to every route).
+
+    Async on purpose: a sync dependency would cost every request a trip to the thread pool.
+    """
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or len(request.query_params.multi_items()) <= 1:
+        return
+    problems = []
+    for query_field in _query_fields(route.dependant):
+        values = request.query_params.getlist(query_field.alias)
+        if len(values) > 1 and not _takes_many(query_field.field_info.annotation):
+            problems.append({
+                "type": "repeated_parameter", "loc": ("query", query_field.alias),
+                "msg": f"given {len(values)} times; give it once", "input": values})
+    if problems:
+        raise RequestValidationError(problems)
+
+
 Authorized = Depends(_require_token)
 RunId = Annotated[str, PathParam(pattern=RUN_ID_PATTERN, description="A run id.")]
 ComponentName = Annotated[str, PathParam(pattern=COMPONENT_PATTERN,
                                          description="A component of the run.")]
+
+
+def _run_links(run_id: str, component: str | None = None) -> dict[str, Any]:
+    """OpenAPI links from a response that names a run to the operations on that run, so that
+    clients (and stateful test generators) follow real run ids. Arguments are runtime
+    expressions such as "$response.body#/id"."""
+    links: dict[str, Any] = {
+        "GetRun": {"operationId": "get_run", "parameters": {"run_id": run_id}},
+        "GetRunEvents": {"operationId": "run_events", "parameters": {"run_id": run_id}},
+        "StopRun": {"operationId": "stop_run", "parameters": {"run_id": run_id}},
+        "RestartRun": {"operationId": "restart_run", "parameters": {"run_id": run_id}},
+    }
+    if component is not None:
+        links["GetRunLogs"] = {"operationId": "run_logs",
+                               "parameters": {"run_id": run_id, "component": component}}
+    return {"links": links}
+
+
+RUN_BODY_LINKS = _run_links("$response.body#/id", "$response.body#/components/0/name")
 
 
 def _run_or_404(store: Store, run_id: str) -> RunRecord:
@@ -167,10 +237,146 @@ class UnexpectedErrors:
                       path=scope.get("path"), error_id=error_id, exc_info=exc)
             if started:  # part of the answer is out: only closing the connection is left
                 raise
-            response = JSONResponse(status_code=500, content={
-                "detail": f"internal error {error_id}: {type(exc).__name__}; the daemon's log "
-                          "has the details"})
+            response = _error_response(500, f"internal error {error_id}: {type(exc).__name__}; "
+                                            "the daemon's log has the details")
             await response(scope, receive, send)
+
+
+class _BodyTooLarge(HTTPException):
+    def __init__(self) -> None:
+        super().__init__(413, f"the request body is larger than {MAX_BODY_BYTES} bytes; the "
+                              "API's request bodies are small JSON documents")
+
+
+class LimitRequestBody:
+    """Refuses (413) request bodies over MAX_BODY_BYTES, by Content-Length at once, else as the
+    body arrives (a chunked upload): memory stays bounded whatever a client sends.
+
+    Starlette has no such limit built in. Raised as an HTTPException from `receive`, the
+    excess becomes an ordinary error answer when a handler reads the body.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and (not value.isdigit()
+                                              or int(value) > self.max_bytes):
+                await _error_response(413, _BodyTooLarge().detail)(scope, receive, send)
+                return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge()
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+def _error_response(status: int, detail: str, *, errors: Sequence[dict[str, Any]] = (),
+                    headers: Mapping[str, str] | None = None) -> JSONResponse:
+    body = ErrorOut.model_validate({"detail": detail, "errors": list(errors)})
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+def _where(loc: Sequence[Any]) -> str:
+    return ".".join(str(part) for part in loc) or "request"
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path. Starlette's 405 lists only the first
+    matching route's, so GET /runs hid POST /runs."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code in (204, 304):  # statuses without a body
+        return Response(status_code=exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return _error_response(exc.status_code, str(exc.detail), headers=headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    """FastAPI's list of validation errors as an ErrorOut: `detail` one readable line (the
+    CLI prints it), `errors` the list without the inputs (they may be large, or secret)."""
+    assert isinstance(exc, RequestValidationError)
+    problems = [{"loc": list(error.get("loc", ())), "msg": str(error.get("msg", "invalid")),
+                 "type": str(error.get("type", "invalid"))} for error in exc.errors()]
+    detail = "; ".join(f"{_where(p['loc'])}: {p['msg']}" for p in problems)
+    return _error_response(422, detail or "the request does not validate", errors=problems)
+
+
+def _error_schema(code: int) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": ERROR_DESCRIPTIONS.get(code, "An error; `detail` says what went wrong."),
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+    }
+    if code == 401:
+        response["headers"] = {"WWW-Authenticate": {
+            "description": "Always \"Bearer\".", "required": True,
+            "schema": {"type": "string"}}}
+    return response
+
+
+def document_errors(schema: dict[str, Any]) -> dict[str, Any]:
+    """Makes the schema say what the app-wide layers do, on every operation (those of
+    included routers too):
+
+    - every 4xx/5xx response is an ErrorOut in application/json, whatever the route's own
+      media type (FastAPI would declare a text/plain route's errors as text/plain) and in
+      place of FastAPI's validation-error model, which the API never sends;
+    - the statuses that layers outside the handlers answer are declared: 500
+      (UnexpectedErrors), 413 (LimitRequestBody, methods with a body), 400 (a body that is not
+      text: FastAPI cannot decode it), 401 (operations with a security requirement), 422
+      (operations with parameters or a body: validation, repeated query parameters).
+    """
+    for item in schema.get("paths", {}).values():
+        for method, operation in item.items():
+            if method.upper() not in {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}:
+                continue
+            responses = operation.setdefault("responses", {})
+            for status, response in responses.items():
+                if status[:1] in ("4", "5"):
+                    declared = _error_schema(int(status) if status.isdigit() else 0)
+                    response["content"] = declared["content"]
+                    if "headers" in declared:
+                        response.setdefault("headers", declared["headers"])
+                    if response.get("description") in (None, "", "Validation Error"):
+                        response["description"] = declared["description"]
+            needed = [500]
+            if method.upper() in BODY_METHODS:
+                needed.append(413)
+            if operation.get("requestBody"):
+                needed.append(400)
+            if operation.get("security"):
+                needed.append(401)
+            if operation.get("parameters") or operation.get("requestBody"):
+                needed.append(422)
+            for code in needed:
+                responses.setdefault(str(code), _error_schema(code))
+            operation["responses"] = dict(sorted(responses.items()))
+    schemas = schema.get("components", {}).get("schemas", {})
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    return schema
 
 
 def create_app(ctx: ApiContext) -> FastAPI:
@@ -178,13 +384,27 @@ def create_app(ctx: ApiContext) -> FastAPI:
         title="airvisor",
         version=__version__,
         description="Supervisor for prime-rl + MLGym RL runs. Mutating endpoints need "
-                    "`Authorization: Bearer <token>` (the daemon's token file).",
+                    "`Authorization: Bearer <token>` (the daemon's token file). Every error "
+                    "answer is an `ErrorOut` in application/json.",
+        dependencies=[Depends(_refuse_repeated_query_parameters)],
     )
     app.state.ctx = ctx
 
-    app.add_middleware(UnexpectedErrors)
+    app.add_middleware(LimitRequestBody)
+    app.add_middleware(UnexpectedErrors)  # outermost: also catches what the others raise
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
 
-    @app.get("/health", response_model=HealthOut, tags=["daemon"])
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document_errors(get_openapi(
+                title=app.title, version=app.version, openapi_version=app.openapi_version,
+                description=app.description, routes=app.routes))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+    @app.get("/health", response_model=HealthOut, tags=["daemon"], operation_id="health")
     def health(ctx: Ctx) -> HealthOut:
         gpus = ctx.gpus.get()
         return HealthOut(
@@ -194,7 +414,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
             state_dir=str(ctx.state_dir),
         )
 
-    @app.get("/runs/current", response_model=RunOut, responses=ERRORS, tags=["runs"])
+    @app.get("/runs/current", response_model=RunOut, tags=["runs"], operation_id="current_run",
+             responses={200: RUN_BODY_LINKS,
+                        **error_responses(404, notes={404: "No run has been submitted yet."})})
     async def current_run(request: Request) -> Response:
         """The newest live run, else the newest run. Served from a snapshot the main loop
         keeps fresh (at most about a second old)."""
@@ -205,13 +427,19 @@ def create_app(ctx: ApiContext) -> FastAPI:
             status, body = await run_in_threadpool(snapshot.answer)
         return Response(content=body, status_code=status, media_type="application/json")
 
-    @app.get("/runs", response_model=list[RunSummaryOut], tags=["runs"])
+    @app.get("/runs", response_model=list[RunSummaryOut], tags=["runs"], operation_id="list_runs",
+             responses={200: _run_links("$response.body#/0/id")})
     def list_runs(ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 50
                   ) -> list[RunSummaryOut]:
         return [summary_of(r) for r in ctx.store.list_runs(limit=limit)]
 
-    @app.post("/runs", response_model=RunOut, status_code=201, responses=ERRORS,
-              dependencies=[Authorized], tags=["runs"])
+    @app.post("/runs", response_model=RunOut, status_code=201, dependencies=[Authorized],
+              tags=["runs"], operation_id="submit_run",
+              responses={201: RUN_BODY_LINKS, **error_responses(404, 409, 422, notes={
+                  404: "No profile of that name on the search path, or no file at that path.",
+                  409: "A live run uses these GPUs, or the run's directory cannot be prepared.",
+                  422: "The body does not validate, or the profile (with the overrides) "
+                       "does not: `detail` lists each problem and its fix."})})
     def submit_run(ctx: Ctx, body: SubmitIn) -> RunOut:
         from airvisor.profile import ProfileError
 
@@ -231,12 +459,13 @@ def create_app(ctx: ApiContext) -> FastAPI:
         log.info("run submitted", run_id=record.id, profile=str(path))
         return detail_of(ctx.store, ctx.store.get_run(record.id) or record)
 
-    @app.get("/runs/{run_id}", response_model=RunOut, responses=ERRORS, tags=["runs"])
+    @app.get("/runs/{run_id}", response_model=RunOut, tags=["runs"], operation_id="get_run",
+             responses={200: RUN_BODY_LINKS, **error_responses(404, notes={404: NO_RUN})})
     def get_run(ctx: Ctx, run_id: RunId) -> RunOut:
         return detail_of(ctx.store, _run_or_404(ctx.store, run_id))
 
-    @app.get("/runs/{run_id}/events", response_model=list[EventOut], responses=ERRORS,
-             tags=["runs"])
+    @app.get("/runs/{run_id}/events", response_model=list[EventOut], tags=["runs"],
+             operation_id="run_events", responses=error_responses(404, notes={404: NO_RUN}))
     def run_events(
         ctx: Ctx, run_id: RunId,
         after: Annotated[int, Query(ge=0, le=2**62, description="Only events with a larger id.")
@@ -247,7 +476,13 @@ def create_app(ctx: ApiContext) -> FastAPI:
         return [event_of(e) for e in ctx.store.events(run_id, after_id=after, limit=limit)]
 
     @app.get("/runs/{run_id}/logs/{component}", response_class=PlainTextResponse,
-             responses={**ERRORS, 200: {"content": {"text/plain": {}}}}, tags=["runs"])
+             tags=["runs"], operation_id="run_logs", responses={
+                 200: {"description": "The log's lines (with follow, a stream that ends with "
+                                      "the run).",
+                       "content": {"text/plain": {"schema": {"type": "string"}}}},
+                 **error_responses(404, notes={
+                     404: "No such run, no such component in that attempt, or no log file "
+                          "recorded for it yet."})})
     def run_logs(
         ctx: Ctx, run_id: RunId, component: ComponentName,
         tail: Annotated[int, Query(ge=0, le=100_000, description="Lines from the end.")] = 200,
@@ -270,16 +505,21 @@ def create_app(ctx: ApiContext) -> FastAPI:
         return StreamingResponse(stream, media_type="text/plain; charset=utf-8")
 
     @app.post("/runs/{run_id}/stop", response_model=AcceptedOut, status_code=202,
-              responses=ERRORS, dependencies=[Authorized], tags=["runs"])
+              dependencies=[Authorized], tags=["runs"], operation_id="stop_run",
+              responses={202: _run_links("$response.body#/run_id"),
+                         **error_responses(404, 409, notes={404: NO_RUN, 409: NOT_LIVE})})
     def stop_run(ctx: Ctx, run_id: RunId) -> AcceptedOut:
         return _command(ctx, run_id, "stop", ctx.service.request_stop)
 
     @app.post("/runs/{run_id}/restart", response_model=AcceptedOut, status_code=202,
-              responses=ERRORS, dependencies=[Authorized], tags=["runs"])
+              dependencies=[Authorized], tags=["runs"], operation_id="restart_run",
+              responses={202: _run_links("$response.body#/run_id"),
+                         **error_responses(404, 409, notes={404: NO_RUN, 409: NOT_LIVE})})
     def restart_run(ctx: Ctx, run_id: RunId) -> AcceptedOut:
         return _command(ctx, run_id, "restart", ctx.service.request_restart)
 
-    @app.get("/gpus", response_model=GPUsOut, responses=ERRORS, tags=["machine"])
+    @app.get("/gpus", response_model=GPUsOut, tags=["machine"], operation_id="gpus",
+             responses=error_responses(503))
     def gpus() -> GPUsOut:
         try:
             report = read_gpus()
@@ -288,7 +528,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
         return GPUsOut(nvml_available=report.nvml_available, error=report.error,
                        gpus=report.gpus)
 
-    @app.get("/processes", response_model=ProcessesOut, responses=ERRORS, tags=["machine"])
+    @app.get("/processes", response_model=ProcessesOut, tags=["machine"],
+             operation_id="processes", responses=error_responses(503))
     def processes(ctx: Ctx) -> ProcessesOut:
         """The reaper's dry run: processes it considers stale, and why."""
         from airvisor.daemon._reaping import discover_stale
@@ -300,8 +541,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
         return ProcessesOut(processes=[plain(p) for p in found.candidates],
                             blocked=[plain(p) for p in found.blocked], scanned=found.scanned)
 
-    @app.post("/reap", response_model=ReapOut, responses=ERRORS, dependencies=[Authorized],
-              tags=["machine"])
+    @app.post("/reap", response_model=ReapOut, dependencies=[Authorized], tags=["machine"],
+              operation_id="reap", responses=error_responses(503))
     def reap(ctx: Ctx, body: ReapIn | None = None) -> ReapOut:
         from airvisor.daemon._reaping import reap_stale
 
@@ -316,7 +557,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
     registry = metrics_registry(ctx.store, ctx.gpus, ctx.started_at)
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["daemon"],
-             responses={200: {"content": {"text/plain": {}}}})
+             operation_id="metrics", responses={200: {
+                 "description": "Prometheus text format 0.0.4.",
+                 "content": {"text/plain": {"schema": {"type": "string"}}}}})
     def metrics() -> Response:
         return Response(render_metrics(registry),
                         media_type="text/plain; version=0.0.4; charset=utf-8")

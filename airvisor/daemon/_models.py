@@ -1,22 +1,90 @@
-"""The API's request and response bodies (they make the OpenAPI schema FastAPI serves)."""
+"""The API's request and response bodies (they make the OpenAPI schema FastAPI serves).
+
+Every error the API answers, whatever the status and whichever endpoint (text/plain ones
+included), is an `ErrorOut` in application/json; `error_responses` declares them on a route.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 # Identifiers that may appear in URLs: no '/', no '..', bounded length.
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 COMPONENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+# What POST /runs accepts as `profile`, in the schema and in the handler alike: a profile name
+# (airvisor.profile.PROFILE_NAME, bounded like a file name) or an absolute path to a .toml file
+# with no '..' segment and no NUL. Written without look-arounds so that JSON Schema (ECMA-262),
+# Python's re and test generators all read it the same way.
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}"
+_SEGMENT = r"(?:[^/.\x00][^/\x00]*|\.(?:[^/.\x00][^/\x00]*)?|\.\.[^/\x00]+)"  # not '', '..'
+_TOML_FILE = r"[^/\x00]+\.toml"
+PROFILE_REF_PATTERN = rf"^(?:{_NAME}|/(?:{_SEGMENT}/)*{_TOML_FILE})$"
+PROFILE_REF = re.compile(PROFILE_REF_PATTERN)
+PROFILE_REF_MAX_LENGTH = 4096
+PROFILE_REF_RULE = (
+    "a profile name (letters, digits, '_', '.', '-'; at most 255 characters) or an absolute "
+    "path to a .toml file on the daemon's machine with no '..' segment"
+)
+
+
+def is_profile_ref(ref: str) -> bool:
+    return len(ref) <= PROFILE_REF_MAX_LENGTH and PROFILE_REF.fullmatch(ref) is not None
 
 
 class _Out(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+class ProblemOut(_Out):
+    """One problem with a request, as request validation found it."""
+
+    loc: list[str | int] = Field(
+        description="Where: the part of the request, then the field, e.g. [\"query\", "
+        "\"limit\"] or [\"body\", \"profile\"].")
+    msg: str = Field(description="What is wrong with it.")
+    type: str = Field(description="A machine-readable kind, e.g. \"greater_than_equal\", "
+                      "\"missing\", \"repeated_parameter\".")
+
+
 class ErrorOut(_Out):
+    """The body of every error answer of the API."""
+
     detail: str = Field(description="What went wrong and, where known, how to fix it.")
+    errors: list[ProblemOut] = Field(
+        default_factory=list,
+        description="For a request that does not validate (422): each problem found; "
+        "empty otherwise.")
+
+
+# Statuses every route may answer, whatever it declares (the app adds them to the schema).
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    400: "The request cannot be read.",
+    401: "The endpoint needs 'Authorization: Bearer <token>' with the daemon's token.",
+    404: "Not found; `detail` names what.",
+    409: "Conflicts with the state of a run or of the machine; `detail` says which.",
+    413: "The request body is larger than the daemon accepts.",
+    422: "The request does not validate: `detail` says what to fix; `errors` lists each "
+         "problem (a repeated query parameter is one).",
+    500: "An unexpected error; `detail` has an id to look for in the daemon's log.",
+    503: "A feature this endpoint needs is not available on this machine or in this build.",
+}
+
+
+def error_responses(*codes: int, notes: Mapping[int, str] | None = None
+                    ) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a route: each status in `codes` as an ErrorOut in application/json.
+
+    `notes` replaces the generic description of a status with what it means on this route.
+    """
+    notes = notes or {}
+    return {code: {"model": ErrorOut,
+                   "description": notes.get(code, ERROR_DESCRIPTIONS.get(code, "An error."))}
+            for code in codes}
 
 
 class HealthOut(_Out):
@@ -91,13 +159,23 @@ class SubmitIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     profile: str = Field(
-        min_length=1, max_length=4096,
+        min_length=1, max_length=PROFILE_REF_MAX_LENGTH,
+        json_schema_extra={"pattern": PROFILE_REF_PATTERN},
         description="A profile name on the daemon's search path, or an absolute path to a "
-        ".toml file on the daemon's machine.")
+        ".toml file on the daemon's machine (no '..' segment).")
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="Dotted profile keys to override, e.g. "
         '{"run.max_steps": 20}.')
     start_mode: Literal["auto", "resume", "fresh"] = "auto"
+
+    @field_validator("profile")
+    @classmethod
+    def _profile_ref(cls, ref: str) -> str:
+        # The schema's pattern, checked with a message that says what to give instead.
+        if not is_profile_ref(ref):
+            raise ValueError(f"{ref!r} is not {PROFILE_REF_RULE}; relative paths mean nothing "
+                             "to the daemon")
+        return ref
 
 
 class GPUsOut(_Out):

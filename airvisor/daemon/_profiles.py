@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,23 +44,23 @@ class ProfileCatalog:
             return dict(self._names)
 
     def resolve(self, ref: str) -> Path:
-        from airvisor.profile import PROFILE_NAME
+        """The file `ref` names. The API's schema and its request validation use the same rule
+        (`is_profile_ref`), so a reference that passed them fails here only with a 404."""
+        from airvisor.daemon._models import PROFILE_REF_RULE, is_profile_ref
 
+        if not is_profile_ref(ref):
+            raise BadProfileRef(422, f"{ref!r} is not {PROFILE_REF_RULE}; relative paths mean "
+                                     "nothing to the daemon")
         if ref.startswith("/"):
-            path = PurePosixPath(ref)
-            if ".." in path.parts or "\0" in ref:
-                raise BadProfileRef(422, f"profile path {ref!r} contains '..'; give the file's "
-                                         "absolute path without '..'")
-            if path.suffix != ".toml":
-                raise BadProfileRef(422, f"profile path {ref!r} is not a .toml file")
-            real = Path(path)
-            if not real.is_file():
+            real = Path(ref)
+            try:
+                found_file = real.is_file()
+            except (OSError, ValueError) as err:  # a name too long; not encodable for the OS
+                raise BadProfileRef(404, f"no profile file at {ref!r} on the daemon's machine "
+                                         f"({err})") from err
+            if not found_file:
                 raise BadProfileRef(404, f"no profile file at {ref} on the daemon's machine")
             return real
-        if "/" in ref or "\\" in ref or ".." in ref or not PROFILE_NAME.fullmatch(ref):
-            raise BadProfileRef(
-                422, f"{ref!r} is neither a profile name (letters, digits, '_', '.', '-') nor an "
-                "absolute path to a .toml file; relative paths mean nothing to the daemon")
         name = ref.removesuffix(".toml")
         with self._lock:
             found = self._names.get(name)
