@@ -13,7 +13,11 @@ from airvisor.engine._takeover import (
     facts_from_lines,
     pending_commands,
     read_log_facts,
+    record_accepted,
+    refresh_adopted,
+    unfinished_commands,
 )
+from airvisor.store import Store
 
 TRAINER_DONE = "\x1b[32mSUCCESS\x1b[0m RL trainer finished!"
 
@@ -65,3 +69,36 @@ def test_failures_are_warnings_in_the_journal() -> None:
     assert event_log_level("state", "run failed") == logging.ERROR
     assert event_log_level("state", "run running") == logging.INFO
     assert event_log_level("component_started", "trainer started") == logging.INFO
+
+
+def _store_with_run(tmp_path: Path) -> tuple[Store, str]:
+    store = Store(tmp_path / "state.sqlite3")
+    store.create_run(run_id="r1", name="demo", profile_path=None, profile={},
+                     run_dir=str(tmp_path / "out"), gpus=[], supervisor_pid=None)
+    return store, "r1"
+
+
+def test_accepted_commands_survive_in_the_store_until_carried_out(tmp_path: Path) -> None:
+    store, run_id = _store_with_run(tmp_path)
+    record_accepted(store, run_id, "restart")
+    assert unfinished_commands(Store(store.path), run_id) == ["restart"]  # a new daemon
+    store.add_event(run_id, "restart_requested", "restart requested")
+    record_accepted(store, run_id, "stop")
+    assert unfinished_commands(Store(store.path), run_id) == ["stop"]
+    store.add_event(run_id, "stop_requested", "stop requested")
+    assert unfinished_commands(store, run_id) == []
+
+
+def test_adoption_refresh_writes_the_logged_step_and_its_time(tmp_path: Path) -> None:
+    store, run_id = _store_with_run(tmp_path)
+    log = tmp_path / "trainer.log"
+    log.write_text("Step 11 | a\nStep 12 | b\n")
+    store.upsert_component(run_id, 0, "trainer", kind="process", state="running",
+                           log_path=str(log))
+    store.update_run(run_id, step=5, last_progress_at=1.0)
+    run = store.get_run(run_id)
+    assert run is not None
+    assert refresh_adopted(store, run) == 12
+    refreshed = store.get_run(run_id)
+    assert refreshed is not None and refreshed.step == 12
+    assert refreshed.last_progress_at == log.stat().st_mtime
