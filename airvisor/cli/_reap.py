@@ -101,11 +101,12 @@ def _restrict(candidates: list[Any], pids: tuple[int, ...]) -> list[Any]:
     return [c for c in candidates if c.pid in wanted]
 
 
-def _discover(profile: Any, pids: tuple[int, ...]) -> tuple[list[Any], list[Any], set[str]]:
+def _discover(profile: Any, pids: tuple[int, ...], reap_all: bool = False
+              ) -> tuple[list[Any], list[Any], set[str]]:
     from airvisor.reaper import discover_all
 
     live = live_run_ids() | _daemon_live_run_ids()
-    found = discover_all(_context(profile, live))
+    found = discover_all(_context(profile, live, reap_all))
     return _restrict(found.candidates, pids), _restrict(found.blocked, pids), live
 
 
@@ -161,20 +162,26 @@ def processes_command(profile_ref: str | None, pids: tuple[int, ...], as_json: b
 @_pid_option
 @click.option("--dry-run", is_flag=True, help="Only list what would be stopped and removed.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (needed without a terminal).")
-@click.option("--grace", type=float, default=10.0, show_default=True,
-              help="Seconds between SIGTERM and SIGKILL.")
+@click.option("--grace", type=Seconds(), default=10.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL (finite, >= 0).")
+@click.option("--all", "reap_all", is_flag=True,
+              help="Also stop training processes that no airvisor run owns (a colleague's "
+                   "vLLM, a hand-started torchrun). Asks first, like every reap.")
 def reap_command(profile_ref: str | None, pids: tuple[int, ...], dry_run: bool, yes: bool,
-                 grace: float) -> None:
+                 grace: float, reap_all: bool) -> None:
     """Stop stale training processes (whole trees) and remove what they left behind."""
-    from airvisor.reaper import find_leftovers, orphan_containers, reap, remove_leftovers
+    from airvisor.reaper import (
+        find_leftovers,
+        orphan_containers,
+        profile_ports,
+        reap,
+        remove_leftovers,
+    )
 
     profile = _load_profile(profile_ref)
-    candidates, blocked, live = _discover(profile, pids)
+    candidates, blocked, live = _discover(profile, pids, reap_all)
     allow_others = bool(profile and profile.reaper.allow_other_users)
-    ports: list[int] = []
-    if profile is not None:
-        ports = sorted({*profile.reaper.ports, *(
-            p for p in (profile.inference.port, profile.trainer.rdzv_port) if p is not None)})
+    ports: list[int] = profile_ports(profile) if profile is not None else []
     _print_candidates(candidates, blocked)
     leftovers = remove_leftovers(find_leftovers(), own_uid=os.getuid(),
                                  allow_other_users=allow_others, dry_run=True)
@@ -184,6 +191,7 @@ def reap_command(profile_ref: str | None, pids: tuple[int, ...], dry_run: bool, 
         click.echo("Leftover files of dead processes:")
         for path in leftovers.removed:
             click.echo(f"  {path}")
+    _print_kept_leftovers(leftovers.kept)
     if containers:
         click.echo("")
         click.echo("Orphan task containers (their run is not live):")

@@ -95,7 +95,8 @@ def _argv(cmdline: list[str] | None) -> tuple[str, ...]:
     while argv and not argv[-1].strip():
         argv.pop()
     if len(argv) == 1:
-        argv[0] = argv[0].rstrip()
+        # A process title (setproctitle) is one string: read it as the words it shows.
+        argv = argv[0].split() or [""]
     return tuple(argv)
 
 

@@ -12,40 +12,64 @@ def test_stale_stand_ins_found_and_reaped_decoys_survive(scenario: Any,
                                                          other_user: tuple[str, int]) -> None:
     result = scenario("stand_ins", str(other_user[1]))
     stale: dict[str, int] = result["stale"]
+    not_ours: dict[str, int] = result["not_ours"]
     decoys: dict[str, int] = result["decoys"]
     found = {int(pid): reason for pid, reason in result["found"].items()}
+    kept = {int(pid): kind_why for pid, kind_why in result["kept"].items()}
 
-    # Discovery lists exactly the planted stale processes, each with a reason.
+    # Discovery lists exactly the processes of the dead run as stale, each with a reason.
     assert set(found) == set(stale.values()), (found, stale, decoys)
-    assert "VLLM::EngineCore" in found[stale["engine"]]
-    assert "orphaned" in found[stale["engine"]]
     assert "not live" in found[stale["orphan"]]
-    assert "prime-rl" in found[stale["orchestrator"]]
+    assert "orphaned" in found[stale["orphan"]]
+    # Training processes no airvisor run owns are listed as left alone, with the reason:
+    # a colleague's vLLM (no marker), and prime-rl's entry points started by hand, among them
+    # `uv run sft @ x.toml` (the interpreter running prime-rl's sft script, and uv itself).
+    for role, pid in not_ours.items():
+        assert pid in kept and "not ours" in kept[pid][1] and "--all" in kept[pid][1], role
+    assert kept[not_ours["sft"]][0] == "prime-rl" and kept[not_ours["uv"]][0] == "uv-launcher"
+    assert kept[not_ours["engine"]][0] == "vllm-engine"
     # The worker is shown under its engine in the tree.
-    assert result["tree"][str(stale["worker"])][0] == 1
-    # Another user's orchestrator is kept, and says why.
-    kept = {int(pid): why for pid, why in result["kept"].items()}
-    assert set(kept) == {decoys["other-user"]}
-    assert "reaper.allow_other_users" in kept[decoys["other-user"]]
+    assert result["tree"][str(not_ours["worker"])][0] == 1
+    # A vLLM server that is pid 1 of a container's PID namespace is Docker's business.
+    assert "PID namespace" in kept[decoys["container-vllm"]][1]
+    # Another user's process of the dead run is kept, and says why.
+    assert "reaper.allow_other_users" in kept[decoys["other-user"]][1]
+    # What merely looks like prime-rl is not listed at all: a program named `orchestrator`
+    # that is no Python, another package's `inference` script.
+    listed = set(found) | set(kept)
+    assert decoys["native-orchestrator"] not in listed
+    assert decoys["other-inference"] not in listed
+    assert set(kept) == {*not_ours.values(), decoys["container-vllm"], decoys["other-user"]}
 
-    # `airvisor processes --json` gives the same list (reading the live runs from the store).
-    listed = result["processes_json"]
-    assert listed is not None
-    assert {c["pid"] for c in listed["candidates"]} == set(stale.values())
-    assert {c["pid"] for c in listed["kept"]} == {decoys["other-user"]}
+    # `airvisor processes --json` gives the same lists (reading the live runs from the store).
+    as_json = result["processes_json"]
+    assert as_json is not None
+    assert {c["pid"] for c in as_json["candidates"]} == set(stale.values())
+    assert {c["pid"] for c in as_json["kept"]} == set(kept)
     # `airvisor reap --dry-run` lists them all, kills nothing.
     assert result["dry_run_rc"] == 0, result["dry_run_out"]
-    for pid in stale.values():
+    for pid in [*stale.values(), *not_ours.values()]:
         assert str(pid) in result["dry_run_out"]
+    assert "not ours, left alone" in result["dry_run_out"]
     # Without a terminal, `airvisor reap` refuses and says how to go on.
     assert result["no_tty_rc"] == 1
     assert "--yes" in result["no_tty_out"]
-    # `airvisor reap --yes` stops every stale process (the SIGTERM-ignorer by SIGKILL) and no
-    # decoy.
+    # A grace that is negative, nan or inf is refused before anything is stopped.
+    for value, (rc, err) in result["bad_grace"].items():
+        assert rc == 2 and "finite number of seconds" in err, (value, err)
+    assert sorted(result["alive_after_bad_grace"]) == sorted(stale)
+    # `airvisor reap --yes` stops every stale process (the SIGTERM-ignorer by SIGKILL), and
+    # leaves what is not ours and every decoy alone.
     assert result["reap_rc"] == 0, result["reap_out"]
     assert result["alive_stale"] == [], result["reap_out"]
-    assert result["alive_decoys"] == sorted(decoys) or set(result["alive_decoys"]) == set(decoys)
+    assert set(result["alive_not_ours"]) == set(not_ours), result["reap_out"]
+    assert set(result["alive_decoys"]) == set(decoys), result["reap_out"]
     assert "needed SIGKILL" in result["reap_out"]
+    # `--all` stops those too (with the engine's resource tracker), still no decoy.
+    assert result["all_rc"] == 0, result["all_out"]
+    assert result["all_alive_not_ours"] == [], result["all_out"]
+    assert result["all_tracker_alive"] is False
+    assert set(result["all_alive_decoys"]) == set(decoys), result["all_out"]
 
 
 def test_preflight_reaps_gpu_holders_and_names_the_ones_it_cannot(scenario: Any) -> None:
