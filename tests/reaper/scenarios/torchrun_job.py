@@ -1,5 +1,6 @@
 """Scenario (first process of its own PID namespace): a real `torchrun --nproc-per-node=2` job
 on CPU torch, its agent SIGKILLed; discovery must find the orphaned workers and reap them.
+No airvisor run started it, so it is stopped as `airvisor reap --all` does (reap_unowned).
 
     torchrun_job.py VENV
 """
@@ -70,13 +71,13 @@ def main() -> None:
     workers = [int((ready / f"rank{r}").read_text()) for r in (0, 1)]
     result: dict[str, object] = {"agent": agent.pid, "workers": workers}
     # Before the kill the agent (and through it its workers) is found as torchrun.
-    before = {c.pid: c.kind for c in discover(default_context())}
+    before = {c.pid: c.kind for c in discover(default_context(reap_unowned=True))}
     result["before"] = before
     os.kill(agent.pid, signal.SIGKILL)
     agent.wait()
     time.sleep(0.5)
     result["orphans_alive"] = [pid for pid in workers if planting.pid_alive(pid)]
-    candidates = discover(default_context())
+    candidates = discover(default_context(reap_unowned=True))
     result["found"] = {c.pid: [c.kind, c.reason] for c in candidates}
     report = reap(candidates, grace=2.0, leftovers=False)
     result["alive_after"] = [pid for pid in workers if planting.pid_alive(pid)]

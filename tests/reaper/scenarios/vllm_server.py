@@ -2,6 +2,8 @@
 server, SIGKILLed; `reap` must remove the orphaned EngineCore / Worker / resource tracker and
 their /dev/shm leftovers. /dev/shm and /tmp are private tmpfs mounts here, so removing
 leftovers cannot touch anyone else's.
+No airvisor run started this vLLM, so it is stopped as `airvisor reap --all` does
+(reap_unowned).
 
     vllm_server.py VENV GRACE
 """
@@ -91,7 +93,7 @@ def main() -> None:
     time.sleep(2)
     result["orphans"] = {p.pid: " ".join(p.cmdline())[:200] for p in tree if p.is_running()
                          and p.status() != psutil.STATUS_ZOMBIE}
-    candidates = discover(default_context())
+    candidates = discover(default_context(reap_unowned=True))
     result["found"] = {c.pid: [c.kind, c.reason] for c in candidates}
     started = time.monotonic()
     # A short grace: the SIGKILL lands before the resource tracker can unlink the segments
