@@ -16,7 +16,14 @@
 #   primerl-main (main at 559b447): pydantic, prime-pydantic-config, renderers (--no-deps) and
 #     packages/prime-rl-configs (--no-deps, built from a temporary copy so that nothing is written
 #     into the third-party folder), verifiers-a60a606 on the path, and the packages verifiers
-#     imports when prime_rl.configs is imported, at prime-rl-main/uv.lock's versions.
+#     imports when prime_rl.configs is imported, at prime-rl-main/uv.lock's versions. Also
+#     prime-rl-main/src on the path (prime_rl is a namespace package in main: no __init__.py in
+#     either part), with psutil, setproctitle and loguru, so that the `rl` launcher module
+#     itself (src/prime_rl/entrypoints/rl.py: write_subconfigs, env_servers) is importable and
+#     the resolver calls prime-rl's own dump code instead of a copy of it. main's parser imports
+#     each environment source's taskset package (verifiers.v1 resolve_env_field), so this
+#     checkout's envs/air_mlgym is put on the path too (with its dependencies docker and pyyaml),
+#     as a user installs it into prime-rl's environment (envs/air_mlgym/README.md).
 #
 # Idempotent: a venv whose stamp matches this script and the third-party sources, and whose
 # import check passes, is left alone.
@@ -83,7 +90,7 @@ stamp_of() {
   local flavour="$1"
   {
     echo "flavour=$flavour python=$("$python312" -c 'import sys; print(sys.version.split()[0])')"
-    echo "third_party=$third_party"
+    echo "third_party=$third_party repo=$repo"
     sha256sum "$here/setup_primerl_venvs.sh" "$src_v04/../uv.lock" "$src_v04/../pyproject.toml" \
       "$src_main/uv.lock" "$src_main/packages/prime-rl-configs/pyproject.toml" \
       "$src_verifiers/pyproject.toml" | cut -d' ' -f1
@@ -99,7 +106,7 @@ up_to_date() {
 }
 
 check_v04='from prime_rl.rl import RLConfig; from prime_rl.trainer.rl.config import RLTrainerConfig; from prime_rl.orchestrator.config import OrchestratorConfig; from prime_rl.inference.config import InferenceConfig'
-check_main='from prime_rl.configs.rl import RLConfig; from prime_rl.configs.trainer import TrainerConfig; from prime_rl.configs.orchestrator import OrchestratorConfig; from prime_rl.configs.inference import InferenceConfig; from prime_rl.entrypoints.rl import write_subconfigs, env_servers'
+check_main='from prime_rl.configs.rl import RLConfig; from prime_rl.configs.trainer import TrainerConfig; from prime_rl.configs.orchestrator import OrchestratorConfig; from prime_rl.configs.inference import InferenceConfig; from prime_rl.entrypoints.rl import write_subconfigs, env_servers; import air_mlgym'
 
 write_torch_wandb_stub() {
   # A placeholder for torch / wandb, see the header. One file per module that v0.4's config
@@ -186,12 +193,13 @@ make_main() {
   pip_install "$main/bin/python" pydantic==2.13.4 "prime-pydantic-config[toml]==0.4.3" \
     tomli==2.4.1 tomli-w==1.2.0 httpx==0.28.1 openai==2.38.0 anthropic==0.104.1 numpy==2.3.5 \
     aiohttp==3.13.5 math-verify==0.9.0 mcp==1.27.1 prime-sandboxes==0.2.39 tenacity==9.1.4 \
-    psutil==7.2.2 setproctitle==1.3.7 loguru==0.7.3
+    psutil==7.2.2 setproctitle==1.3.7 loguru==0.7.3 docker pyyaml
   pip_install "$main/bin/python" --no-deps renderers==0.1.12
   # Built from a copy: pip/hatchling must not write build files into the read-only source.
   cp -r "$src_main/packages/prime-rl-configs" "$work/prime-rl-configs"
   pip_install "$main/bin/python" --no-deps "$work/prime-rl-configs"
-  printf '%s\n' "$src_verifiers" "$src_main/src" >"$(site_packages "$main")/airvisor-prime-rl-main.pth"
+  printf '%s\n' "$src_verifiers" "$src_main/src" "$repo/envs/air_mlgym" \
+    >"$(site_packages "$main")/airvisor-prime-rl-main.pth"
   (cd "$work" && "$main/bin/python" -c "$check_main") || die "prime-rl main is not importable in $main"
   stamp_of main >"$main/.airvisor-primerl-stamp"
   echo "venv $main ready"
