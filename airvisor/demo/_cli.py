@@ -1,4 +1,4 @@
-"""`python -m airvisor.demo {inference,torchrun,trainer,orchestrator} ...`: the front door."""
+"""`python -m airvisor.demo [--prime-rl {0.4,main}] <command> ...`: the front door."""
 
 from __future__ import annotations
 
@@ -6,22 +6,30 @@ import sys
 from collections.abc import Callable, Sequence
 
 from airvisor.demo._config import SETTINGS_MODELS, DemoConfigError, StandinName, known_leaf_keys
+from airvisor.demo._layout import DEFAULT_VERSION, DemoVersion
 
 PROG = "python -m airvisor.demo"
-SUBCOMMANDS = ("inference", "torchrun", "trainer", "orchestrator")
+SUBCOMMANDS = ("rl", "inference", "torchrun", "trainer", "orchestrator")
+VERSIONS: tuple[DemoVersion, ...] = ("0.4", "main")
 
 USAGE = f"""\
-usage: {PROG} {{inference,torchrun,trainer,orchestrator}} [@ FILE.toml ...] [--key value ...]
+usage: {PROG} [--prime-rl {{0.4,main}}] {{rl,inference,torchrun,trainer,orchestrator}} [@ FILE ...]
+       [--key value ...]
 
-airvisor's stand-ins for prime-rl's components (the demo: the real supervisor over simulated
-components). They take prime-rl's command lines: `@ FILE.toml` (repeatable, deep-merged) and
-dotted kebab-case overrides such as `--ckpt.interval 5` or `--ckpt.resume-step 10`.
+airvisor's stand-ins for prime-rl (the demo: the real supervisor over simulated components).
+They take prime-rl's command lines: `@ FILE.toml` (repeatable, deep-merged) and dotted
+kebab-case overrides such as `--ckpt.interval 5`. `--prime-rl` picks the version whose launcher,
+layout, step numbering and log lines they mirror (default: {DEFAULT_VERSION} for the
+components, required for rl); every command accepts it and rl passes it on to its children.
 
+  rl            the launcher: starts inference, orchestrator and trainer (under torchrun) as
+                that version's `rl` does, with its clean-ups, config files, env and log files
   inference     OpenAI-compatible HTTP server: /health, /v1/models, /v1/chat/completions, /metrics
   torchrun      torchrun [torchrun options] <script | -m module | --no-python cmd> WORKER_ARGS
   trainer       the RL trainer (normally under torchrun)
   orchestrator  the orchestrator (needs the inference server)
 
+Demo pacing and faults: env AIRVISOR_DEMO='{{"trainer": {{"crash_at_step": 3}}, ...}}'.
 `{PROG} <component> --help` lists the keys a component reads.
 """
 
@@ -38,8 +46,12 @@ def _component_help(component: StandinName) -> str:
     )
 
 
-def _runner(name: str) -> Callable[[Sequence[str]], int]:
+def _runner(name: str) -> Callable[[Sequence[str], DemoVersion], int]:
     # Imported lazily: each stand-in loads only what it needs, so it starts fast.
+    if name == "rl":
+        from airvisor.demo._rl import main as rl_main
+
+        return rl_main
     if name == "inference":
         from airvisor.demo._inference import main as inference_main
 
@@ -59,12 +71,35 @@ def _runner(name: str) -> Callable[[Sequence[str]], int]:
     from airvisor.demo._inference import ENGINE_CORE_SUBCOMMAND, engine_core_main
 
     assert name == ENGINE_CORE_SUBCOMMAND
-    return engine_core_main
+    return lambda argv, version: engine_core_main(argv)
+
+
+def split_global_options(args: list[str]) -> tuple[DemoVersion | None, list[str]]:
+    """`--prime-rl V` / `--prime-rl=V` before the command; the rest unchanged."""
+    version: str | None = None
+    while args and args[0].startswith("--prime-rl"):
+        head = args.pop(0)
+        if head == "--prime-rl":
+            if not args:
+                raise DemoConfigError("--prime-rl needs a version: 0.4 or main")
+            version = args.pop(0)
+        elif head.startswith("--prime-rl="):
+            version = head.split("=", 1)[1]
+        else:
+            raise DemoConfigError(f"unknown option {head}")
+        if version not in VERSIONS:
+            raise DemoConfigError(f"--prime-rl: unknown version {version!r}; use 0.4 or main")
+    return version, args  # type: ignore[return-value]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one stand-in; returns its exit status (2 for a bad command line or config)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        version, args = split_global_options(args)
+    except DemoConfigError as problem:
+        sys.stderr.write(f"{PROG}: error: {problem}\n")
+        return 2
     if not args or args[0] in ("-h", "--help"):
         sys.stdout.write(USAGE)
         return 0 if args else 2
@@ -77,8 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name in ("inference", "trainer", "orchestrator") and rest in (["-h"], ["--help"]):
         sys.stdout.write(_component_help(name))  # type: ignore[arg-type]
         return 0
+    if name == "rl" and version is None:
+        sys.stderr.write(f"{PROG} rl: error: name the prime-rl version: --prime-rl 0.4|main\n")
+        return 2
     try:
-        return _runner(name)(rest)
+        return _runner(name)(rest, version or DEFAULT_VERSION)
     except DemoConfigError as problem:
         sys.stderr.write(f"{PROG} {name}: error: {problem}\n")
         return 2

@@ -7,13 +7,20 @@ kebab-case flag overrides (`--ckpt.interval 5`, `--ckpt.interval=5`, `--model.na
 Config files are read leniently: keys the stand-ins do not use are ignored, because the adapter
 writes real prime-rl configs and the demo must run whatever prime-rl would accept. A flag, though,
 must name a key the stand-in knows or one the config files define, so a typo on the command line is
-an error (with the closest valid spelling), as it is in prime-rl. The `[demo]` table is the
-stand-ins' own and is strict.
+an error (with the closest valid spelling), as it is in prime-rl. `.json` files (what main's `rl`
+writes) are read as JSON.
+
+Demo pacing and faults come from the environment variable AIRVISOR_DEMO (JSON:
+`{"inference": {...}, "trainer": {...}, "orchestrator": {...}}`), because prime-rl refuses unknown
+keys in its configs; a `[demo]` table in a config file is still read (under the env's keys) for
+hand-written component configs. Both are strict: an unknown demo key is an error.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
+import os
 import tomllib
 import types
 import typing
@@ -26,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from airvisor.profile._configs import deep_merge
 
 StandinName = Literal["inference", "trainer", "orchestrator"]
+DEMO_ENV = "AIRVISOR_DEMO"
 
 
 class DemoConfigError(Exception):
@@ -49,6 +57,9 @@ class CkptSettings(_Lenient):
     keep: int | None = Field(default=None, ge=1)  # v0.4 name; None keeps all
     keep_last: int | None = Field(default=None, ge=1)  # main's name for the same thing
     resume_step: int | None = Field(default=None, ge=-1)  # v0.4: -1 = highest step_* directory
+    keep_interval: int | None = Field(default=None, ge=1)
+    output_dir: Path | None = None  # main: the trainer's checkpoints go here instead
+    wait_for_weights_timeout: int | None = Field(default=None, ge=1)
 
     @property
     def keep_newest(self) -> int | None:
@@ -56,11 +67,7 @@ class CkptSettings(_Lenient):
 
 
 class ResumeSettings(_Lenient):
-    step: int | None = Field(default=None, ge=-1)  # main's `--resume.step N`
-
-
-class ModelSettings(_Lenient):
-    name: str = "Qwen/Qwen3-0.6B"
+    step: int | None = Field(default=None, ge=-1)  # main's `--resume.step N`; None: latest
 
 
 class StepDemoSettings(_Strict):
@@ -108,6 +115,11 @@ class ClientSettings(_Lenient):
         return self.base_url[0]
 
 
+class ModelSettings(_Lenient):
+    name: str = "Qwen/Qwen3-0.6B"
+    client: ClientSettings | None = None  # main: [orchestrator.model.client] base_url
+
+
 class SamplingSettings(_Lenient):
     max_tokens: int | None = Field(default=None, ge=1)
 
@@ -117,11 +129,17 @@ class EnvSettings(_Lenient):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+class WeightBroadcastSettings(_Lenient):
+    type: str = "filesystem"
+
+
 class _CommonSettings(_Lenient):
     output_dir: Path = Path("outputs")
     max_steps: int | None = Field(default=None, ge=1)  # None: run until stopped, as prime-rl
+    max_async_level: int = Field(default=1, ge=0)
+    weight_broadcast: WeightBroadcastSettings = WeightBroadcastSettings()
     ckpt: CkptSettings = CkptSettings()
-    resume: ResumeSettings = ResumeSettings()
+    resume: ResumeSettings | None = None  # main: present (even empty) means resume
     model: ModelSettings = ModelSettings()
 
 
@@ -150,9 +168,17 @@ class OrchestratorSettings(_CommonSettings):
     def resume_step(self) -> int | None:
         return _resume_step(self.ckpt, self.resume)
 
+    @property
+    def inference_url(self) -> str:
+        client = self.model.client if self.model.client is not None else self.client
+        return client.url
 
-def _resume_step(ckpt: CkptSettings, resume: ResumeSettings) -> int | None:
-    return resume.step if resume.step is not None else ckpt.resume_step
+
+def _resume_step(ckpt: CkptSettings, resume: ResumeSettings | None) -> int | None:
+    """v0.4's ckpt.resume_step, or main's resume.step; a bare main `[resume]` means latest (-1)."""
+    if resume is not None:
+        return resume.step if resume.step is not None else -1
+    return ckpt.resume_step
 
 
 SETTINGS_MODELS: dict[StandinName, type[_CommonSettings]] = {
@@ -187,10 +213,22 @@ def parse_args(component: StandinName, argv: Sequence[str]) -> _CommonSettings:
     for key, raw in flags:
         path, value = resolve_flag(key, raw, known=known, file_config=merged, component=component)
         merged = deep_merge(merged, _nest(path, value))
+    env_demo = demo_from_env(component)
+    if env_demo:
+        merged = deep_merge(merged, {"demo": env_demo})
+    merged = drop_none(merged)  # prime-rl's dumps spell "unset" as null; the defaults apply
     try:
         return model.model_validate(merged)
     except ValidationError as exc:
         raise DemoConfigError(_validation_message(component, files, exc)) from None
+
+
+def drop_none(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        key: drop_none(value) if isinstance(value, Mapping) else value
+        for key, value in config.items()
+        if value is not None
+    }
 
 
 def split_argv(argv: Sequence[str]) -> tuple[list[Path], list[tuple[str, str | None]]]:
@@ -234,7 +272,33 @@ def _looks_like_option(token: str) -> bool:
     return token == "@" or (token.startswith("@") and token.endswith(".toml"))
 
 
+def demo_from_env(component: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """This component's demo settings from AIRVISOR_DEMO (JSON), or {} when unset."""
+    raw = (os.environ if environ is None else environ).get(DEMO_ENV, "")
+    if not raw.strip():
+        return {}
+    try:
+        settings = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise DemoConfigError(f"{DEMO_ENV}: not valid JSON: {exc}") from None
+    if not isinstance(settings, dict):
+        raise DemoConfigError(f"{DEMO_ENV}: expected a JSON object keyed by component")
+    unknown = sorted(set(settings) - set(SETTINGS_MODELS))
+    if unknown:
+        raise DemoConfigError(
+            f"{DEMO_ENV}: unknown component {', '.join(unknown)}; "
+            f"use {', '.join(SETTINGS_MODELS)}"
+        )
+    mine = settings.get(component) or {}
+    if not isinstance(mine, dict):
+        raise DemoConfigError(f"{DEMO_ENV}.{component}: expected a JSON object")
+    return mine
+
+
 def load_toml(path: Path) -> dict[str, Any]:
+    """A config file: TOML, or JSON when it ends in .json (main's `rl` writes JSON)."""
+    if path.suffix == ".json":
+        return _load_json(path)
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
@@ -249,6 +313,20 @@ def load_toml(path: Path) -> dict[str, Any]:
         ) from None
     except OSError as exc:
         raise DemoConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DemoConfigError(f"{path}: config file not found") from None
+    except json.JSONDecodeError as exc:
+        raise DemoConfigError(f"{path}: invalid JSON: {exc}") from None
+    except OSError as exc:
+        raise DemoConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise DemoConfigError(f"{path}: expected a JSON object")
+    return data
 
 
 def parse_flag_value(raw: str | None) -> Any:
@@ -333,12 +411,12 @@ def known_leaf_keys(model: type[BaseModel]) -> dict[tuple[str, ...], type | None
     """Every settable dotted path of a settings model, with its plain type where it has one."""
     keys: dict[tuple[str, ...], type | None] = {}
     for name, field in model.model_fields.items():
-        annotation = field.annotation
+        annotation = _plain_type(field.annotation)  # an optional section is still a section
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             for sub, kind in known_leaf_keys(annotation).items():
                 keys[(name, *sub)] = kind
         else:
-            keys[(name,)] = _plain_type(annotation)
+            keys[(name,)] = annotation
     return keys
 
 

@@ -9,6 +9,7 @@ its parent on SIGTERM but, like vLLM's, outlives a SIGKILL of its parent.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from airvisor.demo._log import StandinLogger
 from airvisor.demo._process import Terminated, install_termination_handlers, print_exception_line
 
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
+RUN_DIR_ENV = "AIRVISOR_DEMO_RUN_DIR"  # set by the rl stand-in for its children
 ENGINE_CORE_SUBCOMMAND = "engine-core"  # internal: `python -m airvisor.demo engine-core`
 REPLY_TEXT = "Hello from the airvisor demo inference server."
 QUIET_PATHS = frozenset({"/health", "/metrics", "/liveness"})  # probed often; not logged
@@ -173,11 +175,21 @@ def _metrics_text(state: _ServerState) -> str:
     )
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str], version: str = "main") -> int:
     settings = parse_args("inference", argv)
+    if version == "main":
+        from airvisor.demo._process import set_title
+
+        set_title("PRIME-RL::Inference")  # main entrypoints/inference.py
     logger = StandinLogger()
     demo = settings.demo
-    output_dir = settings.output_dir.resolve()
+    # prime-rl's inference config has no output dir under `rl` (main excludes it); faults are
+    # claimed under the run's, which the rl stand-in names.
+    output_dir = (
+        settings.output_dir
+        if "output_dir" in settings.model_fields_set
+        else Path(os.environ.get(RUN_DIR_ENV, settings.output_dir))
+    ).resolve()
     ignoring = demo.ignore_sigterm and not has_fired(output_dir, "inference", "ignore_sigterm")
 
     def on_ignored() -> None:

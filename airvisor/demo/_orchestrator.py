@@ -1,10 +1,19 @@
 """The orchestrator stand-in: waits for the inference server, then produces one batch per step.
 
-Step N waits for the trainer's `broadcasts/step_{N-1}/STABLE` (so it runs at most one step ahead,
-prime-rl's async level 1), asks the inference server for a chat completion, takes `step_time`,
-publishes `rollouts/step_N/`, prints `SUCCESS Step N | ... | Reward: ...` and a metrics row, and
-saves its checkpoint half every `ckpt.interval` steps -- possibly before the trainer has finished
-step N, as the real one does.
+It keeps its version's order (prime-rl `orchestrator/orchestrator.py`):
+
+- v0.4: 0-based. Resuming from N loads progress.pt and the buffer, then needs step N's weights
+  (`broadcasts/step_N/STABLE`, or checkpoint weights) at once. Iteration N saves step N every
+  ckpt.interval (not at the first iteration, nor at max_steps - 1), stops at max_steps, else
+  produces `rollouts/step_N` and prints `Step N | Time: ... | Reward: ...`. A final checkpoint
+  at max_steps after a normal finish.
+- main: 1-based. Resuming from N loads progress.pt and continues at N+1 after the trainer's
+  startup broadcast v{N} appears. Step N ships `rollouts/step_N`, prints `Step N | 1.2s |
+  Reward ...`, appends metrics.jsonl and saves step N every ckpt.interval (not the last). Its
+  final checkpoint (the last shipped step) is written on any exit, SIGTERM included.
+
+Step N waits for the weights it may lag behind by (async level 1), so it runs at most one step
+ahead of the trainer, as prime-rl's default does.
 """
 
 from __future__ import annotations
@@ -18,56 +27,67 @@ from typing import Any
 
 from airvisor.demo._config import OrchestratorSettings, parse_args
 from airvisor.demo._layout import (
+    BROADCAST_MARKER,
+    DEFAULT_VERSION,
     ROLLOUTS_FILE,
+    DemoVersion,
     append_metrics,
-    broadcast_marker,
+    orchestrator_paths,
     publish_dir_atomically,
-    remove_steps_after,
-    rollouts_dir,
     wait_for_file,
 )
 from airvisor.demo._log import StandinLogger
-from airvisor.demo._process import SIGTERM_EXIT, Terminated, print_exception_line
+from airvisor.demo._process import SIGTERM_EXIT, Terminated, print_exception_line, set_title
 from airvisor.demo._steps import (
     CheckpointNotFound,
     InjectedCrash,
     StepContext,
-    first_step_after_resume,
+    half_checkpoint_due,
     inject_faults_before_step,
     install_signals,
+    load_orchestrator_half,
     report_crash,
     report_missing_checkpoint,
-    save_checkpoint_if_due,
+    resolve_resume,
+    save_checkpoint,
     wave,
 )
 
 POLL = 0.01
 RETRY_PAUSE = 0.2
 REQUEST_TIMEOUT = 5.0
+MAIN_STARTUP_WEIGHT_WAIT = 1200.0  # main orchestrator.py:109 STARTUP_WEIGHT_WAIT_TIMEOUT_S
 
 
 class InferenceUnreachable(Exception):
     pass
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str], version: DemoVersion = DEFAULT_VERSION) -> int:
     settings = parse_args("orchestrator", argv)
+    if version == "main":
+        set_title("PRIME-RL::Orchestrator")
     logger = StandinLogger()
+    output_dir = settings.output_dir.resolve()
     ctx = StepContext(
         component="orchestrator",
-        output_dir=settings.output_dir.resolve(),
+        version=version,
+        output_dir=output_dir,
+        paths=orchestrator_paths(version, output_dir),
         demo=settings.demo,
         logger=logger,
-        keep=settings.ckpt.keep_newest,
         interval=settings.ckpt.interval,
     )
     install_signals(ctx)
+    progress = _Progress(step=ctx.step_base)
     try:
-        return _run(settings, ctx)
+        return _run(settings, ctx, progress)
     except Terminated as stop:
         logger.warning(f"Received {stop}, shutting down orchestrator")
+        _main_final_checkpoint(settings, ctx, progress)
         return SIGTERM_EXIT
     except InjectedCrash as crash:
+        _main_final_checkpoint(settings, ctx, progress)
         return report_crash(crash)
     except CheckpointNotFound as missing:
         return report_missing_checkpoint(missing, logger)
@@ -77,38 +97,165 @@ def main(argv: Sequence[str]) -> int:
         return 1
 
 
-def _run(settings: OrchestratorSettings, ctx: StepContext) -> int:
+class _Progress:
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.shipped = False
+
+
+def _ckpt_configured(settings: OrchestratorSettings) -> bool:
+    return "ckpt" in settings.model_fields_set
+
+
+def _main_final_checkpoint(
+    settings: OrchestratorSettings, ctx: StepContext, progress: _Progress
+) -> None:
+    """main orchestrator.py:509-515: the last shipped step is checkpointed in a `finally`."""
+    if ctx.version != "main" or not _ckpt_configured(settings) or not progress.shipped:
+        return
+    if progress.step > 1:
+        ctx.demo = ctx.demo.model_copy(update={"half_checkpoint_at_step": None})
+        save_checkpoint(ctx, progress.step - 1, final=True)
+
+
+def _run(settings: OrchestratorSettings, ctx: StepContext, progress: _Progress) -> int:
     logger, output_dir = ctx.logger, ctx.output_dir
-    envs = ", ".join(env.id for env in settings.env) or "none"
     logger.info(
-        f"Starting orchestrator (airvisor demo stand-in) for {settings.model.name}, "
-        f"environments: {envs}, output_dir={output_dir}"
+        f"Starting orchestrator (airvisor demo stand-in, prime-rl {ctx.version}) for "
+        f"{settings.model.name}, output_dir={output_dir}"
     )
     output_dir.mkdir(parents=True, exist_ok=True)
-    start = first_step_after_resume(output_dir, "orchestrator", settings.resume_step)
-    if start:
-        logger.info(f"Resuming orchestrator from checkpoint step {start}")
-    # Rollouts after the resume step are a dead attempt's: the trainer must get fresh ones.
-    remove_steps_after(output_dir / "rollouts", start)
-    base_url = settings.client.url.rstrip("/")
-    logger.info(f"Waiting for inference server at {base_url}")
+    resume_step = resolve_resume(ctx, settings.resume_step)
+    if resume_step is not None:
+        load_orchestrator_half(ctx, resume_step)
+    base_url = settings.inference_url.rstrip("/")
+    logger.info("Waiting for inference pool to be ready")
     _wait_healthy(base_url, settings.demo.connect_timeout)
+    logger.success("Inference pool ready")
     time.sleep(settings.demo.startup_delay)
-    step = start
-    while settings.max_steps is None or step < settings.max_steps:
-        step += 1
-        inject_faults_before_step(ctx, step)
-        begun = time.monotonic()
-        if step - 1 > start:
-            wait_for_file(broadcast_marker(output_dir, step - 1), poll=POLL)
-        reply = _chat(base_url, settings, settings.demo.connect_timeout)
-        time.sleep(settings.demo.step_time)
-        batch = json.dumps({"step": step, "completion": reply}).encode() + b"\n"
-        publish_dir_atomically(rollouts_dir(output_dir, step), {ROLLOUTS_FILE: batch})
-        _report_step(settings, ctx, step, time.monotonic() - begun)
-        save_checkpoint_if_due(ctx, step)
+    if ctx.version == "0.4":
+        return _run_v04(settings, ctx, progress, base_url, resume_step)
+    return _run_main(settings, ctx, progress, base_url, resume_step)
+
+
+def _run_v04(
+    settings: OrchestratorSettings,
+    ctx: StepContext,
+    progress: _Progress,
+    base_url: str,
+    resume_step: int | None,
+) -> int:
+    logger = ctx.logger
+    if resume_step is not None:
+        logger.info(f"Resuming training from checkpoint step {resume_step}")
+        progress.step = resume_step
+        _v04_weights(settings, ctx, resume_step)
+    else:
+        logger.info("Training from scratch. Resetting weights to base model")
+    start = progress.step
+    max_steps = settings.max_steps
+    logger.info(f"Starting orchestrator loop (max_steps={max_steps or int(1e9)})")
+    first = True
+    while True:
+        step = progress.step
+        is_last = max_steps is not None and step == max_steps - 1
+        interval = ctx.interval
+        if half_checkpoint_due(ctx, step) or (
+            _ckpt_configured(settings) and interval
+            and not (first or is_last) and step % interval == 0
+        ):
+            save_checkpoint(ctx, step)
+        if max_steps and step >= max_steps:
+            break
+        _produce(settings, ctx, base_url, step, start)
+        progress.step += 1
+        first = False
+    if _ckpt_configured(settings):
+        save_checkpoint(ctx, progress.step, final=True)
     logger.success("Orchestrator finished.")
     return 0
+
+
+def _v04_weights(settings: OrchestratorSettings, ctx: StepContext, step: int) -> None:
+    """v0.4 orchestrator/utils.py get_weight_dir: checkpoint weights, else the broadcast; wait
+    only if ckpt.wait_for_weights_timeout is set; NCCL broadcast needs nothing on disk."""
+    if settings.weight_broadcast.type == "nccl":
+        return
+    ckpt_step = ctx.paths.ckpt_dir / f"step_{step}"
+
+    def found() -> bool:
+        if (ckpt_step / BROADCAST_MARKER).exists() and (ckpt_step / "weight").exists():
+            return True
+        return (ctx.paths.broadcast_dir(step) / BROADCAST_MARKER).exists()
+
+    deadline = time.monotonic() + (settings.ckpt.wait_for_weights_timeout or 0)
+    while not found():
+        if time.monotonic() >= deadline:
+            raise CheckpointNotFound(f"No weight directory found for checkpoint step {step}")
+        time.sleep(POLL * 10)
+
+
+def _run_main(
+    settings: OrchestratorSettings,
+    ctx: StepContext,
+    progress: _Progress,
+    base_url: str,
+    resume_step: int | None,
+) -> int:
+    logger = ctx.logger
+    if resume_step is not None:
+        progress.step = resume_step + 1
+        logger.info(f"Resuming orchestrator from checkpoint step {resume_step}")
+    else:
+        logger.info("Training from scratch")
+    sync_version = resume_step if resume_step is not None else 0
+    if settings.weight_broadcast.type == "filesystem":
+        wait = float(settings.ckpt.wait_for_weights_timeout or MAIN_STARTUP_WEIGHT_WAIT)
+        marker = ctx.paths.broadcast_dir(sync_version) / BROADCAST_MARKER
+        if not wait_for_file(marker, poll=POLL * 10, timeout=wait):
+            raise CheckpointNotFound(
+                f"No weight directory found for checkpoint step {sync_version}"
+            )
+    max_steps = settings.max_steps
+    logger.info(f"Starting orchestrator loop (max_steps={max_steps or 'infinite'})")
+    while max_steps is None or progress.step <= max_steps:
+        step = progress.step
+        _produce(settings, ctx, base_url, step, sync_version, lag=1)
+        progress.step += 1
+        progress.shipped = True
+        if half_checkpoint_due(ctx, step) or (
+            _ckpt_configured(settings) and ctx.interval and step % ctx.interval == 0
+            and (max_steps is None or step < max_steps)
+        ):
+            save_checkpoint(ctx, step)
+    logger.success("Orchestrator step loop done")
+    _main_final_checkpoint(settings, ctx, progress)
+    logger.success("Orchestrator finished.")
+    return 0
+
+
+def _produce(
+    settings: OrchestratorSettings,
+    ctx: StepContext,
+    base_url: str,
+    step: int,
+    loaded_version: int,
+    *,
+    lag: int = 0,
+) -> None:
+    """One batch: wait for the policy it may be built on, ask the server, publish rollouts."""
+    inject_faults_before_step(ctx, step)
+    begun = time.monotonic()
+    # v0.4: async level 1 (step N needs v{N-1}); main ships step N once v{N-1-TARGET_LAG} is
+    # out (orchestrator.py:104,672-683).
+    required = step - 1 - lag
+    if required > loaded_version:
+        wait_for_file(ctx.paths.broadcast_dir(required) / BROADCAST_MARKER, poll=POLL)
+    reply = _chat(base_url, settings, settings.demo.connect_timeout)
+    time.sleep(settings.demo.step_time)
+    batch = json.dumps({"step": step, "completion": reply}).encode() + b"\n"
+    publish_dir_atomically(ctx.paths.rollouts_dir(step), {ROLLOUTS_FILE: batch})
+    _report_step(settings, ctx, step, time.monotonic() - begun)
 
 
 def _report_step(
@@ -117,22 +264,33 @@ def _report_step(
     reward = min(1.0, abs(0.1 + 0.02 * step + wave(step, base=0.0, amplitude=0.03)))
     seq_len = 180.0 + wave(step, base=0.0, amplitude=20.0)
     throughput = settings.batch_size * seq_len / max(elapsed, 1e-3)
-    ctx.logger.success(
-        f"Step {step} | Time: {elapsed:.2f}s | Reward: {reward:.4f} | "
-        f"Throughput: {throughput:.1f} tokens/s | Seq. Length: {seq_len:.1f} tokens/sample"
-    )
-    append_metrics(
-        ctx.output_dir,
-        {
-            "step": step,
-            "time": time.time(),
-            "component": "orchestrator",
-            "reward": round(reward, 6),
-            "seq_len": round(seq_len, 2),
-            "throughput": round(throughput, 1),
-            "step_time": round(elapsed, 4),
-        },
-    )
+    if ctx.version == "0.4":  # v0.4 orchestrator.py:667-668
+        ctx.logger.success(
+            f"Step {step} | Time: {elapsed:.2f}s | Reward: {reward:.4f} | "
+            f"Throughput: {throughput:.1f} tokens/s | Seq. Length: {seq_len:.1f} tokens/sample"
+            f" | Async Level: 1 | Max. Off-Policy Level: 0"
+        )
+    else:  # main orchestrator.py:880-886
+        from airvisor.demo._trainer import format_time
+
+        ctx.logger.success(
+            f"Step {step} | {format_time(elapsed):>7} | Reward {reward:.4f} | "
+            f"Trainable {settings.batch_size}/{settings.batch_size} (100.0%) | Turns 1.0 | "
+            f"Branches 1.0 | Max Off-Policy 0 | Error 0.0% | Cancelled 0.0% | Truncation 0.0%"
+        )
+    if ctx.paths.metrics is not None:
+        append_metrics(
+            ctx.paths.metrics,
+            {
+                "step": step,
+                "time": time.time(),
+                "component": "orchestrator",
+                "train/agg/all/reward/mean": round(reward, 6),
+                "seq_len": round(seq_len, 2),
+                "throughput": round(throughput, 1),
+                "time/step": round(elapsed, 4),
+            },
+        )
 
 
 def server_root(base_url: str) -> str:

@@ -42,3 +42,10 @@ def print_exception_line(kind: str, message: str) -> None:
     """The last line of a Python traceback, on stderr, as a crashing prime-rl process prints it."""
     sys.stderr.write(f"{kind}: {message}\n")
     sys.stderr.flush()
+
+
+def set_title(title: str) -> None:
+    """The process title, as prime-rl main's `set_proc_title` sets it (`PRIME-RL::<Name>`)."""
+    import setproctitle
+
+    setproctitle.setproctitle(title)

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from airvisor.demo._config import StepDemoSettings
 from airvisor.demo._faults import claim_fault, has_fired
 from airvisor.demo._layout import (
+    ORCHESTRATOR_FILE,
+    TRAINER_MARKER,
+    V04_BUFFER_FILES,
+    DemoVersion,
     StepComponent,
-    checkpoints_dir,
-    completion_file,
+    StepPaths,
+    delete_step_dirs,
     list_steps,
-    prune_checkpoints,
-    resolve_resume_step,
+    steps_to_delete,
     write_orchestrator_half,
     write_trainer_half,
 )
@@ -24,12 +27,10 @@ from airvisor.demo._process import install_termination_handlers, print_exception
 
 
 class CheckpointNotFound(Exception):
-    """The resume step has no complete half of this component (prime-rl: FileNotFoundError)."""
+    """What prime-rl raises (FileNotFoundError) when the resume step cannot be loaded."""
 
-    def __init__(self, step: int, path: Path) -> None:
-        super().__init__(f"Checkpoint for step {step} not found: {path} does not exist")
-        self.step = step
-        self.path = path
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
 
 
 class InjectedCrash(Exception):
@@ -40,30 +41,78 @@ class InjectedCrash(Exception):
         self.exit_code = exit_code
 
 
-@dataclass(frozen=True)
+@dataclass
 class StepContext:
     component: StepComponent
-    output_dir: Path
+    version: DemoVersion
+    output_dir: Path  # this process's output_dir (faults are claimed under it)
+    paths: StepPaths
     demo: StepDemoSettings
     logger: StandinLogger
-    keep: int | None
     interval: int | None
+    keep_last: int | None = None
+    keep_interval: int | None = None
     world_size: int = 1
+    tracked: list[int] = field(default_factory=list)  # the trainer's ckpt_steps
+
+    @property
+    def step_base(self) -> int:
+        return 0 if self.version == "0.4" else 1
 
 
-def first_step_after_resume(
-    output_dir: Path, component: StepComponent, requested: int | None
-) -> int:
-    """The step to resume from (0 = fresh); its half must be complete, else CheckpointNotFound."""
-    if requested is None or requested == 0:
-        return 0
-    step = resolve_resume_step(requested, list_steps(checkpoints_dir(output_dir)))
-    if step is None:  # -1 with no checkpoints at all: prime-rl fails the same way
-        raise CheckpointNotFound(-1, checkpoints_dir(output_dir))
-    marker = completion_file(output_dir, step, component)
-    if not marker.exists():
-        raise CheckpointNotFound(step, marker)
-    return step
+def resolve_resume(ctx: StepContext, requested: int | None) -> int | None:
+    """The step to load, or None (fresh). -1 (v0.4) / a bare `[resume]` (main) is the highest
+    `step_*` name under this component's checkpoint dir (utils/pathing.py
+    resolve_latest_ckpt_step), complete or not."""
+    if requested is None:
+        return None
+    if requested != -1:
+        return requested
+    steps = list_steps(ctx.paths.ckpt_dir)
+    if not steps:
+        ctx.logger.warning(f"No checkpoints found in {ctx.paths.ckpt_dir}. Starting from scratch.")
+        return None
+    ctx.logger.info(f"Found latest checkpoint in {ctx.paths.ckpt_dir}: {steps[-1]}")
+    return steps[-1]
+
+
+def _no_such_file(path: Path) -> CheckpointNotFound:
+    return CheckpointNotFound(f"[Errno 2] No such file or directory: '{path}'")
+
+
+def load_trainer_half(ctx: StepContext, step: int) -> None:
+    """trainer/ckpt.py load(): the step dir must exist, then DCP reads `.metadata`."""
+    half = ctx.paths.half(step, "trainer")
+    if not half.exists():
+        raise CheckpointNotFound(f"Checkpoint not found at {half}")
+    if not (half / TRAINER_MARKER).is_file():
+        raise _no_such_file(half / TRAINER_MARKER)
+
+
+def load_orchestrator_half(ctx: StepContext, step: int) -> None:
+    """v0.4 orchestrator/ckpt.py load(): the dir, progress.pt, then the three buffer files;
+    main orchestrator/ckpt.py load(): progress.pt only."""
+    half = ctx.paths.half(step, "orchestrator")
+    if ctx.version == "main":
+        if not (half / ORCHESTRATOR_FILE).is_file():
+            raise CheckpointNotFound(
+                f"Orchestrator checkpoint not found at {half / ORCHESTRATOR_FILE}"
+            )
+        return
+    if not half.exists():
+        raise CheckpointNotFound(f"Checkpoint not found at {half}")
+    for path in (half / ORCHESTRATOR_FILE, *(half / "buffer" / n for n in V04_BUFFER_FILES)):
+        if not path.is_file():
+            raise _no_such_file(path)
+
+
+def track_existing_steps(ctx: StepContext, resume_step: int | None) -> None:
+    """trainer/ckpt.py CheckpointManager.__init__: steps on disk, only those <= the resume
+    step when resuming (newer ones are never cleaned by this attempt)."""
+    steps = list_steps(ctx.paths.ckpt_dir)
+    if resume_step is not None and resume_step >= 0:
+        steps = [s for s in steps if s <= resume_step]
+    ctx.tracked = steps
 
 
 def install_signals(ctx: StepContext) -> None:
@@ -91,13 +140,12 @@ def inject_faults_before_step(ctx: StepContext, step: int) -> None:
             time.sleep(3600)
 
 
-def save_checkpoint_if_due(ctx: StepContext, step: int) -> None:
-    """This component's half of step N every `interval` steps, then keep-last pruning.
-
-    `half_checkpoint_at_step` writes step N's half without its completion marker and crashes,
-    whether or not N is a checkpoint step.
-    """
+def save_checkpoint(ctx: StepContext, step: int, *, final: bool = False) -> None:
+    """This component's half of step N (prime-rl logs the line before saving), then the
+    trainer's keep_last clean. `half_checkpoint_at_step` writes it without what completes it
+    and crashes."""
     demo = ctx.demo
+    ctx.logger.info("Writing final checkpoint" if final else f"Saving checkpoint at step {step}")
     if demo.half_checkpoint_at_step == step and claim_fault(
         ctx.output_dir, ctx.component, "half_checkpoint_at_step"
     ):
@@ -109,22 +157,26 @@ def save_checkpoint_if_due(ctx: StepContext, step: int) -> None:
         raise InjectedCrash(
             f"demo fault injected: half-written checkpoint at step {step}", demo.exit_code
         )
-    if ctx.interval is None or step % ctx.interval != 0:
-        return
-    started = time.monotonic()
-    path = _write_half(ctx, step, complete=True)
-    ctx.logger.info(f"Saved checkpoint to {path} in {time.monotonic() - started:.2f} seconds")
-    pruned = prune_checkpoints(ctx.output_dir, ctx.component, ctx.keep)
-    if pruned:
-        ctx.logger.info(f"Removed old checkpoints of steps {', '.join(map(str, pruned))}")
+    _write_half(ctx, step, complete=True)
+    if ctx.component == "trainer":
+        if step not in ctx.tracked:
+            ctx.tracked = sorted({*ctx.tracked, step})
+        doomed = steps_to_delete(ctx.tracked, ctx.keep_last, ctx.keep_interval)
+        delete_step_dirs(ctx.paths, doomed)
+        ctx.tracked = [s for s in ctx.tracked if s not in doomed]
+
+
+def half_checkpoint_due(ctx: StepContext, step: int) -> bool:
+    """The fault also strikes at a step that is not a checkpoint step."""
+    return ctx.demo.half_checkpoint_at_step == step and not has_fired(
+        ctx.output_dir, ctx.component, "half_checkpoint_at_step"
+    )
 
 
 def _write_half(ctx: StepContext, step: int, *, complete: bool) -> Path:
     if ctx.component == "trainer":
-        return write_trainer_half(
-            ctx.output_dir, step, complete=complete, world_size=ctx.world_size
-        )
-    return write_orchestrator_half(ctx.output_dir, step, complete=complete)
+        return write_trainer_half(ctx.paths, step, complete=complete, world_size=ctx.world_size)
+    return write_orchestrator_half(ctx.paths, step, complete=complete)
 
 
 def report_crash(crash: InjectedCrash) -> int:

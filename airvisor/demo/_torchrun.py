@@ -16,9 +16,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
 
 from airvisor.demo._config import DemoConfigError
 from airvisor.demo._process import SIGTERM_EXIT, Terminated, install_termination_handlers
@@ -52,6 +56,8 @@ VALUE_OPTIONS = frozenset(
     }
 )
 SHORT_OPTIONS = {"-m": "module", "-r": "redirects", "-t": "tee"}
+# argparse accepts unambiguous prefixes; prime-rl's trainer_cmd spells `--redirect=3`.
+ALIASES = {"redirect": "redirects"}
 DEFAULT_MASTER_PORT = 29500
 WORKER_STOP_GRACE = 30.0  # torchrun's own SIGTERM -> SIGKILL wait for its workers
 
@@ -65,6 +71,11 @@ class TorchrunArgs:
     worker_command: tuple[str, ...]  # what real torchrun would run (for the log only)
     worker_args: tuple[str, ...]
     ignored: tuple[str, ...] = field(default=())
+    role: str = "default"
+    log_dir: str | None = None
+    redirects: int = 0  # 0 none, 1 stdout, 2 stderr, 3 both: into <log_dir>/.../<rank>/*.log
+    tee: int = 0  # the same streams also to torchrun's own, for ranks in local_ranks_filter
+    local_ranks_filter: frozenset[int] | None = None  # None: every rank
 
 
 def parse_torchrun_argv(argv: Sequence[str], *, visible_gpus: int = 1) -> TorchrunArgs:
@@ -86,6 +97,7 @@ def parse_torchrun_argv(argv: Sequence[str], *, visible_gpus: int = 1) -> Torchr
         body = token[2:]
         name, _, inline = body.partition("=")
         name = name.replace("_", "-")
+        name = ALIASES.get(name, name)
         if name in FLAG_OPTIONS or name in VALUE_OPTIONS:
             name, value, i = _take(name, inline if "=" in body else None, argv, i)
             options[name] = value
@@ -115,7 +127,36 @@ def parse_torchrun_argv(argv: Sequence[str], *, visible_gpus: int = 1) -> Torchr
         worker_command=worker_command,
         worker_args=tuple(argv[i + 1 :]),
         ignored=tuple(ignored),
+        role=options.get("role", "default"),
+        log_dir=options.get("log-dir"),
+        redirects=_std_streams(options.get("redirects", "0"), "redirects"),
+        tee=_std_streams(options.get("tee", "0"), "tee"),
+        local_ranks_filter=_ranks(options.get("local-ranks-filter")),
     )
+
+
+def _std_streams(value: str, option: str) -> int:
+    try:
+        streams = int(value)
+    except ValueError:
+        raise DemoConfigError(
+            f"torchrun: --{option} takes 0-3 (the stand-in does not take per-rank maps), "
+            f"got {value!r}"
+        ) from None
+    if not 0 <= streams <= 3:
+        raise DemoConfigError(f"torchrun: --{option} takes 0-3, got {streams}")
+    return streams
+
+
+def _ranks(value: str | None) -> frozenset[int] | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        return frozenset(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise DemoConfigError(
+            f"torchrun: --local-ranks-filter takes ranks like 0,1: {value!r}"
+        ) from None
 
 
 def _take(name: str, inline: str | None, argv: Sequence[str], i: int) -> tuple[str, str, int]:
@@ -155,7 +196,7 @@ def _say(message: str) -> None:
     sys.stderr.flush()
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str], version: str | None = None) -> int:
     args = parse_torchrun_argv(argv, visible_gpus=_visible_gpus())
     for option in args.ignored:
         _say(f"ignoring torchrun option {option}")
@@ -170,8 +211,10 @@ def main(argv: Sequence[str]) -> int:
         return 1
     workers: list[subprocess.Popen[bytes]] = []
     try:
-        workers = _start_workers(args)
-        return _supervise(workers)
+        workers = _start_workers(args, version)
+        status = _supervise(workers)
+        _drain_copiers()
+        return status
     except Terminated as stop:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop is enough; SIGKILL ends a wait
         _say(f"Received {stop} death signal, shutting down workers")
@@ -192,13 +235,14 @@ def _listen(host: str, port: int) -> socket.socket:
     return store
 
 
-def _start_workers(args: TorchrunArgs) -> list[subprocess.Popen[bytes]]:
+def _start_workers(args: TorchrunArgs, version: str | None) -> list[subprocess.Popen[bytes]]:
     world_size = args.nproc_per_node
     _say(
         f"starting {world_size} worker(s) of {' '.join(args.worker_command)} "
         f"(rdzv_id={args.rdzv_id}, master={args.master_addr}:{args.master_port})"
     )
     workers = []
+    attempt_dir = Path(args.log_dir or ".") / f"{args.rdzv_id}_{uuid.uuid4().hex[:8]}" / "attempt_0"
     for rank in range(world_size):
         env = dict(os.environ)
         env.update(
@@ -212,10 +256,65 @@ def _start_workers(args: TorchrunArgs) -> list[subprocess.Popen[bytes]]:
             MASTER_PORT=str(args.master_port),
             TORCHELASTIC_RUN_ID=args.rdzv_id,
         )
-        command = [sys.executable, "-m", "airvisor.demo", "trainer", *args.worker_args]
+        command = [sys.executable, "-m", "airvisor.demo"]
+        if version is not None:
+            command += ["--prime-rl", version]
+        command += ["trainer", *args.worker_args]
+        redirected = args.redirects if args.log_dir else 0
         # Same process group as torchrun, like the real workers: a group signal reaches them all.
-        workers.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL))
+        worker = subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if redirected & 1 else None,
+            stderr=subprocess.PIPE if redirected & 2 else None,
+        )
+        if redirected:
+            _route_output(args, rank, worker, attempt_dir)
+        workers.append(worker)
     return workers
+
+
+COPIERS: list[threading.Thread] = []
+
+
+def _route_output(
+    args: TorchrunArgs, rank: int, worker: subprocess.Popen[bytes], attempt_dir: Path
+) -> None:
+    """torchrun's --redirect/--tee: each rank's streams into <log_dir>/<id>/attempt_0/<rank>/
+    {stdout,stderr}.log, and tee'd to torchrun's own streams with the `[<role><rank>]:` prefix
+    for the ranks in --local-ranks-filter."""
+    rank_dir = attempt_dir / str(rank)
+    rank_dir.mkdir(parents=True, exist_ok=True)
+    shown = args.local_ranks_filter is None or rank in args.local_ranks_filter
+    prefix = f"[{args.role}{rank}]:".encode()
+    for bit, stream, name, console in (
+        (1, worker.stdout, "stdout", sys.stdout.buffer),
+        (2, worker.stderr, "stderr", sys.stderr.buffer),
+    ):
+        if stream is None:
+            continue
+        tee = console if shown and args.tee & bit else None
+        copier = threading.Thread(
+            target=_copy_lines, args=(stream, rank_dir / f"{name}.log", tee, prefix), daemon=True
+        )
+        copier.start()
+        COPIERS.append(copier)
+
+
+def _copy_lines(source: IO[bytes], target: Path, tee: IO[bytes] | None, prefix: bytes) -> None:
+    with target.open("ab") as log:
+        for line in iter(source.readline, b""):
+            log.write(line)
+            log.flush()
+            if tee is not None:
+                tee.write(prefix + line)
+                tee.flush()
+
+
+def _drain_copiers() -> None:
+    for copier in COPIERS:
+        copier.join(timeout=5)
 
 
 def _supervise(workers: list[subprocess.Popen[bytes]]) -> int:

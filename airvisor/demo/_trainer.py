@@ -1,9 +1,15 @@
-"""The trainer stand-in: prime-rl's RL trainer as the supervisor sees it (run under torchrun).
+"""The trainer stand-in: prime-rl's RL trainer (`-m prime_rl.trainer.rl.train`) under torchrun.
 
-Step N waits for the orchestrator's `rollouts/step_N`, takes `step_time`, publishes
-`broadcasts/step_N/STABLE`, prints `SUCCESS Step N | ... | Loss: ...` and a metrics row, and saves
-its checkpoint half every `ckpt.interval` steps. Only rank 0 logs and writes; the other ranks
-follow rank 0's broadcasts in lockstep, silently.
+It keeps its version's loop order (prime-rl `trainer/rl/train.py`):
+
+- v0.4: 0-based. Iteration N (N steps done): broadcast step N's weights (N > 0), save step N
+  every ckpt.interval (not at the first or the last iteration), stop at max_steps, else wait for
+  `run_default/rollouts/step_N`, train, print `Step N | Time: ...`. Final checkpoint at max_steps.
+- main: 1-based. Broadcast the startup policy v{start-1}; step N waits for `rollouts/step_N`,
+  trains, broadcasts v{N}, saves step N every ckpt.interval (not the last), prints
+  `Step N | 1.2s | Loss ...`, appends metrics.jsonl. Final checkpoint at the last step.
+
+Only rank 0 logs and writes; the other ranks follow rank 0's broadcasts, silently.
 """
 
 from __future__ import annotations
@@ -12,49 +18,57 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from airvisor.demo._config import TrainerSettings, parse_args
 from airvisor.demo._layout import (
+    DEFAULT_VERSION,
+    DemoVersion,
     append_metrics,
-    broadcast_marker,
-    list_steps,
-    publish_dir_atomically,
-    remove_steps_after,
-    rollouts_dir,
+    clean_broadcasts,
+    publish_broadcast,
+    trainer_paths,
     wait_for_file,
 )
 from airvisor.demo._log import StandinLogger
-from airvisor.demo._process import SIGTERM_EXIT, Terminated
+from airvisor.demo._process import SIGTERM_EXIT, Terminated, set_title
 from airvisor.demo._steps import (
     CheckpointNotFound,
     InjectedCrash,
     StepContext,
-    first_step_after_resume,
+    half_checkpoint_due,
     inject_faults_before_step,
     install_signals,
+    load_trainer_half,
     report_crash,
     report_missing_checkpoint,
-    save_checkpoint_if_due,
+    resolve_resume,
+    save_checkpoint,
+    track_existing_steps,
     wave,
 )
 
 POLL = 0.01
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str], version: DemoVersion = DEFAULT_VERSION) -> int:
     settings = parse_args("trainer", argv)
+    if version == "main":
+        set_title("PRIME-RL::Trainer")  # main's trainer/rl/train.py main()
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     output_dir = settings.output_dir.resolve()
+    ckpt_output_dir = settings.ckpt.output_dir.resolve() if settings.ckpt.output_dir else None
     logger = StandinLogger(enabled=rank == 0)
     ctx = StepContext(
         component="trainer",
+        version=version,
         output_dir=output_dir,
+        paths=trainer_paths(version, output_dir, ckpt_output_dir),
         demo=settings.demo,
         logger=logger,
-        keep=settings.ckpt.keep_newest,
         interval=settings.ckpt.interval,
+        keep_last=settings.ckpt.keep_newest,
+        keep_interval=settings.ckpt.keep_interval,
         world_size=world_size,
     )
     install_signals(ctx)
@@ -71,43 +85,95 @@ def main(argv: Sequence[str]) -> int:
         return report_missing_checkpoint(missing, logger)
 
 
+def _start_step(settings: TrainerSettings, ctx: StepContext) -> tuple[int, int | None]:
+    """(first step, resumed-from step): v0.4 continues AT the step, main after it."""
+    resume_step = resolve_resume(ctx, settings.resume_step)
+    track_existing_steps(ctx, resume_step)
+    if resume_step is None:
+        return ctx.step_base, None
+    load_trainer_half(ctx, resume_step)
+    ctx.logger.info(f"Resuming training from checkpoint step {resume_step}")
+    return (resume_step if ctx.version == "0.4" else resume_step + 1), resume_step
+
+
 def _run_rank0(settings: TrainerSettings, ctx: StepContext) -> int:
-    logger, output_dir = ctx.logger, ctx.output_dir
+    logger = ctx.logger
     logger.info(
-        f"Starting RL trainer (airvisor demo stand-in) for {settings.model.name} "
-        f"on {ctx.world_size} rank(s), output_dir={output_dir}"
+        f"Starting RL trainer in World(world_size={ctx.world_size}, rank=0) in {ctx.output_dir}"
     )
-    output_dir.mkdir(parents=True, exist_ok=True)
-    start = first_step_after_resume(output_dir, "trainer", settings.resume_step)
-    if start:
-        logger.info(f"Resuming training from checkpoint step {start}")
-    # Broadcasts after the resume step are a dead attempt's: the orchestrator must not trust them.
-    remove_steps_after(output_dir / "broadcasts", start)
+    ctx.output_dir.mkdir(parents=True, exist_ok=True)
+    step, _ = _start_step(settings, ctx)
+    logger.info(f"Starting from step {step} (total_tokens=0, total_samples=0)")
     time.sleep(settings.demo.startup_delay)
-    logger.info("Starting training loop")
-    step = start
-    while settings.max_steps is None or step < settings.max_steps:
-        step += 1
-        inject_faults_before_step(ctx, step)
-        begun = time.monotonic()
-        wait_for_file(rollouts_dir(output_dir, step), poll=POLL)
-        time.sleep(settings.demo.step_time)
-        _publish_broadcast(output_dir, step)
-        shutil.rmtree(rollouts_dir(output_dir, step), ignore_errors=True)
-        elapsed = time.monotonic() - begun
-        _report_step(settings, ctx, step, elapsed)
-        save_checkpoint_if_due(ctx, step)
+    logger.info(f"Starting training loop (max_steps={settings.max_steps or 'infinite'})")
+    if ctx.version == "0.4":
+        step = _loop_v04(settings, ctx, step)
+    else:
+        step = _loop_main(settings, ctx, step)
+    if "ckpt" in settings.model_fields_set:  # a checkpoint manager exists only with [ckpt]
+        save_checkpoint(ctx, step, final=True)
     logger.success("RL trainer finished!")
     return 0
 
 
-def _publish_broadcast(root: Path, step: int) -> None:
-    marker = broadcast_marker(root, step)
-    publish_dir_atomically(marker.parent, {marker.name: b""})
-    # Keep the last two broadcasts: the orchestrator only ever waits for the newest one.
-    for old in list_steps(root / "broadcasts"):
-        if old < step - 1:
-            shutil.rmtree(root / "broadcasts" / f"step_{old}", ignore_errors=True)
+def _loop_v04(settings: TrainerSettings, ctx: StepContext, step: int) -> int:
+    interval, max_steps = ctx.interval, settings.max_steps
+    first = True
+    while True:
+        is_last = max_steps is not None and step == max_steps
+        if step > 0:
+            publish_broadcast(ctx.paths, step)
+            clean_broadcasts(ctx.paths, step, settings.max_async_level, interval)
+        if half_checkpoint_due(ctx, step) or (
+            interval and not (first or is_last) and step % interval == 0
+        ):
+            save_checkpoint(ctx, step)
+        if max_steps is not None and step >= max_steps:
+            return step
+        _train_one(settings, ctx, step)
+        step += 1
+        first = False
+
+
+def _loop_main(settings: TrainerSettings, ctx: StepContext, step: int) -> int:
+    interval, max_steps = ctx.interval, settings.max_steps
+    ctx.logger.info(f"Broadcasting startup policy weights (v{step - 1}) to inference engines")
+    publish_broadcast(ctx.paths, step - 1)
+    while True:
+        is_last = max_steps is not None and step == max_steps
+        elapsed = _train_one(settings, ctx, step, report=False)
+        publish_broadcast(ctx.paths, step)
+        clean_broadcasts(ctx.paths, step, settings.max_async_level, interval)
+        if half_checkpoint_due(ctx, step) or (interval and not is_last and step % interval == 0):
+            save_checkpoint(ctx, step)
+        _report_step(settings, ctx, step, elapsed)
+        if is_last:
+            return step
+        step += 1
+
+
+def _train_one(
+    settings: TrainerSettings, ctx: StepContext, step: int, *, report: bool = True
+) -> float:
+    inject_faults_before_step(ctx, step)
+    begun = time.monotonic()
+    wait_for_file(ctx.paths.rollouts_dir(step), poll=POLL)
+    time.sleep(settings.demo.step_time)
+    shutil.rmtree(ctx.paths.rollouts_dir(step), ignore_errors=True)
+    elapsed = time.monotonic() - begun
+    if report:
+        _report_step(settings, ctx, step, elapsed)
+    return elapsed
+
+
+def format_time(seconds: float) -> str:
+    """main's utils/logger.py format_time (the short forms the demo reaches)."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)}m {int(rest)}s"
 
 
 def _report_step(settings: TrainerSettings, ctx: StepContext, step: int, elapsed: float) -> None:
@@ -118,34 +184,39 @@ def _report_step(settings: TrainerSettings, ctx: StepContext, step: int, elapsed
     throughput = 2048.0 * ctx.world_size / max(elapsed, 1e-3)
     mfu = 12.5 + abs(wave(step, base=0.0, amplitude=1.5))
     peak_mem = 1.2
-    ctx.logger.success(
-        f"Step {step} | Time: {elapsed:.2f}s | Loss: {loss:.4f} | Entropy: {entropy:.4f} | "
-        f"Grad. Norm: {grad_norm:.4f} | LR: {lr:.2e} | Throughput: {throughput:.0f} tokens/s | "
-        f"MFU: {mfu:.1f}% | Peak Mem.: {peak_mem:.1f} GiB"
-    )
-    append_metrics(
-        ctx.output_dir,
-        {
-            "step": step,
-            "time": time.time(),
-            "component": "trainer",
-            "loss": round(loss, 6),
-            "entropy": round(entropy, 6),
-            "grad_norm": round(grad_norm, 6),
-            "lr": lr,
-            "throughput": round(throughput, 1),
-            "step_time": round(elapsed, 4),
-        },
-    )
+    if ctx.version == "0.4":  # v0.4 trainer/rl/train.py:484-490
+        ctx.logger.success(
+            f"Step {step} | Time: {elapsed:.2f}s | Loss: {loss:.4f} | Entropy: {entropy:.4f} | "
+            f"Grad. Norm: {grad_norm:.4f} | LR: {lr:.2e} | Throughput: {throughput:.0f} tokens/s"
+            f" | MFU: {mfu:.1f}% | Peak Mem.: {peak_mem:.1f} GiB"
+        )
+    else:  # main trainer/rl/train.py:638-648
+        ctx.logger.success(
+            f"Step {step} | {format_time(elapsed):>7} | Loss {loss:.4f} | Entropy {entropy:.4f}"
+            f" | Grad. Norm {grad_norm:.4f} | LR {lr:.2e} | Throughput {throughput:.0f} tokens/s"
+            f" | MFU {mfu:.1f}% | Peak Mem. {peak_mem:.1f} GiB"
+        )
+    if ctx.paths.metrics is not None:
+        append_metrics(
+            ctx.paths.metrics,
+            {
+                "step": step,
+                "time": time.time(),
+                "component": "trainer",
+                "loss/mean": round(loss, 6),
+                "entropy/all/mean": round(entropy, 6),
+                "optim/grad_norm": round(grad_norm, 6),
+                "optim/lr": lr,
+                "perf/throughput": round(throughput, 1),
+                "time/step": round(elapsed, 4),
+            },
+        )
 
 
 def _follow_rank0(settings: TrainerSettings, ctx: StepContext) -> int:
-    """A non-zero rank: silent, it finishes step N once rank 0 has broadcast step N or later."""
-    start = first_step_after_resume(ctx.output_dir, "trainer", settings.resume_step)
-    broadcasts = ctx.output_dir / "broadcasts"
-    step = start
-    while settings.max_steps is None or step < settings.max_steps:
-        step += 1
-        while not any(s >= step for s in list_steps(broadcasts)):
-            time.sleep(POLL)
+    """A non-zero rank: silent; it loads the same checkpoint, then finishes when rank 0 has
+    broadcast the last step's weights (both versions broadcast step max_steps)."""
+    _start_step(settings, ctx)
+    while settings.max_steps is None or not ctx.paths.broadcast_dir(settings.max_steps).exists():
+        time.sleep(POLL * 10)
     return 0

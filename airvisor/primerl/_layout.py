@@ -86,8 +86,11 @@ RULES: Mapping[Version, Mapping[str, Rule]] = {
         "logs": Rule(
             "<output_dir>/logs/{inference,orchestrator,trainer}.stdout (stdout and stderr)",
             V04 + "rl.py:568,617,695,747"),
-        "launcher_log": Rule("<output_dir>/logs/rl.log when log.file (default true)",
-                             V04 + "rl.py:53,558-562"),
+        "launcher_log": Rule(
+            "<output_dir>/logs/rl.log when log.file (default true), but with clean=true (the "
+            "default) rl deletes logs/ right after its logger opened rl.log (loguru opens file "
+            "sinks at once; checked with loguru 0.7.3), so the file is gone: launcher stdout only",
+            V04 + "rl.py:53,137-142,558-580"),
         "metrics_jsonl": Rule(
             "none: v0.4 has only W&B and Prime monitors, no metrics.jsonl",
             V04 + "utils/monitor/ (wandb.py, prime.py, multi.py)"),
@@ -170,7 +173,7 @@ class RunLayout:
     orchestrator_output_dir: Path  # v0.4: output_dir/run_default; main: run_dir
     trainer_ckpt_root: Path  # the dir holding the trainer's checkpoints/ (main: ckpt.output_dir)
     weights_required: bool = True  # v0.4 only: False with NCCL broadcast or a weights wait
-    launcher_log_enabled: bool = True  # v0.4 log.file
+    launcher_log_enabled: bool = False  # v0.4: log.file and not clean (see RULES)
 
     @property
     def step_base(self) -> int:
@@ -323,7 +326,8 @@ def layout_for(version: str, facts: Mapping[str, Any] | object, *, cwd: Path | N
 
     Optional facts: `ckpt_output_dir` (main's ckpt.output_dir), `weight_broadcast_type`
     ("nccl" needs no weights on disk for a v0.4 resume), `wait_for_weights_timeout` (v0.4: the
-    orchestrator waits for the trainer's rebroadcast instead of failing), `log_file` (v0.4).
+    orchestrator waits for the trainer's rebroadcast instead of failing), `log_file` and
+    `clean` (v0.4: rl.log survives only with log.file true and clean false).
     """
     if version not in VERSIONS:
         raise ValueError(f"unknown prime-rl version {version!r}; supported: {', '.join(VERSIONS)}")
@@ -356,5 +360,5 @@ def layout_for(version: str, facts: Mapping[str, Any] | object, *, cwd: Path | N
         orchestrator_output_dir=orchestrator_dir,
         trainer_ckpt_root=trainer_root,
         weights_required=not (nccl or waits),
-        launcher_log_enabled=log_file is not False,
+        launcher_log_enabled=log_file is not False and _fact(facts, "clean") is False,
     )

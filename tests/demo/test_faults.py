@@ -1,4 +1,7 @@
-"""Each injected fault fires once per output_dir, the way the supervisor will meet it."""
+"""Each injected fault fires once per output_dir, the way the supervisor will meet it.
+
+Component mode without `--prime-rl` mirrors prime-rl main (1-based steps, one run dir).
+"""
 
 from __future__ import annotations
 
@@ -32,17 +35,20 @@ def test_crash_exits_nonzero_keeps_the_complete_checkpoint_and_fires_once(
     assert completion_file(out, 4, "trainer").exists()
     assert completion_file(out, 4, "orchestrator").exists()
     assert fault_marker(out, "trainer", "crash_at_step").exists()
-    # The orchestrator, one step ahead, now waits for the dead trainer (a stall, as in prime-rl).
-    standins.wait_until(lambda: orchestrator.steps()[-1:] == [5], "the orchestrator's step 5")
-    os.killpg(orchestrator.pid, signal.SIGTERM)
-    assert orchestrator.wait() == 143
+    # main's orchestrator may lead by one policy version (TARGET_LAG): with v4 out it ships up
+    # to step 6 = max_steps and finishes, writing its final checkpoint (step 6, orchestrator
+    # half only).
+    assert orchestrator.wait() == 0, orchestrator.plain_log()
+    assert orchestrator.steps() == [1, 2, 3, 4, 5, 6]
+    assert completion_file(out, 6, "orchestrator").exists()
+    assert not completion_file(out, 6, "trainer").exists()
 
     # The resumed attempt gets past step 5: the fault has fired for this output_dir.
     trainer = standins.start_trainer(
-        standins.step_config(max_steps=6, crash_at_step=5, exit_code=3), "--ckpt.resume-step", "4"
+        standins.step_config(max_steps=6, crash_at_step=5, exit_code=3), "--resume.step", "4"
     )
     orchestrator = standins.start_orchestrator(
-        standins.step_config(max_steps=6, port=port), "--ckpt.resume-step", "4"
+        standins.step_config(max_steps=6, port=port), "--resume.step", "4"
     )
     assert trainer.wait() == 0, trainer.plain_log()
     assert orchestrator.wait() == 0
@@ -65,11 +71,11 @@ def test_hang_stops_progress_but_keeps_the_process_alive(standins: Standins) -> 
     port = standins.start_inference()
     trainer = standins.start_trainer(standins.step_config(max_steps=8, hang_at_step=3))
     orchestrator = standins.start_orchestrator(standins.step_config(max_steps=8, port=port))
-    # The orchestrator gets one step ahead of the hung trainer, then waits too.
-    standins.wait_until(lambda: orchestrator.steps()[-1:] == [3], "the orchestrator's step 3")
+    # The orchestrator ships up to v{2}+2 = step 4 (main's TARGET_LAG), then waits too.
+    standins.wait_until(lambda: orchestrator.steps()[-1:] == [4], "the orchestrator's step 4")
     log_size = trainer.log_path.stat().st_size
     time.sleep(20 * 0.05)  # twenty step times without a line
-    assert trainer.steps() == [1, 2] and orchestrator.steps() == [1, 2, 3]
+    assert trainer.steps() == [1, 2] and orchestrator.steps() == [1, 2, 3, 4]
     assert trainer.log_path.stat().st_size == log_size  # silent
     assert trainer.process.poll() is None and orchestrator.process.poll() is None
     # A hung process still dies on SIGTERM: torchrun alone gets it and forwards it to both workers.
@@ -90,7 +96,8 @@ def test_half_checkpoint_leaves_a_step_without_metadata(standins: Standins) -> N
     assert half.is_dir() and (half / "__0_0.distcp").exists()
     assert not completion_file(out, 4, "trainer").exists()
     assert completion_file(out, 2, "trainer").exists()  # the one before is complete
-    assert trainer.steps() == [1, 2, 3, 4]  # step 4 ran; its checkpoint did not finish
+    # main saves step N before printing its line: step 4 ran, its line never came.
+    assert trainer.steps() == [1, 2, 3]
 
 
 def test_ignore_sigterm_survives_sigterm_and_dies_on_sigkill(standins: Standins) -> None:

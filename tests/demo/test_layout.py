@@ -1,4 +1,4 @@
-"""Pure decisions over run-directory listings: pruning, `-1`, step names; torchrun's argv."""
+"""Pure decisions over run-directory listings: keep_last, `-1`, step names; torchrun's argv."""
 
 from __future__ import annotations
 
@@ -6,30 +6,25 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airvisor.demo import DemoConfigError, parse_torchrun_argv, steps_to_prune
+from airvisor.demo import DemoConfigError, parse_torchrun_argv, steps_to_delete
 from airvisor.demo._layout import resolve_resume_step, step_numbers
 
 
-def test_prune_keeps_newest_complete_and_never_touches_newer_incomplete() -> None:
-    # 25 is being written (incomplete); 5..20 complete; 3 is an old incomplete leftover.
-    assert steps_to_prune([5, 10, 15, 20], [3, 5, 10, 15, 20, 25], keep=2) == [3, 5, 10]
-    assert steps_to_prune([5, 10], [5, 10, 15], keep=3) == []
-    assert steps_to_prune([5, 10, 15], [5, 10, 15], keep=None) == []
+def test_keep_last_is_prime_rls_trainer_clean() -> None:
+    # trainer/ckpt.py maybe_clean (both versions): the keep_last newest tracked steps and the
+    # keep_interval multiples stay; completeness plays no part.
+    assert steps_to_delete([5, 10, 15, 20], keep_last=2, keep_interval=None) == [5, 10]
+    assert steps_to_delete([5, 10, 15, 20], keep_last=1, keep_interval=10) == [5, 15]
+    assert steps_to_delete([5, 10], keep_last=None, keep_interval=None) == []
 
 
-@given(
-    st.sets(st.integers(1, 60)),
-    st.sets(st.integers(1, 60)),
-    st.integers(1, 5),
-)
-def test_prune_properties(complete: set[int], incomplete: set[int], keep: int) -> None:
-    present = complete | incomplete
-    pruned = set(steps_to_prune(complete, present, keep))
-    kept_complete = complete - pruned
-    assert pruned <= present
-    assert len(kept_complete) == min(keep, len(complete))
-    # What survives is the newest complete ones, and nothing newer than them was removed.
-    assert all(p < min(kept_complete) for p in pruned) if kept_complete else not pruned
+@given(st.sets(st.integers(1, 60)), st.integers(1, 5))
+def test_keep_last_properties(tracked: set[int], keep: int) -> None:
+    deleted = set(steps_to_delete(tracked, keep_last=keep, keep_interval=None))
+    kept = tracked - deleted
+    assert deleted <= tracked
+    assert len(kept) == min(keep, len(tracked))
+    assert all(d < min(kept) for d in deleted) if kept else not deleted
 
 
 def test_latest_is_the_highest_name_as_in_prime_rl() -> None:
@@ -108,3 +103,19 @@ def test_torchrun_defaults_and_errors() -> None:
         parse_torchrun_argv(["--nproc-per-node=two", "x.py"])
     with pytest.raises(DemoConfigError, match="needs a value"):
         parse_torchrun_argv(["--nproc-per-node"])
+
+
+def test_torchrun_takes_prime_rls_logging_flags() -> None:
+    # v0.4 rl.py:725-744 and main entrypoints/rl.py:320-334 spell `--redirect` (argparse prefix
+    # of --redirects).
+    args = parse_torchrun_argv(
+        ["--role=trainer", "--rdzv-endpoint=localhost:29601", "--rdzv-id=abc",
+         "--log-dir=/tmp/x/torchrun", "--local-ranks-filter=0", "--redirect=3", "--tee=3",
+         "--nproc-per-node=2", "-m", "prime_rl.trainer.rl.train", "@", "t.json"]
+    )
+    assert (args.role, args.log_dir) == ("trainer", "/tmp/x/torchrun")
+    assert (args.redirects, args.tee) == (3, 3)
+    assert args.local_ranks_filter == frozenset({0})
+    assert args.ignored == ()
+    with pytest.raises(DemoConfigError, match="--tee takes 0-3"):
+        parse_torchrun_argv(["--tee=0:1,1:2", "x.py"])

@@ -212,8 +212,10 @@ def test_v04_logs_and_no_metrics(tmp_path: Path) -> None:
     assert layout.log_file("trainer") == logs / "trainer.stdout"
     assert layout.log_file("orchestrator") == logs / "orchestrator.stdout"
     assert layout.log_file("inference") == logs / "inference.stdout"
-    assert layout.launcher_log() == logs / "rl.log"
-    assert v04(tmp_path, log_file=False).launcher_log() is None
+    # clean=true (the default) deletes logs/ after rl.log was opened: only clean=false keeps it.
+    assert layout.launcher_log() is None
+    assert v04(tmp_path, clean=False).launcher_log() == logs / "rl.log"
+    assert v04(tmp_path, clean=False, log_file=False).launcher_log() is None
     assert layout.metrics_file() is None
 
 
