@@ -1,8 +1,8 @@
 """`airvisor start | status | logs | stop`.
 
-When a daemon answers (AIRVISOR_URL, default http://127.0.0.1:8765) these are its client;
-otherwise `start` supervises in the foreground with the same engine, and the others read the
-state database.
+When the box's daemon answers (found without any variable: see airvisor.daemon._discovery)
+these are its client; otherwise `start` supervises in the foreground with the same engine, and
+the others read the box's state database (the system service's when this user may read it).
 """
 
 from __future__ import annotations
