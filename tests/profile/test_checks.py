@@ -1,307 +1,423 @@
-"""Semantic checks (pure, on plain data and on the broken fixtures) and machine checks."""
+"""Checks of a bound profile: pure ones on plain data, the broken fixtures end to end through
+`prepare_run` (airvisor's own reading of the prime-rl files: `python = []`), and this machine."""
 
 from __future__ import annotations
 
+import dataclasses
 import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 
+from airvisor.primerl import Resolution, RunFacts, bind, prepare_run
 from airvisor.profile import (
-    ComponentConfig,
     MachineFacts,
     Problem,
     Profile,
     check_profile,
-    component_configs,
     load_profile,
     machine_problems,
     semantic_problems,
 )
 
 REPO = Path(__file__).resolve().parents[2]
-BROKEN = REPO / "tests" / "fixtures" / "profiles" / "broken"
-SHIPPED = ["rl_debug", "rl", "dakota", "swe_grep"]
+FIXTURES = REPO / "tests" / "fixtures" / "profiles"
+BROKEN = FIXTURES / "broken"
+OK = FIXTURES / "ok"
+GIB = 1024**3
 
 
-def plain_profile(**sections: Any) -> Profile:
+def run_facts(**changes: Any) -> RunFacts:
+    """A resolved v0.4 run: inference on GPU 0, trainer on GPU 1, no checkpoints."""
+    facts = RunFacts(version="0.4", output_dir=Path("/tmp/plain"), run_dir=Path("/tmp/plain"),
+                     orchestrator_output_dir=Path("/tmp/plain/run_default"),
+                     inference_host="localhost", inference_port=8000, inference_gpus=(0,),
+                     trainer_gpus=(1,), ckpt_interval=None, keep_last=None, max_steps=None)
+    return dataclasses.replace(facts, **changes)
+
+
+def bound(facts: RunFacts, components: dict[str, Any] | None = None,
+          **sections: Any) -> Profile:
+    """A profile bound to `facts` by airvisor's own `bind` (as `prepare_run` binds it)."""
     data: dict[str, Any] = {
-        "run": {"name": "plain", "output_dir": "/tmp/plain"},
-        "prime_rl": {"version": "0.4"},
+        "run": {"name": "plain"},
+        "prime_rl": {"version": facts.version, "python": [], "args": ["@", "/tmp/rl.toml"]},
     }
-    data.update(sections)
-    return Profile.model_validate(data)
-
-
-def plain_configs(**data: dict[str, Any]) -> dict[str, ComponentConfig]:
-    return {name: ComponentConfig(name, data.get(name, {}))
-            for name in ("inference", "trainer", "orchestrator")}
+    for section, values in sections.items():
+        data.setdefault(section, {}).update(values)
+    resolution = Resolution(source="airvisor", facts=facts, components=components or {})
+    return bind(Profile.model_validate(data), resolution)
 
 
 def messages(problems: list[Problem]) -> list[str]:
     return [p.message for p in problems]
 
 
-def fixture_problems(name: str) -> list[Problem]:
-    profile = load_profile(BROKEN / name)
-    configs, problems = component_configs(profile)
-    assert problems == []
-    return semantic_problems(profile, configs)
+def semantic(facts: RunFacts, components: dict[str, Any] | None = None,
+             **sections: Any) -> list[Problem]:
+    return semantic_problems(bound(facts, components, **sections), facts)
 
 
 # --- pure checks on plain data ----------------------------------------------------------------
 
 
 def test_a_clean_split_has_no_problems() -> None:
-    profile = plain_profile(gpus={"inference": [0], "trainer": [1, 2], "containers": [3]})
-    assert semantic_problems(profile, plain_configs()) == []
+    facts = run_facts(inference_gpus=(0,), trainer_gpus=(1, 2))
+    assert semantic(facts, gpus={"containers": [3]}) == []
 
 
-def test_overlap_needs_an_explicit_memory_share() -> None:
-    overlapping = {"inference": [0], "trainer": [0]}
-    (problem,) = semantic_problems(plain_profile(gpus=overlapping), plain_configs())
-    assert "[gpus] trainer shares GPU(s) [0] with [gpus] inference" in problem.message
-    assert problem.fix is not None and "inference_memory_share = 0.5" in problem.fix
-    shared = plain_profile(gpus={**overlapping, "inference_memory_share": 0.5})
-    assert semantic_problems(shared, plain_configs()) == []
+def test_bind_takes_the_gpus_prime_rl_resolved() -> None:
+    profile = bound(run_facts(inference_gpus=(0, 1), trainer_gpus=(2,)), gpus={"containers": [7]})
+    assert (profile.gpus.inference, profile.gpus.trainer, profile.gpus.containers) == (
+        [0, 1], [2], [7])
 
 
-def test_memory_share_must_agree_with_gpu_memory_utilization() -> None:
-    profile = plain_profile(gpus={"inference": [0], "trainer": [0], "inference_memory_share": 0.5})
-    configs = plain_configs(inference={"gpu_memory_utilization": 0.9})
-    (problem,) = semantic_problems(profile, configs)
-    assert "gpu_memory_utilization = 0.9 differs" in problem.message
+def test_sharing_a_gpu_needs_a_lower_gpu_memory_utilization() -> None:
+    facts = run_facts(inference_gpus=(0,), trainer_gpus=(0,))
+    (problem,) = semantic(facts)
+    assert problem.message.startswith("the trainer shares GPU(s) [0] with the inference server, "
+                                      "which may take 90% of each")
+    assert problem.fix is not None and "gpu_memory_utilization" in problem.fix
+    # v0.4 InferenceConfig.gpu_memory_utilization; main InferenceConfig.vllm.gpu_memory_utilization
+    assert semantic(facts, {"inference": {"gpu_memory_utilization": 0.5}}) == []
+    assert semantic(facts, {"inference": {"vllm": {"gpu_memory_utilization": 0.5}}}) == []
+    (high,) = semantic(facts, {"inference": {"gpu_memory_utilization": 0.95}})
+    assert "which may take 95% of each" in high.message
 
 
 def test_container_gpus_must_not_overlap_components() -> None:
-    profile = plain_profile(gpus={"inference": [0], "trainer": [1], "containers": [1]})
-    (problem,) = semantic_problems(profile, plain_configs())
+    facts = run_facts(inference_gpus=(0,), trainer_gpus=(1,))
+    (problem,) = semantic(facts, gpus={"containers": [1]})
     assert problem.message == ("[gpus] containers uses GPU(s) [1], which are also in "
                                "[gpus] trainer")
+    (problem,) = semantic(facts, gpus={"containers": [7]}, containers={"gpus": [0]})
+    assert problem.message == ("[containers] gpus uses GPU(s) [0], which are also in "
+                               "[gpus] inference")
 
 
 def test_duplicate_and_negative_gpu_ids() -> None:
-    profile = plain_profile(gpus={"inference": [-1], "trainer": [2, 2]})
-    assert messages(semantic_problems(profile, plain_configs())) == [
-        "[gpus] inference has negative GPU ids [-1]",
-        "[gpus] trainer lists GPU(s) [2] twice",
+    facts = run_facts(inference_gpus=(0,), trainer_gpus=(1,))
+    assert messages(semantic(facts, gpus={"containers": [-1, 3, 3]})) == [
+        "[gpus] containers has negative GPU ids [-1]",
+        "[gpus] containers lists GPU(s) [3] twice",
     ]
 
 
+def test_gpus_set_in_the_profile_must_be_prime_rls() -> None:
+    facts = run_facts(inference_gpus=(0,), trainer_gpus=(1, 2))
+    assert semantic(facts, gpus={"trainer": [2, 1], "inference": [0]}) == []
+    (problem,) = semantic(facts, gpus={"trainer": [3]})
+    assert problem.message == ("[gpus] trainer = [3] but prime-rl's config gives the trainer "
+                               "GPU(s) [1, 2]")
+    assert problem.fix == "remove [gpus] trainer (airvisor takes prime-rl's) or make them equal"
+
+
 def test_model_names_must_agree() -> None:
-    configs = plain_configs(inference={"model": {"name": "a"}}, trainer={"model": {"name": "a"}},
-                            orchestrator={"model": {"name": "b"}})
-    (problem,) = semantic_problems(plain_profile(), configs)
+    same = run_facts(model_names={"trainer": "a", "orchestrator": "a", "inference": "a"})
+    assert semantic(same) == []
+    differ = run_facts(model_names={"trainer": "a", "orchestrator": "b", "inference": "a"})
+    (problem,) = semantic(differ)
     assert "model name differs" in problem.message
     assert "orchestrator 'b'" in problem.message and "trainer 'a'" in problem.message
 
 
-def test_max_tokens_cannot_exceed_seq_len() -> None:
-    ok = plain_configs(orchestrator={"seq_len": 1024, "sampling": {"max_tokens": 1024}})
-    assert semantic_problems(plain_profile(), ok) == []
-    bad = plain_configs(orchestrator={"seq_len": 1024, "sampling": {"max_tokens": 1025}})
-    (problem,) = semantic_problems(plain_profile(), bad)
-    assert "max_tokens = 1025 is larger than seq_len = 1024" in problem.message
-
-
-def test_checkpoint_cadence_must_agree_everywhere() -> None:
-    same = plain_configs(trainer={"ckpt": {"interval": 10}},
-                         orchestrator={"ckpt": {"interval": 10}})
-    assert semantic_problems(plain_profile(checkpoint={"interval": 10}), same) == []
-    differ = plain_configs(trainer={"ckpt": {"interval": 5}})
-    (problem,) = semantic_problems(plain_profile(checkpoint={"interval": 10}), differ)
-    assert "checkpoint cadence differs" in problem.message
-    assert "trainer ckpt.interval = 5" in problem.message
-
-
-def test_max_steps_must_agree_unless_the_profile_sets_it() -> None:
-    configs = plain_configs(trainer={"max_steps": 10}, orchestrator={"max_steps": 20})
-    (problem,) = semantic_problems(plain_profile(), configs)
-    assert "max_steps differs" in problem.message
-    fixed = plain_profile(run={"name": "p", "output_dir": "/tmp/p", "max_steps": 20})
-    assert semantic_problems(fixed, configs) == []
-
-
-def test_inference_parallelism_must_match_its_gpus() -> None:
-    profile = plain_profile(gpus={"inference": [0, 1, 2], "trainer": [3]})
-    (problem,) = semantic_problems(profile, plain_configs())
-    assert "1 x 1 = 1 GPU(s), but [gpus] inference lists 3" in problem.message
-    fine = plain_configs(inference={"parallel": {"dp": 3}})
-    assert semantic_problems(profile, fine) == []
-
-
-def test_containers_need_an_env_to_receive_their_names() -> None:
-    profile = plain_profile(containers={"enabled": True})
-    (problem,) = semantic_problems(profile, plain_configs())
-    assert "no [[env]] table" in problem.message
-    with_env = plain_configs(orchestrator={"env": [{"id": "x"}]})
-    assert semantic_problems(profile, with_env) == []
-
-
 def test_inference_port_and_rdzv_port_differ() -> None:
-    profile = plain_profile(inference={"port": 29501})
-    (problem,) = semantic_problems(profile, plain_configs())
-    assert "rdzv_port 29501 is also [inference] port" in problem.message
+    (problem,) = semantic(run_facts(inference_port=29501), trainer={"rdzv_port": 29501})
+    assert problem.message == "[trainer] rdzv_port 29501 is also the inference server's port"
+    assert semantic(run_facts(inference_port=None), trainer={"rdzv_port": 29501}) == []
 
 
-# --- the broken fixtures: each gives its located error -------------------------------------------
+def test_only_single_node_runs_are_supervised() -> None:
+    (slurm,) = semantic(run_facts(slurm=True))
+    assert "describes a Slurm deployment" in slurm.message
+    (multi,) = semantic(run_facts(version="main", deployment_type="multi_node"))
+    assert "describes a multi_node deployment" in multi.message
+
+
+def test_the_demo_reserves_no_gpu() -> None:
+    facts = run_facts(inference_gpus=(0,), trainer_gpus=(0,))
+    demo = bound(facts, run={"demo": True})
+    assert (demo.gpus.inference, demo.gpus.trainer) == ([], [])
+    assert semantic_problems(demo, facts) == []
+
+
+# --- the fixtures, end to end: each mistake located in the profile ------------------------------
+
+
+def fixture_problems(path: Path) -> list[Problem]:
+    return prepare_run(load_profile(path), machine=False, environ={}).problems
 
 
 def test_fixture_gpu_overlap() -> None:
-    problems = fixture_problems("gpu_overlap.toml")
-    assert [p.where for p in problems] == [f"{BROKEN / 'gpu_overlap.toml'}:10:1",
-                                           f"{BROKEN / 'gpu_overlap.toml'}:11:1"]
-    assert "shares GPU(s) [1]" in problems[0].message
-    assert "[gpus] containers uses GPU(s) [2]" in problems[1].message
+    path = BROKEN / "gpu_overlap.toml"
+    problems = fixture_problems(path)
+    assert [p.where for p in problems] == [f"{path}:8:1", f"{path}:11:1"]
+    assert problems[0].message.startswith("the trainer shares GPU(s) [1] with the inference "
+                                          "server")
+    assert problems[1].message == ("[gpus] containers uses GPU(s) [2], which are also in "
+                                   "[gpus] trainer")
 
 
-def test_fixture_model_mismatch_points_at_the_odd_one() -> None:
-    (problem,) = fixture_problems("model_mismatch.toml")
-    assert problem.where == f"{BROKEN / 'model_mismatch.toml'}:15:1"
-    assert "'Qwen/Qwen3-4B'" in problem.message
+def test_fixture_model_mismatch_names_each_components_model() -> None:
+    path = BROKEN / "model_mismatch.toml"
+    (problem,) = fixture_problems(path)
+    assert problem.where == f"{path}:8:1"
+    assert problem.message == (
+        "the model name differs between components in the prime-rl config: inference "
+        "'Qwen/Qwen3-0.6B'; orchestrator 'Qwen/Qwen3-4B'; trainer 'Qwen/Qwen3-0.6B'")
 
 
-def test_fixture_max_tokens() -> None:
-    (problem,) = fixture_problems("max_tokens.toml")
-    assert problem.where == f"{BROKEN / 'max_tokens.toml'}:12:1"
-    assert f"seq_len = 1024 ({BROKEN / 'max_tokens.toml'}:9:1)" in problem.message
+def test_fixture_gpu_disagreement() -> None:
+    path = BROKEN / "gpu_disagree.toml"
+    (problem,) = fixture_problems(path)
+    assert problem.where == f"{path}:11:1"
+    assert "[gpus] trainer = [3] but prime-rl's config gives the trainer GPU(s) [1]" \
+        in problem.message
 
 
-def test_fixture_cadence_points_into_the_config_file() -> None:
-    (problem,) = fixture_problems("cadence.toml")
-    assert problem.where == f"{BROKEN / 'cadence_train.toml'}:5:1"
-    assert "[checkpoint] interval = 10" in problem.message
+def test_fixture_port_clash_with_prime_rls_default_port() -> None:
+    path = BROKEN / "port_clash.toml"
+    (problem,) = fixture_problems(path)
+    assert problem.where == f"{path}:11:1"
+    assert problem.message == "[trainer] rdzv_port 8000 is also the inference server's port"
+
+
+def test_fixture_slurm_is_refused() -> None:
+    path = BROKEN / "slurm.toml"
+    (problem,) = fixture_problems(path)
+    assert problem.where == f"{path}:8:1"
+    assert "Slurm deployment; airvisor supervises single-node runs" in problem.message
+
+
+@pytest.mark.parametrize("name", ["v04", "main"])
+def test_ok_fixtures_have_no_problems_and_say_prime_rl_was_not_asked(name: str) -> None:
+    prepared = prepare_run(load_profile(OK / f"{name}.toml"), environ={})
+    assert prepared.problems == [] and prepared.ok
+    assert prepared.resolution is not None and not prepared.resolution.checked_by_prime_rl
+    assert "only airvisor's part of the config was checked" in prepared.resolution.note
+
+
+def test_ok_v04_fixture_binds_v04s_facts() -> None:
+    prepared = prepare_run(load_profile(OK / "v04.toml"), environ={})
+    assert prepared.ok and prepared.resolution is not None
+    facts, profile = prepared.resolution.facts, prepared.profile
+    assert facts.run_dir == OK / "outputs" / "titanic-debug"
+    assert facts.orchestrator_output_dir == OK / "outputs" / "titanic-debug" / "run_default"
+    assert (facts.inference_port, facts.ckpt_interval, facts.keep_last, facts.max_steps) == (
+        8011, 5, 2, 10)
+    assert (profile.gpus.inference, profile.gpus.trainer, profile.gpus.containers) == (
+        [0], [2, 3, 4, 5, 6], [7])
+    assert profile.run.output_dir == facts.run_dir and profile.run.max_steps == 10
+
+
+def test_ok_main_fixture_binds_mains_facts() -> None:
+    # main names an unnamed run after the profile (a relaunch must find its checkpoints) and
+    # splits the GPUs it sees: inference first, then the trainer.
+    prepared = prepare_run(load_profile(OK / "main.toml"),
+                           environ={"CUDA_VISIBLE_DEVICES": "4,5,6"})
+    assert prepared.ok and prepared.resolution is not None
+    facts = prepared.resolution.facts
+    assert facts.run_dir == OK / "outputs" / "reverse-text"
+    assert (facts.inference_gpus, facts.trainer_gpus) == ((4,), (5, 6))
+    assert (facts.ckpt_interval, facts.max_steps) == (10, 20)
+
+
+def test_overrides_go_on_top_of_the_users_files() -> None:
+    profile = load_profile(OK / "v04.toml", {"prime_rl.overrides.max_steps": 3,
+                                             "prime_rl.overrides.trainer_gpu_ids": [1]})
+    prepared = prepare_run(profile, environ={})
+    assert prepared.ok and prepared.resolution is not None
+    assert prepared.resolution.facts.max_steps == 3
+    assert prepared.profile.gpus.trainer == [1]
+
+
+@pytest.mark.xfail(strict=True, reason="bug: without prime-rl (airvisor's own reading) the "
+                                       "config's gpu_memory_utilization is never read, so a "
+                                       "shared GPU is refused whatever the config says")
+def test_a_shared_gpu_with_half_the_memory_for_inference_passes() -> None:
+    prepared = prepare_run(load_profile(OK / "shared_gpu.toml"), environ={})
+    assert prepared.problems == []
 
 
 # --- shipped profiles ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.toml")), ids=lambda p: p.stem)
-def test_shipped_profiles_load_and_pass_the_pure_checks(path: Path) -> None:
+def test_shipped_profiles_load(path: Path) -> None:
     profile = load_profile(path.stem)
-    configs, problems = component_configs(profile)
-    assert problems == []
-    assert semantic_problems(profile, configs) == []
+    assert profile.source == path
+    assert any(a == "@" for a in profile.prime_rl.args)  # names the user's own prime-rl config
 
 
 def test_every_seed_profile_is_shipped() -> None:
-    assert {p.stem for p in (REPO / "configs").glob("*.toml")} >= set(SHIPPED)
-
-
-def test_shipped_profiles_match_their_seeds() -> None:
-    rl_debug = load_profile("rl_debug")
-    assert (rl_debug.gpus.inference, rl_debug.gpus.trainer, rl_debug.gpus.containers) == (
-        [0], [2, 3, 4, 5, 6], [7])
-    assert rl_debug.run.max_steps == 10
-    orch = component_configs(rl_debug)[0]["orchestrator"]
-    assert (orch.get("batch_size"), orch.get("rollouts_per_example")) == (8, 4)
-    assert orch.get("env")[0]["args"]["max_turns"] == 10
-    assert orch.get("env")[0]["args"]["task_configs"] == ["titanic.yaml"]
-    dakota = load_profile("dakota")
-    assert (dakota.gpus.inference, dakota.gpus.trainer) == ([0, 1, 2, 3, 4, 5], [6, 7])
-    assert (dakota.checkpoint.interval, dakota.checkpoint.keep) == (10, 3)
-    assert component_configs(dakota)[0]["trainer"].get("model", "name") == "Qwen/Qwen3-0.6B"
-    swe = load_profile("swe_grep")
-    assert swe.gpus.inference == swe.gpus.trainer == [0]
-    assert swe.gpus.inference_memory_share == 0.5
-    lora = component_configs(swe)[0]["trainer"].get("model", "experimental", "lora")
-    assert (lora["rank"], lora["alpha"]) == (4, 8)
-
-
-@pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_profiles_say_prime_rl_is_missing_here(name: str) -> None:
-    profile = load_profile(name)
-    assert any("the prime-rl command is not installed" in p.message
-               for p in machine_problems(profile))
+    shipped = {p.stem for p in (REPO / "configs").glob("*.toml")}
+    assert shipped >= {"rl_debug", "rl", "dakota", "swe_grep", "mlgym", "demo"}
 
 
 # --- machine checks -----------------------------------------------------------------------------
 
 
-def demo_like(tmp_path: Path, **sections: Any) -> Profile:
-    data: dict[str, Any] = {
-        "run": {"name": "m", "output_dir": str(tmp_path / "out")},
-        "prime_rl": {"version": "0.4", "command_prefix": [sys.executable, "-m", "airvisor.demo"]},
-        "checkpoint": {"size_gib": 0.001},
-    }
-    data.update(sections)
-    return Profile.model_validate(data)
+def machine_profile(tmp_path: Path, extra: str = "", *,
+                    prime_rl: str = 'command_prefix = ["{python}", "-m", "airvisor.demo"]',
+                    ) -> Profile:
+    """A loaded (so located) profile; its prime-rl config is not read by the machine checks."""
+    path = tmp_path / "profile.toml"
+    path.write_text(f"""\
+[run]
+name = "m"
+
+[prime_rl]
+version = "0.4"
+python = []
+args = ["@", "rl.toml"]
+{prime_rl}
+
+[checkpoint]
+size_gib = 0.001
+{extra}""")
+    return load_profile(path)
+
+
+def machine(profile: Profile, facts: RunFacts, fs: MachineFacts | None = None) -> list[Problem]:
+    return machine_problems(bind(profile, Resolution("airvisor", facts)), facts, fs)
+
+
+def at(tmp_path: Path, **changes: Any) -> RunFacts:
+    """Facts of a run whose directory is under tmp_path."""
+    run_dir = tmp_path / "out"
+    return run_facts(output_dir=run_dir, run_dir=run_dir,
+                     orchestrator_output_dir=run_dir / "run_default", **changes)
 
 
 def test_a_runnable_profile_has_no_machine_problems(tmp_path: Path) -> None:
-    assert machine_problems(demo_like(tmp_path)) == []
-    assert check_profile(demo_like(tmp_path)) == []
+    profile, facts = machine_profile(tmp_path), at(tmp_path, ckpt_interval=2, keep_last=3)
+    assert machine(profile, facts) == []
+    assert check_profile(bind(profile, Resolution("airvisor", facts)), facts) == []
 
 
 def test_command_not_on_path(tmp_path: Path) -> None:
-    profile = demo_like(tmp_path, prime_rl={
-        "version": "0.4", "command_prefix": ["airvisor-no-such-command", "run"]})
-    (problem,) = machine_problems(profile)
-    assert "'airvisor-no-such-command'" in problem.message
+    profile = machine_profile(
+        tmp_path, prime_rl='command_prefix = ["airvisor-no-such-command", "run"]')
+    (problem,) = machine(profile, at(tmp_path))
+    assert problem.where == f"{tmp_path / 'profile.toml'}:8:1"
+    assert problem.message.startswith("the prime-rl command is not installed: "
+                                      "'airvisor-no-such-command'")
     assert "not found on PATH" in problem.message
+    assert problem.fix is not None and "uv sync" in problem.fix
 
 
-def test_uv_project_checkout_must_exist_and_be_synced(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag", ["--project", "--directory", "--project="])
+def test_uv_project_checkout_must_exist_and_be_synced(tmp_path: Path, flag: str) -> None:
     checkout = tmp_path / "prime-rl"
-    prefix = [sys.executable, "--project", str(checkout)]
-    profile = demo_like(tmp_path, prime_rl={"version": "0.4", "command_prefix": prefix})
-    (problem,) = machine_problems(profile)
-    assert f"checkout {checkout}" in problem.message and "does not exist" in problem.message
+    words = [f"{flag}{checkout}"] if flag.endswith("=") else [flag, str(checkout)]
+    prefix = tomli_w.dumps({"command_prefix": [sys.executable, *words]}).strip()
+    profile = machine_profile(tmp_path, prime_rl=prefix)
+    (problem,) = machine(profile, at(tmp_path))
+    assert problem.message == (f"the prime-rl checkout {checkout} named in [prime_rl] "
+                               "command_prefix does not exist")
     (checkout / ".venv" / "bin").mkdir(parents=True)
-    (problem,) = machine_problems(profile)
-    assert "lacks inference, orchestrator, torchrun" in problem.message
+    (problem,) = machine(profile, at(tmp_path))
+    assert problem.message == (f"prime-rl is not installed in {checkout}: "
+                               f"{checkout / '.venv' / 'bin'} lacks rl")
     assert problem.fix == f"run `uv sync` in {checkout}"
 
 
-def test_venv_without_prime_rl_scripts(tmp_path: Path) -> None:
+def executable(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_venv_must_hold_the_scripts_of_the_mode(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    script = venv / "bin" / "inference"
-    script.write_text("#!/bin/sh\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    profile = demo_like(tmp_path, prime_rl={"version": "0.4", "venv": str(venv)})
-    (problem,) = machine_problems(profile)
+    launcher = machine_profile(tmp_path, prime_rl=f'venv = "{venv}"')
+    (problem,) = machine(launcher, at(tmp_path))
+    assert problem.message == f"[prime_rl] venv {venv} has no bin/ directory"
+    executable(venv / "bin" / "inference")
+    (problem,) = machine(launcher, at(tmp_path))
     assert problem.message == (f"prime-rl is not installed in [prime_rl] venv: {venv / 'bin'} "
-                               "lacks orchestrator, torchrun")
+                               "lacks rl")
+    executable(venv / "bin" / "rl")
+    assert machine(launcher, at(tmp_path)) == []
+    components = machine_profile(tmp_path, prime_rl=f'venv = "{venv}"\nmode = "components"')
+    (problem,) = machine(components, at(tmp_path))
+    assert problem.message.endswith("lacks orchestrator, torchrun")
 
 
-def test_output_dir_under_a_file_is_not_writable(tmp_path: Path) -> None:
+def test_without_prefix_or_venv_rl_must_be_on_path(tmp_path: Path) -> None:
+    profile = machine_profile(tmp_path, prime_rl="")
+    nowhere = MachineFacts(which=lambda name: None)
+    (problem,) = machine(profile, at(tmp_path), nowhere)
+    assert problem.message == ("prime-rl is not installed: rl not found on PATH and neither "
+                               "[prime_rl] command_prefix nor [prime_rl] venv is set")
+    assert problem.where == f"{tmp_path / 'profile.toml'}:4:1"
+    installed = MachineFacts(which=lambda name: f"/usr/bin/{name}")
+    assert machine(profile, at(tmp_path), installed) == []
+
+
+def test_run_dir_that_is_a_file_or_under_one(tmp_path: Path) -> None:
+    profile = machine_profile(tmp_path)
     blocker = tmp_path / "file"
     blocker.write_text("")
-    profile = demo_like(tmp_path, run={"name": "m", "output_dir": str(blocker / "out")})
-    (problem,) = machine_problems(profile)
-    assert "is not writable" in problem.message and str(blocker) in problem.message
+    (problem,) = machine(profile, run_facts(run_dir=blocker))
+    assert problem.message == (f"the run directory {blocker} (prime-rl's output_dir) exists and "
+                               "is not a directory")
+    assert problem.where == f"{tmp_path / 'profile.toml'}:7:1"  # [prime_rl] args
+    (problem,) = machine(profile, run_facts(run_dir=blocker / "out"))
+    assert problem.message == (f"the run directory {blocker / 'out'} (prime-rl's output_dir) is "
+                               f"not writable ({blocker} is not writable by this user)")
 
 
-def test_output_dir_permission_and_disk_through_injected_facts(tmp_path: Path) -> None:
-    profile = demo_like(tmp_path, checkpoint={"keep": 2, "size_gib": 1.0})
+def test_run_dir_permission_through_injected_facts(tmp_path: Path) -> None:
     denied = MachineFacts(writable=lambda path: False)
-    (problem,) = machine_problems(profile, denied)
-    assert f"not writable ({tmp_path} is not writable" in problem.message
-    tight = MachineFacts(free_bytes=lambda path: 2 * 1024**3)
-    (problem,) = machine_problems(profile, tight)
-    assert "3 x 1.0 GiB = 3.0 GiB needed" in problem.message and "2.0 GiB free" in problem.message
-    roomy = MachineFacts(free_bytes=lambda path: 3 * 1024**3)
-    assert machine_problems(profile, roomy) == []
+    (problem,) = machine(machine_profile(tmp_path), at(tmp_path), denied)
+    assert f"not writable ({tmp_path} is not writable by this user)" in problem.message
+
+
+def test_disk_for_keep_last_plus_one_checkpoints(tmp_path: Path) -> None:
+    profile = load_profile(machine_profile(tmp_path).source or tmp_path,
+                           {"checkpoint.size_gib": 1.0})
+    facts = at(tmp_path, ckpt_interval=5, keep_last=2)
+    (problem,) = machine(profile, facts, MachineFacts(free_bytes=lambda path: 2 * GIB))
+    assert problem.message == (f"too little free disk for checkpoints: 3 x 1.0 GiB = 3.0 GiB "
+                               f"needed under {tmp_path}, 2.0 GiB free")
+    assert problem.where == f"{tmp_path / 'profile.toml'}:10:1"  # [checkpoint]
+    assert problem.fix is not None and "keep_last" in problem.fix
+    assert machine(profile, facts, MachineFacts(free_bytes=lambda path: 3 * GIB)) == []
+
+
+def test_disk_without_keep_last_counts_every_checkpoint_until_max_steps(tmp_path: Path) -> None:
+    profile = load_profile(machine_profile(tmp_path).source or tmp_path,
+                           {"checkpoint.size_gib": 1.0})
+    two_gib = MachineFacts(free_bytes=lambda path: 2 * GIB)
+    (problem,) = machine(profile, at(tmp_path, ckpt_interval=5, max_steps=20), two_gib)
+    assert "5 x 1.0 GiB = 5.0 GiB needed" in problem.message
+    # No limit on steps or checkpointing off: nothing to estimate.
+    assert machine(profile, at(tmp_path, ckpt_interval=5), two_gib) == []
+    assert machine(profile, at(tmp_path, max_steps=20),
+                   MachineFacts(free_bytes=lambda path: 0)) == []
 
 
 def test_real_disk_check_fails_for_an_absurd_checkpoint_size(tmp_path: Path) -> None:
-    profile = demo_like(tmp_path, checkpoint={"size_gib": 1e9})
-    (problem,) = machine_problems(profile)
-    assert problem.message.startswith("too little free disk for checkpoints")
+    profile = load_profile(machine_profile(tmp_path).source or tmp_path,
+                           {"checkpoint.size_gib": 1e9})
+    (problem,) = machine(profile, at(tmp_path, ckpt_interval=1, keep_last=1))
+    assert problem.message.startswith("too little free disk for checkpoints: 2 x 1000000000.0 GiB")
 
 
 def test_missing_workdir_and_mount_sources(tmp_path: Path) -> None:
-    profile = demo_like(
-        tmp_path,
-        prime_rl={"version": "0.4", "command_prefix": [sys.executable],
-                  "workdir": str(tmp_path / "nowhere")},
-        containers={"enabled": True, "mounts": [{"source": str(tmp_path / "gone"),
-                                                 "target": "/x"}]},
-    )
-    assert messages(machine_problems(profile)) == [
+    profile = machine_profile(tmp_path, """
+[containers]
+enabled = true
+mounts = [{ source = "gone", target = "/x" }]
+""", prime_rl=f'command_prefix = ["{sys.executable}"]\nworkdir = "nowhere"')
+    assert messages(machine(profile, at(tmp_path))) == [
         f"[prime_rl] workdir {tmp_path / 'nowhere'} is not a directory",
         f"[[containers.mounts]] source {tmp_path / 'gone'} does not exist",
     ]
+    disabled = load_profile(profile.source or tmp_path, {"containers.enabled": False})
+    assert messages(machine(disabled, at(tmp_path))) == [
+        f"[prime_rl] workdir {tmp_path / 'nowhere'} is not a directory"]

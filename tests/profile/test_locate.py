@@ -21,13 +21,13 @@ line = "not a key"
 """
 target = "/b"
 
-[trainer.config]
+[prime_rl.overrides]
 list = [
   "not = a key",
   { inline = 1 },
 ]
 after = true
-[orchestrator.config]
+[prime_rl.overrides.orchestrator]
 env = [{ id = "e", args = { k = 1 } }]
 '''
 
@@ -44,12 +44,13 @@ def test_positions_of_keys_tables_and_array_elements() -> None:
     assert locator.exact(("containers", "mounts", 1, "source")) == (11, 1)
     assert locator.exact(("containers", "mounts", 1, "target")) == (14, 1)
     assert locator.exact(("line",)) is None  # inside a multi-line string
-    assert locator.exact(("trainer", "config", "after")) == (21, 1)
-    assert locator.exact(("trainer", "config", "list")) == (17, 1)
+    assert locator.exact(("prime_rl", "overrides", "after")) == (21, 1)
+    assert locator.exact(("prime_rl", "overrides", "list")) == (17, 1)
 
 
 def test_lookups_fall_back_to_the_nearest_parent() -> None:
     locator = KeyLocator(Path("p.toml"), DOCUMENT)
-    assert locator.where(("orchestrator", "config", "env", 0, "args", "k")) == "p.toml:23:1"
+    deep = ("prime_rl", "overrides", "orchestrator", "env", 0, "args", "k")
+    assert locator.where(deep) == "p.toml:23:1"
     assert locator.where(("run", "missing")) == "p.toml:3:1"
     assert locator.where(("nowhere",)) == "p.toml"
