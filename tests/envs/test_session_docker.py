@@ -95,15 +95,16 @@ def test_validate_and_submit_reward_improvement(runner_for: Any, tmp_path: Path)
     runner, _ = runner_for(task="battleOfSexes")
     episode = start(runner, "battleOfSexes")
     first = episode.step("validate")
-    assert first.reward == pytest.approx(0.0) and '"Score": 0.75' in first.observation
+    # the random starter strategy runs in its own process (own random state): about 0.75
+    assert first.reward == 0.0 and first.info["score"] == pytest.approx(0.75, abs=0.06)
     episode.step("open strategy.py")
     episode.step("```\nedit 12:12\n    return 0\nend_of_edit\n```")
     better = episode.step("validate")
-    assert better.reward == pytest.approx(1.98 - 0.75)
+    assert better.reward == 0.0 and better.info["score"] == pytest.approx(1.98)  # charged at end
     assert "Baseline Score" in better.observation
     done = episode.step("submit")
-    assert done.done and done.reward == pytest.approx(0.0)
-    assert episode.total_reward == pytest.approx(1.23)
+    assert done.done and done.reward == pytest.approx((1.98 - 0.75) / 0.75)
+    assert episode.total_reward == pytest.approx((1.98 - 0.75) / 0.75)
     end(episode)
     saved = list((tmp_path / "trajectories").glob("*_battleOfSexes_*.json"))
     assert len(saved) == 1
@@ -128,7 +129,8 @@ def test_csv_task_needs_a_submission(runner_for: Any) -> None:
     episode.step(f"```bash\n{script}\n```")
     scored = episode.step("validate")
     assert '"accuracy": 0.85' in scored.observation
-    assert scored.reward == pytest.approx(0.85 - 0.45)
+    assert scored.reward == 0.0
+    assert episode.step("submit").reward == pytest.approx((0.85 - 0.45) / 0.45)
     end(episode)
 
 
@@ -161,7 +163,7 @@ def test_tampered_evaluation_script_is_restored(runner_for: Any) -> None:
     episode = start(runner, "battleOfSexes")
     episode.step('rm -f evaluate.py && echo \'print("{\\"Score\\": 100}")\' > evaluate.py')
     result = episode.step("validate")
-    assert '"Score": 0.75' in result.observation and result.reward == pytest.approx(0.0)
+    assert result.info["score"] == pytest.approx(0.75, abs=0.06) and result.reward == 0.0
     end(episode)
 
 
@@ -254,7 +256,7 @@ def test_restarted_container_keeps_its_files(runner_for: Any, docker_client: Any
     result = episode.step("cat strategy.py")
     assert not result.done and "return 0" in result.observation
     assert "new shell" in result.observation
-    assert episode.step("validate").reward == pytest.approx(1.98 - 0.75)
+    assert episode.step("validate").info["score"] == pytest.approx(1.98)
     end(episode)
 
 
@@ -280,7 +282,7 @@ def test_recreated_container_gets_a_rebuilt_workspace(
     assert not result.done and "recovered" in result.observation
     assert "random.randint" in episode.step("cat strategy.py").observation  # rebuilt
     assert "no file is open" in episode.step("goto 3").observation.lower()  # editor reset
-    assert episode.step("validate").reward == pytest.approx(0.0)
+    assert episode.step("validate").info["score"] == pytest.approx(0.75, abs=0.06)
     end(episode)
 
 

@@ -82,23 +82,33 @@ class OwnedContainers:
 
     def start(self) -> list[str]:
         prefix = f"air-mlgym-{os.getpid()}-{secrets.token_hex(3)}"
-        labels = {OWNER_LABEL: str(os.getpid()), **self.labels}
         for i in range(self.count):
             name = f"{prefix}-{i}"
-            self.client.containers.run(
-                self.image,
-                list(self.command),
-                name=name,
-                detach=True,
-                stdin_open=True,
-                user=self.user,
-                working_dir=self.workdir,
-                labels=labels,
-                volumes=self.volumes,
-                network_mode=self.network_mode,
-            )
+            self._run(name)
             self.names.append(name)
         return list(self.names)
+
+    def _run(self, name: str) -> None:
+        self.client.containers.run(
+            self.image,
+            list(self.command),
+            name=name,
+            detach=True,
+            stdin_open=True,
+            user=self.user,
+            working_dir=self.workdir,
+            labels={OWNER_LABEL: str(os.getpid()), **self.labels},
+            volumes=self.volumes,
+            network_mode=self.network_mode,
+        )
+
+    def recreate(self, name: str) -> None:
+        """Replace our container `name` by a fresh one from the image (same name): one that
+        could not be restored is never reused."""
+        with contextlib.suppress(*DOCKER_ERRORS):
+            self.client.containers.get(name).remove(force=True)
+        with contextlib.suppress(*DOCKER_ERRORS):
+            self._run(name)
 
     def revive(self, name: str) -> None:
         """Start our stopped container again (used when one of ours stopped mid-run)."""

@@ -20,7 +20,7 @@ from typing import Any
 from air_mlgym._actions import USAGE
 from air_mlgym._containers import DEFAULT_LOCK_DIR, Lease, LeaseBook, OwnedContainers
 from air_mlgym._episode import Episode, EpisodeConfig
-from air_mlgym._reward import MetricSpec, resolve_metric
+from air_mlgym._reward import REWARD_MODES, MetricSpec, protection_table, resolve_metric
 from air_mlgym._session import SessionConfig, TaskSession, workspace_listing
 from air_mlgym._tasks import TaskSpec, load_task
 
@@ -64,7 +64,10 @@ class EnvArgs:
     max_observation_chars: int = 12_000
     clip_negative_rewards: bool = False
     reward_scale: float = 1.0
+    reward_mode: str = "final"  # or "per_validate" (README "Reward")
+    failure_reward: float = -1.0
     evaluate_on_exit: bool = True
+    admin_python: str = "/usr/bin/python3"  # root-owned interpreter in the task image
     setup_commands: list[str] = field(default_factory=list)
     conda_env: str | None = "mlgym_generic"
     mlgym_mount: str | None = None  # the checkout's mount point inside the containers
@@ -115,6 +118,14 @@ class EnvArgs:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 fail(name, f"must be a positive integer, got {value!r}")
+        if self.reward_mode not in REWARD_MODES:
+            fail("reward_mode", f"must be one of {list(REWARD_MODES)}, got {self.reward_mode!r}")
+        if (
+            isinstance(self.failure_reward, bool)
+            or not isinstance(self.failure_reward, int | float)
+            or self.failure_reward > 0
+        ):
+            fail("failure_reward", f"must be a number <= 0, got {self.failure_reward!r}")
         for name in ("container_wait", "lease_timeout", "reward_scale"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
@@ -130,6 +141,7 @@ class EnvArgs:
             overrides["short_timeout"] = float(self.short_timeout)
         if self.long_timeout is not None:
             overrides["long_timeout"] = float(self.long_timeout)
+            overrides["long_timeout_explicit"] = True
         return SessionConfig(
             user=self.user,
             home=self.home.rstrip("/") or "/",
@@ -139,6 +151,7 @@ class EnvArgs:
             setup_commands=tuple(self.setup_commands),
             conda_env=self.conda_env,
             mlgym_mount=self.mlgym_mount,
+            admin_python=self.admin_python,
             **overrides,
         )
 
@@ -148,6 +161,8 @@ class EnvArgs:
             max_observation_chars=self.max_observation_chars,
             clip_negative=self.clip_negative_rewards,
             reward_scale=float(self.reward_scale),
+            reward_mode="per_validate" if self.reward_mode == "per_validate" else "final",
+            failure_reward=float(self.failure_reward),
             evaluate_on_exit=self.evaluate_on_exit,
             trajectory_dir=Path(self.trajectory_dir).expanduser() if self.trajectory_dir else None,
         )
@@ -158,6 +173,7 @@ class EnvArgs:
             task_id,
             metric=row.get("metric", self.metric),
             higher_is_better=row.get("higher_is_better", self.higher_is_better),
+            scale=row.get("scale"),
         )
 
 
@@ -202,7 +218,14 @@ class MLGymRunner:
         self.tasks: dict[str, TaskSpec] = {}
         for name in args.tasks:
             spec = load_task(args.mlgym_path, name)
+            if spec.id in self.tasks:
+                raise EnvArgsError(
+                    f"air-mlgym: environment arg 'task' names task id {spec.id!r} twice "
+                    f"({self.tasks[spec.id].config_path.name} and {spec.config_path.name}); "
+                    "fix: list each task once (num_examples sets how often it is played)"
+                )
             self.tasks[spec.id] = spec
+        self.protection = protection_table()
         self.metrics = {task_id: args.metric_for(task_id) for task_id in self.tasks}
         self.session_config = args.session_config()
         self.episode_config = args.episode_config()
@@ -252,8 +275,15 @@ class MLGymRunner:
         with self._lock:
             session = self._sessions.get(name)
             if session is None:
-                revive = self._owned.revive if self._owned is not None else None
-                session = TaskSession(self._client, name, config=self.session_config, revive=revive)
+                owned = self._owned
+                session = TaskSession(
+                    self._client,
+                    name,
+                    config=self.session_config,
+                    revive=owned.revive if owned is not None else None,
+                    recreate=owned.recreate if owned is not None else None,
+                    protection=self.protection,
+                )
                 self._sessions[name] = session
             return session
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from air_mlgym._actions import Command, NoCommand, extract_command
 from air_mlgym._containers import ContainerUnavailable
-from air_mlgym._reward import MetricSpec, ScoreTracker, baseline_score
+from air_mlgym._reward import MetricSpec, RewardConfig, RewardMode, ScoreTracker, baseline_score
 from air_mlgym._session import Evaluation, TaskSession
 from air_mlgym._shell import RunResult
 from air_mlgym._tasks import TaskSpec
@@ -36,8 +36,18 @@ class EpisodeConfig:
     max_observation_chars: int = 12_000
     clip_negative: bool = False
     reward_scale: float = 1.0
+    reward_mode: RewardMode = "final"
+    failure_reward: float = -1.0  # no valid score; also the floor of valid ones
     evaluate_on_exit: bool = True  # evaluate once more when the episode ends without submit
     trajectory_dir: Path | None = None
+
+    def reward_config(self) -> RewardConfig:
+        return RewardConfig(
+            mode=self.reward_mode,
+            failure=self.failure_reward,
+            clip_negative=self.clip_negative,
+            scale=self.reward_scale,
+        )
 
 
 @dataclass(frozen=True)
@@ -72,11 +82,11 @@ class Episode:
         self.episode_id = episode_id or uuid.uuid4().hex[:12]
         self.meta = dict(meta or {})
         self.tracker = ScoreTracker(
-            metric,
-            baseline_score(task.baseline_scores, metric),
-            clip_negative=self.config.clip_negative,
-            scale=self.config.reward_scale,
+            metric, baseline_score(task.baseline_scores, metric), self.config.reward_config()
         )
+        # Evaluations of this episode by solution digest: an unchanged solution is not run
+        # (or scored differently by Monte Carlo noise) again.
+        self._evaluations: dict[str, Evaluation] = {}
         self.done = False
         self.submitted = False
         self.end_reason: str | None = None
@@ -148,16 +158,19 @@ class Episode:
         final_reward = 0.0
         if not self.done and self._ready and self.config.evaluate_on_exit and not self.submitted:
             try:
-                evaluation = self.session.evaluate()
-                outcome = self.tracker.observe(evaluation.metrics)
+                evaluation = self._run_evaluation()
+                outcome = self.tracker.observe(evaluation.metrics, "final")
                 final_reward = outcome.reward
-                self.events.append(
-                    f"final evaluation: {evaluation.metrics} (reward {outcome.reward:+.6g})"
-                )
+                self.events.append(f"final evaluation: {evaluation.metrics}")
             except ContainerUnavailable as e:
                 self.events.append(f"final evaluation failed: {e}")
+                self._end("container_unavailable")
         if not self.done:
             self._end(reason or "finished")
+        if self.end_reason != "container_unavailable":
+            # Container trouble is nobody's fault: such an episode is not charged a failure.
+            final_reward += self.tracker.finalize()
+        self.events.append(f"reward {self.tracker.total_reward:+.6g}")
         self.save_trajectory()
         return final_reward
 
@@ -250,23 +263,40 @@ class Episode:
             kept.append(line)
         return "\n".join(kept)
 
+    def _run_evaluation(self) -> Evaluation:
+        evaluation = self.session.evaluate(self._evaluations)
+        if evaluation.solution_hash is not None:
+            self._evaluations.setdefault(evaluation.solution_hash, evaluation)
+        return evaluation
+
     def _evaluate(self, *, submit: bool) -> StepResult:
-        evaluation: Evaluation = self.session.evaluate()
-        outcome = self.tracker.observe(evaluation.metrics)
+        evaluation = self._run_evaluation()
+        outcome = self.tracker.observe(evaluation.metrics, "submit" if submit else "validate")
         info = {
             "kind": "submit" if submit else "validate",
             "metrics": evaluation.metrics,
             "score": outcome.score,
+            "value": outcome.value,
             "best": outcome.best,
+            "cached": evaluation.cached,
         }
         baseline = self.tracker.baseline
         if submit:
             self.submitted = True
             self._end("submitted")
-            text = f"Submitted. Evaluation score: {evaluation.message}"
-            return StepResult(text, outcome.reward, True, info)
+            reward = outcome.reward + self.tracker.finalize()
+            text = _clip(
+                f"Submitted. Evaluation score: {evaluation.message}",
+                self.config.max_observation_chars,
+            )
+            return StepResult(text, reward, True, info)
         if evaluation.metrics is None:
-            return StepResult(evaluation.message, 0.0, False, info)
+            return StepResult(
+                _clip(evaluation.message, self.config.max_observation_chars),
+                outcome.reward,
+                False,
+                info,
+            )
         base = "NA (no baseline)" if baseline is None else f"{{'{self.metric.name}': {baseline}}}"
         text = (
             "Your code produced a valid submission artefact.\n"

@@ -1,26 +1,32 @@
-"""The task session: one container, one long-lived shell in it, and the task's workspace.
+"""The task session: one container, a fresh shell per episode, the workspace and evaluation.
 
-No verifiers here. What the seeds got wrong and this gets right:
-- reset leaves the workspace first (`cd /home/agent`), kills what the previous episode left
-  running, and only then rebuilds the workspace, so episode N+1 never runs in a deleted cwd;
-- files (starter code, data, evaluation scripts, the file-command helper) go in with
-  `put_archive`, never through the shell;
-- a shell that died or timed out is replaced by a fresh exec, not left to fail every later
-  rollout; docker failures surface as `ContainerUnavailable` for the episode to handle.
+No verifiers here. Every episode starts from the same state, whatever the previous one did
+(README "Isolation"): `reset` runs the container's root helper (`container_admin.py`, its own
+`docker exec` as root), which kills every process of the agent user, restores the home directory
+from the snapshot taken before the first episode, clears the agent's files from the
+world-writable directories and rebuilds the workspace from the task's template; then a new shell
+is started. A container whose restore fails is replaced (ours: recreated; airvisor's: killed, so
+its pool recreates it) and never reused as it is.
+
+`evaluate` runs the task's evaluation through the same root helper; the metrics come back in a
+root-only file, never from anything the agent's processes print.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import json
+import logging
 import os
 import posixpath
 import secrets
 import shlex
 import tarfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -29,17 +35,43 @@ import docker
 from docker.models.containers import Container
 
 from air_mlgym._containers import ContainerUnavailable, find_running
+from air_mlgym._reward import TaskProtection
 from air_mlgym._shell import DOCKER_ERRORS, DockerShell, RunResult, ShellDied
 from air_mlgym._tasks import TaskSpec
 
+logger = logging.getLogger(__name__)
+
 TOOLS_DIR = "/opt/air_mlgym"
+TOOLS_PATH = f"{TOOLS_DIR}/tools.py"
+ADMIN_PATH = f"{TOOLS_DIR}/admin.py"
+# The root helper's state (container_admin.py keeps the same paths).
+STATE_DIR = "/var/lib/air-mlgym"
+STATE_DIR_TASKS = f"{STATE_DIR}/tasks"
+STATE_DIR_RESULTS = f"{STATE_DIR}/results"
+TEMPLATE_MTIME = 1_700_000_000  # fixed, so a task's template (and its key) is reproducible
+
+EVALUATION_KINDS = {
+    "CSVSubmissionTasks": "csv",
+    "PythonSubmissionTasks": "python",
+    "ModelSubmissionTasks": "model",
+    "LMSubmissionTasks": "lm",
+}
+
+SHIM = """# air-mlgym: the agent's module {name!r}, proxied to a process of the agent user.
+import importlib.util as _util
+_spec = _util.spec_from_file_location("air_mlgym_admin", {admin!r})
+_admin = _util.module_from_spec(_spec)
+_spec.loader.exec_module(_admin)
+_admin.proxy_module(__name__)
+"""
 
 
 class WorkspaceLost(ContainerUnavailable):
     """The container was recreated mid-episode: it runs, but the workspace must be rebuilt."""
 
 
-TOOLS_PATH = f"{TOOLS_DIR}/tools.py"
+class ContainerBroken(ContainerUnavailable):
+    """The container runs but could not be restored to its pristine state: replace it."""
 
 
 def _env_float(name: str, default: float) -> float:
@@ -61,6 +93,7 @@ class SessionConfig:
     long_timeout: float = field(
         default_factory=lambda: _env_float("MLGYM_AGENT_LONG_TIMEOUT", 3600)
     )
+    long_timeout_explicit: bool = False  # given by the user: wins over training_timeout
     no_output_timeout: float | None = None  # default: the command's own timeout
     container_wait: float = 60.0  # how long a missing container may take to come back
     setup_commands: tuple[str, ...] = ()  # run in every new shell (after conda activation)
@@ -68,6 +101,8 @@ class SessionConfig:
     # Where the MLGym checkout is mounted inside the container (read-only); datasets are then
     # copied from there inside the container instead of being uploaded every episode.
     mlgym_mount: str | None = None
+    # The container's root-owned interpreter for the root helper and the evaluation.
+    admin_python: str = "/usr/bin/python3"
 
     @property
     def workspace(self) -> str:
@@ -79,6 +114,8 @@ class Evaluation:
     metrics: dict[str, Any] | None
     output: str
     message: str  # what the agent is told
+    solution_hash: str | None = None  # digest of the evaluated workspace (None: not hashed)
+    cached: bool = False  # an unchanged solution's earlier evaluation, not run again
 
 
 @dataclass
@@ -97,11 +134,20 @@ class TaskSession:
         *,
         config: SessionConfig | None = None,
         revive: Callable[[str], None] | None = None,
+        recreate: Callable[[str], None] | None = None,
+        protection: Mapping[str, TaskProtection] | None = None,
     ) -> None:
         self.client = client
         self.container_name = container_name
         self.config = config or SessionConfig()
         self._revive = revive  # set for containers we own: start them again when stopped
+        self._recreate = recreate  # set for containers we own: a fresh one, same name
+        self._protection = dict(protection or {})
+        self._prepared: dict[str, _Ids] = {}
+        self._templates: dict[tuple[str, int, int], _Template] = {}
+        self.replacements = 0
+        self.last_reset_seconds = 0.0
+        self.last_restore: dict[str, Any] = {}
         self._container: Container | None = None
         self._shell: DockerShell | None = None
         self._ids = _Ids()
@@ -153,6 +199,7 @@ class TaskSession:
             user=self.config.user,
             workdir=self.config.home,
             command=self.config.shell_command,
+            environment={"PYTHONDONTWRITEBYTECODE": "1"},
         )
         try:
             shell.start()
@@ -170,10 +217,6 @@ class TaskSession:
 
     def _after_shell_start(self) -> None:
         assert self._shell is not None
-        ids = self._shell.run("id -u; id -g", timeout=10)
-        numbers = [int(x) for x in ids.output.split() if x.isdigit()]
-        if len(numbers) == 2:
-            self._ids = _Ids(uid=numbers[0], gid=numbers[1])
         if self.task is not None and self.task.use_generic_conda and self.config.conda_env:
             env = shlex.quote(self.config.conda_env)
             self._shell.run(
@@ -199,111 +242,180 @@ class TaskSession:
     def close(self) -> None:
         self._drop_shell()
 
-    # --- workspace -----------------------------------------------------------------------
+    # --- workspace ---------------------------------------------------------------------------
 
     def reset(self, task: TaskSpec) -> None:
-        """Leave and rebuild the workspace for a new episode of `task`.
-
-        A shell that dies on the way (e.g. killed between episodes, before docker reports it
-        gone) is replaced and the reset retried once.
-        """
+        """Start an episode of `task` from the container's pristine state (see the module
+        docstring); raises ContainerUnavailable when no restorable container can be had."""
         self.task = task
         self._resetting = True
+        began = time.monotonic()
         try:
-            for attempt in (1, 2):
+            self._drop_shell()
+            try:
+                self._restore(task)
+            except ContainerBroken as e:
+                self._replace_container(str(e))
                 try:
-                    self._reset_once(task)
-                    return
-                except ShellDied as e:
-                    self._drop_shell()
-                    if attempt == 2:
-                        raise ContainerUnavailable(f"shell keeps dying during reset: {e}") from e
+                    self._restore(task)
+                except ContainerBroken as again:
+                    raise ContainerUnavailable(
+                        f"{self.container_name} cannot be restored even after replacement: {again}"
+                    ) from again
+            self._replaced_quietly = False
+            try:
+                self.shell()
+            except ContainerUnavailable:
+                raise
         finally:
             self._resetting = False
+        self.last_reset_seconds = time.monotonic() - began
 
-    def _reset_once(self, task: TaskSpec) -> None:
-        shell = self.shell()
-        self._replaced_quietly = False
-        # Whatever the previous episode left running in the background goes first.
-        shell.kill_children()
-        # The fix for the seeds' bug: never delete the directory the shell stands in.
-        self._run_checked(shell, f"cd {shlex.quote(self.config.home)}")
+    def _restore(self, task: TaskSpec) -> None:
         container = self.container()
-        ws = self.config.workspace
+        ids = self._prepare(container)
+        template = self._template(task, ids)
+        args = {
+            "uid": ids.uid,
+            "gid": ids.gid,
+            "home": self.config.home,
+            "workspace": self.config.workspace,
+            "workspace_name": posixpath.basename(self.config.workspace),
+            "task_key": template.key,
+        }
+        result = self._admin(container, "reset", args)
+        if result.get("need_template"):
+            try:
+                container.put_archive(STATE_DIR_TASKS, template.archive)
+            except DOCKER_ERRORS as e:
+                raise ContainerBroken(f"cannot upload the task template: {e}") from e
+            installed = self._admin(
+                container,
+                "install-template",
+                {**template.install_args, "workspace": self.config.workspace},
+            )
+            if not installed.get("ok"):
+                message = str(installed.get("message"))
+                if "not a directory" in message:  # a configuration problem, not the container
+                    raise ContainerUnavailable(
+                        f"cannot copy the datasets (is the MLGym checkout mounted at "
+                        f"{self.config.mlgym_mount}?): {message}"
+                    )
+                raise ContainerBroken(f"cannot install the task template: {message}")
+            result = self._admin(container, "reset", args)
+        if not result.get("ok"):
+            raise ContainerBroken(f"restore failed: {result.get('message', result)}")
+        self.last_restore = result
+
+    def _prepare(self, container: Container) -> _Ids:
+        """Once per container: the helpers in /opt/air_mlgym, the agent's ids, the home
+        snapshot (taken before the first episode, kept in the container)."""
+        cid = str(container.id)
+        known = self._prepared.get(cid)
+        if known is not None:
+            return known
         try:
-            # As root: data and evaluation files are root-owned and read-only for the agent.
-            result = container.exec_run(["rm", "-rf", ws], user="root")
-            if result.exit_code != 0:
-                raise ContainerUnavailable(f"cannot clear {ws}: {result.output!r}")
             container.exec_run(["mkdir", "-p", TOOLS_DIR], user="root")
             container.put_archive(TOOLS_DIR, _tar(self._tool_entries()))
-            container.put_archive(self.config.home, _tar(self._workspace_entries(task)))
-            self._copy_mounted_datasets(container, task)
+            ids = []
+            for flag in ("-u", "-g"):
+                found = container.exec_run(["id", flag, self.config.user], user="root")
+                output = found.output if isinstance(found.output, bytes) else b""
+                ids.append(output.decode(errors="replace").strip())
         except DOCKER_ERRORS as e:
-            raise ContainerUnavailable(f"cannot rebuild the workspace: {e}") from e
-        self._run_checked(shell, f"cd {shlex.quote(ws)}")
-        self._run_checked(shell, 'export CURRENT_FILE="" CURRENT_LINE=0')
+            raise ContainerUnavailable(f"cannot prepare {self.container_name}: {e}") from e
+        if not all(x.isdigit() for x in ids):
+            raise ContainerUnavailable(
+                f"user {self.config.user!r} does not exist in {self.container_name}: {ids}"
+            )
+        prepared = _Ids(uid=int(ids[0]), gid=int(ids[1]))
+        result = self._admin(
+            container,
+            "prepare",
+            {"home": self.config.home, "workspace_name": posixpath.basename(self.config.workspace)},
+        )
+        if result.get("interpreter_problem"):
+            raise ContainerUnavailable(
+                f"{self.container_name}: the evaluation interpreter {self.config.admin_python} "
+                f"can be changed by non-root users ({result['interpreter_problem']}); fix: "
+                "install a root-owned python3 with the evaluation's packages in the image"
+            )
+        if "snapshot" not in result:
+            raise ContainerBroken(f"cannot snapshot {self.config.home}: {result}")
+        self._ids = prepared
+        self._prepared[cid] = prepared
+        return prepared
 
-    def _copy_mounted_datasets(self, container: Container, task: TaskSpec) -> None:
-        """With the checkout mounted in the container, copy datasets there (no upload)."""
-        mount = self.config.mlgym_mount
-        if mount is None:
-            return
-        data = f"{self.config.workspace}/data"
-        for dataset in (d for d in task.datasets if d.is_local):
-            source = posixpath.join(mount, dataset.data_path.relative_to(task.checkout).as_posix())
-            copied = container.exec_run(["cp", "-R", f"{source}/.", data], user="root")
-            if copied.exit_code != 0:
-                output = copied.output if isinstance(copied.output, bytes) else b""
-                raise ContainerUnavailable(
-                    f"cannot copy dataset {dataset.name} from {source} (is the MLGym checkout "
-                    f"mounted at {mount}?): {output.decode(errors='replace').strip()}"
-                )
-        container.exec_run(["chown", "-R", "0:0", data], user="root")
-        container.exec_run(["chmod", "-R", "a-w", data], user="root")
-
-    def restore_evaluation_files(self) -> None:
-        """Put pristine evaluation scripts back before evaluating (the agent may edit them)."""
-        assert self.task is not None
-        entries = list(self._evaluation_entries(self.task))
-        if not entries:
-            return
+    def _admin(
+        self, container: Container, command: str, args: dict[str, Any], timeout: float = 120
+    ) -> dict[str, Any]:
+        """Run one root-helper command in its own exec as root; its JSON answer."""
+        argv = [
+            "timeout", "-k", "5", f"{timeout:g}",
+            self.config.admin_python, "-I", "-B", ADMIN_PATH, command, json.dumps(args),
+        ]  # fmt: skip
         try:
-            self.container().put_archive(self.config.workspace, _tar(entries))
+            result = container.exec_run(argv, user="root", demux=True)
         except DOCKER_ERRORS as e:
-            raise ContainerUnavailable(f"cannot restore evaluation files: {e}") from e
+            raise ContainerUnavailable(f"{command} in {self.container_name} failed: {e}") from e
+        stdout, stderr = result.output if isinstance(result.output, tuple) else (b"", b"")
+        text = (stdout or b"").decode(errors="replace").strip()
+        try:
+            answer = json.loads(text.splitlines()[-1]) if text else None
+        except json.JSONDecodeError:
+            answer = None
+        if not isinstance(answer, dict):
+            error = (stderr or b"").decode(errors="replace").strip()[-2000:]
+            if result.exit_code in (126, 127):
+                raise ContainerUnavailable(
+                    f"{self.container_name} has no {self.config.admin_python} ({error}); fix: "
+                    "the task image needs a root-owned python3 for evaluation and reset"
+                )
+            raise ContainerBroken(f"{command} gave no answer (exit {result.exit_code}): {error}")
+        return answer
+
+    def _replace_container(self, why: str) -> None:
+        """The container cannot be restored: get a fresh one under the same name."""
+        logger.warning("replacing container %s: %s", self.container_name, why)
+        self._drop_shell()
+        old = self._container_id
+        self.replacements += 1
+        if self._recreate is not None:
+            self._recreate(self.container_name)
+        else:  # airvisor's: killed, its pool's health check recreates it under the same name
+            with contextlib.suppress(*DOCKER_ERRORS):
+                self.client.containers.get(self.container_name).kill()
+        deadline = time.monotonic() + max(self.config.container_wait, 1.0)
+        while True:
+            with contextlib.suppress(ContainerUnavailable):
+                fresh = find_running(self.client, self.container_name, wait=0)
+                if fresh.id != old:
+                    self._container, self._container_id = fresh, fresh.id
+                    return
+            if time.monotonic() >= deadline:
+                raise ContainerUnavailable(
+                    f"{self.container_name} could not be restored ({why}) and was not replaced "
+                    f"within {self.config.container_wait:g}s"
+                )
+            time.sleep(0.5)
+
+    def _template(self, task: TaskSpec, ids: _Ids) -> _Template:
+        cache_key = (task.id, ids.uid, ids.gid)
+        cached = self._templates.get(cache_key)
+        if cached is None:
+            cached = build_template(task, self.protection(task), ids, self.config.mlgym_mount)
+            self._templates[cache_key] = cached
+        return cached
+
+    def protection(self, task: TaskSpec) -> TaskProtection:
+        return self._protection.get(task.id) or TaskProtection()
 
     def _tool_entries(self) -> list[_Entry]:
-        source = resources.files("air_mlgym").joinpath("container_tools.py").read_bytes()
-        return [_Entry("tools.py", source, mode=0o644, uid=0, gid=0)]
-
-    def _workspace_entries(self, task: TaskSpec) -> Iterator[_Entry]:
-        agent = (self._ids.uid, self._ids.gid)
-        yield _Entry("workspace", None, mode=0o755, uid=agent[0], gid=agent[1])
-        local = [d for d in task.datasets if d.is_local]
-        if local:
-            yield _Entry("workspace/data", None, mode=0o555, uid=0, gid=0)
-        if local and self.config.mlgym_mount is None:
-            for dataset in local:
-                # MLGym copies each local dataset's directory into workspace/data.
-                yield from _tree(dataset.data_path, "workspace/data", read_only=True, owner=(0, 0))
-        eval_names = {Path(p).parts[0] for p in task.evaluation_paths}
-        for path in task.starter_code:
-            if path.name in eval_names and task.evaluation_read_only:
-                continue  # added below, read-only
-            yield from _tree(
-                path, f"workspace/{path.name}", read_only=False, owner=agent, root=True
-            )
-        for entry in self._evaluation_entries(task):
-            yield _Entry(f"workspace/{entry.name}", entry.data, entry.mode, entry.uid, entry.gid)
-
-    def _evaluation_entries(self, task: TaskSpec) -> Iterator[_Entry]:
-        if not task.evaluation_read_only:
-            return
-        eval_names = {Path(p).parts[0] for p in task.evaluation_paths}
-        for path in task.starter_code:
-            if path.name in eval_names:
-                yield from _tree(path, path.name, read_only=True, owner=(0, 0), root=True)
+        package = resources.files("air_mlgym")
+        return [
+            _Entry("tools.py", package.joinpath("container_tools.py").read_bytes(), 0o644, 0, 0),
+            _Entry("admin.py", package.joinpath("container_admin.py").read_bytes(), 0o644, 0, 0),
+        ]
 
     # --- commands --------------------------------------------------------------------------
 
@@ -380,58 +492,83 @@ class TaskSession:
             command = f"python3 {TOOLS_PATH} {shlex.join(argv)}"
         return self.run(command, timeout=self.config.short_timeout)
 
-    def evaluate(self) -> Evaluation:
-        """Run the task's evaluation script the way MLGym does and parse its JSON metrics."""
+    def evaluate(self, known: Mapping[str, Evaluation] | None = None) -> Evaluation:
+        """Evaluate the current solution (README "Evaluation"). `known` maps solution digests
+        to earlier evaluations of this episode: an unchanged solution is not run again."""
         task = self.task
         assert task is not None
-        self.restore_evaluation_files()
-        ws = self.config.workspace
-        script = shlex.quote(posixpath.join(ws, task.evaluation_paths[0]))
-        py = self.python
-        if task.entrypoint in {"CSVSubmissionTasks", "ModelSubmissionTasks"}:
-            if task.entrypoint == "CSVSubmissionTasks":
-                probe, _ = self.run(
-                    f"test -f {shlex.quote(ws)}/submission.csv && echo yes || echo no"
-                )
-                submission = f"{ws}/submission.csv" if probe.output.strip() == "yes" else None
-                flag = "--submission_file"
-            else:
-                probe, _ = self.run(f"find {shlex.quote(ws)} -type f -name '*.yaml' | head -n 1")
-                submission = probe.output.strip() or None
-                flag = "--config_fname"
-            if submission is None:
-                return Evaluation(
-                    None,
-                    "",
-                    "Submission artefact not found. You have to produce a valid submission "
-                    "artefact as described in the task description to validate your results.",
-                )
-            command = f"{py} {script} {flag} {shlex.quote(submission)}"
-        elif task.entrypoint == "LMSubmissionTasks":
-            command = (
-                "torchrun --nproc_per_node=$(nvidia-smi --list-gpus 2>/dev/null | wc -l) "
-                f"--standalone {script}"
+        container = self.container()
+        ids = self._prepare(container)
+        template = self._template(task, ids)
+        kind = EVALUATION_KINDS.get(task.entrypoint, "python")
+        nonce = secrets.token_hex(16)
+        timeout = self.evaluation_timeout(task)
+        args = {
+            "nonce": nonce,
+            "uid": ids.uid,
+            "gid": ids.gid,
+            "home": self.config.home,
+            "workspace": self.config.workspace,
+            "task_key": template.key,
+            "kind": kind,
+            "script": posixpath.basename(task.evaluation_paths[0]),
+            "submission": "submission.csv",
+            "timeout": timeout,
+            "known_hashes": sorted(known or {}),
+            "evaluation_files": list(template.evaluation_files),
+        }
+        answer = self._admin(container, "evaluate", args, timeout=timeout + 60)
+        if not answer.get("written"):
+            raise ContainerBroken(f"evaluation failed to run: {answer.get('message', answer)}")
+        result = self._read_result(container, nonce)
+        status = result.get("status")
+        digest = result.get("hash")
+        if status == "cached" and known and isinstance(digest, str) and digest in known:
+            return replace(known[digest], cached=True)
+        if status == "ok" and isinstance(result.get("metrics"), dict):
+            metrics = result["metrics"]
+            return Evaluation(metrics, str(result.get("output", "")), json.dumps(metrics), digest)
+        if status == "no_submission":
+            return Evaluation(
+                None,
+                "",
+                "Submission artefact not found. You have to produce a valid submission "
+                "artefact (a regular file of yours, not a link) as described in the task "
+                "description to validate your results.",
+                digest,
             )
+        output = str(result.get("output") or result.get("message") or "").strip()
+        if status == "timeout":
+            message = f"The evaluation did not finish within {timeout:g} seconds."
         else:
-            command = f"{py} {script}"
-        timeout = task.training_timeout or self.config.long_timeout
-        result, notes = self.run(f"(cd {shlex.quote(ws)} && {command})", timeout=timeout)
-        metrics = parse_metrics(result.output)
-        if metrics is None:
-            message = (
-                "Failed to decode metrics from the evaluation script. Output:\n---\n"
-                f"{result.output.strip()}\n---"
-            )
-            if notes:
-                message += "\n" + "\n".join(notes)
-            return Evaluation(None, result.output, message)
-        return Evaluation(metrics, result.output, json.dumps(metrics))
+            message = "Failed to decode metrics from the evaluation script."
+        return Evaluation(None, output, f"{message} Output:\n---\n{output}\n---", digest)
 
-    def _run_checked(self, shell: DockerShell, command: str) -> None:
-        """Run a setup command; ShellDied propagates (the caller retries with a new shell)."""
-        result = shell.run(command, timeout=self.config.short_timeout)
-        if result.exit_code != 0:
-            raise ContainerUnavailable(f"setup command {command!r} failed: {result.output!r}")
+    def evaluation_timeout(self, task: TaskSpec) -> float:
+        """An explicit long_timeout wins; else the task's training_timeout, else MLGym's."""
+        if self.config.long_timeout_explicit or task.training_timeout is None:
+            return self.config.long_timeout
+        return task.training_timeout
+
+    def _read_result(self, container: Container, nonce: str) -> dict[str, Any]:
+        """The evaluation's result file (root-only, written by the evaluator): read through
+        the engine's archive API, not through anything that runs in the container."""
+        path = f"{STATE_DIR_RESULTS}/{nonce}.json"
+        try:
+            stream, _ = container.get_archive(path)
+            raw = b"".join(stream)
+        except DOCKER_ERRORS as e:
+            raise ContainerBroken(f"no evaluation result at {path}: {e}") from e
+        with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+            member = archive.extractfile(posixpath.basename(path))
+            data = member.read() if member is not None else b""
+        with contextlib.suppress(*DOCKER_ERRORS):
+            container.exec_run(["rm", "-f", path], user="root")
+        try:
+            result = json.loads(data)
+        except json.JSONDecodeError as e:
+            raise ContainerBroken(f"unreadable evaluation result: {e}") from e
+        return result if isinstance(result, dict) else {}
 
 
 def parse_metrics(output: str) -> dict[str, Any] | None:
@@ -488,9 +625,9 @@ def _tree(
             yield from _tree(path, name, read_only=read_only, owner=owner)
 
 
-def _tar(entries: Iterator[_Entry] | list[_Entry]) -> bytes:
+def _tar(entries: Iterator[_Entry] | list[_Entry], mtime: float | None = None) -> bytes:
     buffer = io.BytesIO()
-    now = time.time()
+    now = time.time() if mtime is None else mtime
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for entry in entries:
             info = tarfile.TarInfo(entry.name)
@@ -512,3 +649,83 @@ def workspace_listing(task: TaskSpec) -> list[str]:
     if any(d.is_local for d in task.datasets):
         names.append("data/")
     return names
+
+
+@dataclass(frozen=True)
+class _Template:
+    key: str  # <task id>-<digest of the template>: a changed task gets a new template
+    archive: bytes  # extracted in STATE_DIR_TASKS
+    install_args: dict[str, Any]
+    evaluation_files: tuple[str, ...]
+
+
+def build_template(
+    task: TaskSpec, protection: TaskProtection, ids: _Ids, mlgym_mount: str | None
+) -> _Template:
+    """The task's template for the container's root helper (README "Isolation"):
+    `<key>/workspace` is what every episode's workspace is rebuilt from (the agent's starter
+    files; evaluation files read-only; `data/` root-owned, hidden files root-only) and
+    `<key>/eval` the evaluator's private copy (pristine evaluation files, a proxy shim for each
+    of the agent's modules the evaluation imports)."""
+    agent = (ids.uid, ids.gid)
+    starter = {p.name: p for p in task.starter_code}
+    evaluation = tuple(
+        dict.fromkeys(
+            [Path(p).parts[0] for p in task.evaluation_paths] + list(protection.evaluation_files)
+        )
+    )
+    missing = [name for name in evaluation if name not in starter]
+    if missing:
+        raise ContainerUnavailable(
+            f"{task.config_path}: evaluation files {missing} are not among the task's "
+            f"starter_code ({sorted(starter)}); fix the task config or the metrics table"
+        )
+    hidden = set(protection.hidden_files)
+    if protection.solution_modules is not None:
+        modules = protection.solution_modules
+    elif task.entrypoint == "PythonSubmissionTasks":
+        modules = tuple(
+            Path(n).stem for n in sorted(starter) if n.endswith(".py") and n not in evaluation
+        )
+    else:
+        modules = ()
+    entries: list[_Entry] = []
+    for name, path in sorted(starter.items()):
+        if name in evaluation or name in hidden:
+            entries += _tree(path, f"workspace/{name}", read_only=True, owner=(0, 0), root=True)
+        else:
+            entries += _tree(path, f"workspace/{name}", read_only=False, owner=agent, root=True)
+    local = [d for d in task.datasets if d.is_local]
+    copy_from: list[str] = []
+    if local:
+        entries.append(_Entry("workspace/data", None, 0o555, 0, 0))
+        for dataset in local:
+            if mlgym_mount is None:
+                entries += _tree(dataset.data_path, "workspace/data", read_only=True, owner=(0, 0))
+            else:
+                rel = dataset.data_path.relative_to(task.checkout).as_posix()
+                copy_from.append(posixpath.join(mlgym_mount, rel))
+    for name in evaluation:
+        entries += _tree(starter[name], f"eval/{name}", read_only=True, owner=(0, 0), root=True)
+    for module in modules:
+        text = SHIM.format(name=module, admin=ADMIN_PATH)
+        entries.append(_Entry(f"eval/{module}.py", text.encode(), 0o444, 0, 0))
+    digest = hashlib.sha256(_tar(entries, mtime=TEMPLATE_MTIME))
+    digest.update(json.dumps([sorted(hidden), copy_from]).encode())
+    key = f"{task.id}-{digest.hexdigest()[:16]}"
+    rooted = [
+        _Entry(key, None, 0o700, 0, 0),
+        _Entry(f"{key}/workspace", None, 0o755, *agent),
+        _Entry(f"{key}/eval", None, 0o700, 0, 0),
+    ]
+    rooted += [
+        _Entry(f"{key}/{e.name}", e.data, e.mode, e.uid, e.gid)
+        for e in entries
+        if e.name not in {"workspace", "eval"}
+    ]
+    return _Template(
+        key=key,
+        archive=_tar(rooted, mtime=TEMPLATE_MTIME),
+        install_args={"task_key": key, "copy_data_from": copy_from, "hidden": sorted(hidden)},
+        evaluation_files=evaluation,
+    )

@@ -1,8 +1,11 @@
 """One long-lived bash in a container, reached through a docker exec with stdin attached.
 
-The protocol is MLGym's: after each command the shell echoes `///PROCESS-DONE:$?:PROCESS-DONE///`
-and output is read up to that sentinel, with an overall timeout and a no-output timeout. Two
-hardenings over MLGym: the command travels inside a quoted here-document and runs through
+The protocol is MLGym's: after each command the shell echoes an end marker with the exit status
+and output is read up to that marker, with an overall timeout and a no-output timeout. Three
+hardenings over MLGym: the marker carries a fresh random nonce per command
+(`///PROCESS-DONE:$?:<nonce>///`), so output that merely prints a marker (or an old one) cannot
+end a command early and shift every later observation; the command travels inside a quoted
+here-document and runs through
 `eval ... < /dev/null`, so an unclosed quote cannot swallow the sentinel and an interactive
 program (`python` with no script, `cat` with no file) reads end-of-file instead of the protocol.
 
@@ -28,7 +31,16 @@ import docker
 import docker.errors
 import requests.exceptions
 
-SENTINEL_RE = re.compile(rb"\n///PROCESS-DONE:(-?\d+):PROCESS-DONE///\n")
+
+def sentinel_re(nonce: str) -> re.Pattern[bytes]:
+    """The end marker of the command sent with `nonce` (and only that command)."""
+    return re.compile(rb"\n///PROCESS-DONE:(-?\d+):" + re.escape(nonce.encode()) + rb"///\n")
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(16)
+
+
 MAX_BUFFER_BYTES = 8 * 1024 * 1024  # beyond this, the middle of a runaway output is dropped
 STREAM_STDOUT, STREAM_STDERR = 1, 2
 
@@ -81,7 +93,7 @@ def wrap_command(command: str, nonce: str) -> bytes:
     delimiter = f"AIR_MLGYM_EOF_{nonce}"
     return (
         f"eval \"$(cat <<'{delimiter}'\n{command}\n{delimiter}\n)\" < /dev/null\n"
-        "__air_rc=$?; printf '\\n///PROCESS-DONE:%s:PROCESS-DONE///\\n' \"$__air_rc\"\n"
+        f"__air_rc=$?; printf '\\n///PROCESS-DONE:%s:{nonce}///\\n' \"$__air_rc\"\n"
     ).encode()
 
 
@@ -137,6 +149,7 @@ class DockerShell:
         self._raw: socket.socket | None = None
         self._decoder = FrameDecoder()
         self._carry = bytearray()
+        self._nonce = ""
         self.exec_id: str | None = None
         self.pid: int | None = None  # the bash's pid inside the container
         self.dead = False
@@ -167,8 +180,10 @@ class DockerShell:
     ) -> RunResult:
         if self.dead or self._raw is None:
             raise ShellDied("the shell is not running")
+        nonce = new_nonce()
+        self._nonce = nonce
         try:
-            self._raw.sendall(wrap_command(command, secrets.token_hex(8)))
+            self._raw.sendall(wrap_command(command, nonce))
         except OSError as e:
             self._mark_dead()
             raise ShellDied(f"could not write to the shell: {e}") from None
@@ -244,8 +259,9 @@ class DockerShell:
         buffer = bytearray(b"\n") + self._carry
         self._carry = bytearray()
         dropped = 0
+        sentinel = sentinel_re(self._nonce)
         while True:
-            match = SENTINEL_RE.search(buffer)
+            match = sentinel.search(buffer)
             if match is not None:
                 self._carry = bytearray(buffer[match.end() :])
                 return RunResult(

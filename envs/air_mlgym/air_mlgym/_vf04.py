@@ -47,6 +47,9 @@ class MLGymTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
     lease_timeout: float = 3600.0
     clip_negative_rewards: bool = False
     reward_scale: float = 1.0
+    reward_mode: str = "final"
+    failure_reward: float = -1.0
+    admin_python: str = "/usr/bin/python3"
     evaluate_on_exit: bool = True
     user: str = "agent"
     home: str = "/home/agent"

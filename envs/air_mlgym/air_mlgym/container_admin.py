@@ -1,0 +1,791 @@
+"""The root side of a task container: reset and evaluation (python3 standard library only).
+
+Copied into the container at /opt/air_mlgym/admin.py (root-owned) and run by the environment in
+its own `docker exec` as root with the container's trusted interpreter:
+`python3 -I -B /opt/air_mlgym/admin.py <command> <json arguments>`. It prints one JSON object.
+Nothing here is run by, or writable by, the agent user; its state lives in /var/lib/air-mlgym
+(root, mode 0700).
+
+Why a separate root process at all: everything the agent's shell (or any process of the agent
+user) can touch, it can forge. So
+- reset kills every process of the agent user (`kill(-1)` from a process with the agent's uid:
+  the kernel signals them all at once, double-forked daemons included), restores the home
+  directory from a snapshot taken before the first episode, removes what the agent left in the
+  world-writable directories and rebuilds the workspace from a per-task template;
+- evaluation freezes the agent's processes (SIGSTOP, same `kill(-1)`), checks the workspace
+  paths the evaluation script reads (a symlinked submission or a swapped data directory is
+  refused or repaired), runs the pristine evaluation files from a private copy as root, and
+  writes the metrics to a root-only result file, which is the only thing the environment reads.
+  Agent code the evaluation imports (a game task's `strategy.py`) runs in a separate process as
+  the agent user behind a call proxy (`host` below): whatever it prints or patches, it can only
+  answer the calls it is asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import pickle
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+STATE_DIR = "/var/lib/air-mlgym"
+HOME_SNAPSHOT = f"{STATE_DIR}/home"
+HOME_MANIFEST = f"{STATE_DIR}/home.manifest.json"
+TASKS_DIR = f"{STATE_DIR}/tasks"
+RESULTS_DIR = f"{STATE_DIR}/results"
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+NO_PYCACHE = "/nonexistent/air-mlgym-no-pycache"  # a pycache prefix that never exists
+MAX_LOG_BYTES = 16_000
+MAX_REPLY_BYTES = 1 << 20
+HASH_LIMIT_BYTES = 256 << 20  # bigger workspaces are not hashed (always re-evaluated)
+
+
+# --- processes of the agent user ------------------------------------------------------------
+
+
+def signal_user(uid: int, gid: int, signum: int) -> None:
+    """Send `signum` to every process of `uid` (except pid 1) with one kill(-1) as that user."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, signum)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def user_pids(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or entry == "1":
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid == uid:
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return sorted(pids)
+
+
+def kill_user(uid: int, gid: int, attempts: int = 50) -> list[int]:
+    """Kill every process of `uid` (pid 1 aside); returns any that would not go."""
+    for _ in range(attempts):
+        signal_user(uid, gid, signal.SIGKILL)
+        left = [p for p in user_pids(uid) if not _is_zombie(p)]
+        if not left:
+            return []
+        time.sleep(0.01)
+    return left
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+# --- home snapshot and restore --------------------------------------------------------------
+
+
+def _signature(st: os.stat_result, link: str | None) -> list[Any]:
+    # ino + ctime cannot be set by the agent: any write, chmod, rename or re-creation changes
+    # them, so an entry with the recorded signature is byte-identical to the snapshot's.
+    return [
+        stat.S_IFMT(st.st_mode), st.st_mode, st.st_uid, st.st_gid, st.st_size,
+        st.st_mtime_ns, st.st_ino, st.st_ctime_ns, link,
+    ]  # fmt: skip
+
+
+def _walk(root: str, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, str]]:
+    """(relative path, absolute path) of everything under root, parents before children,
+    never following symlinks; top-level names in `skip` are left out."""
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        base = os.path.join(root, rel) if rel else root
+        try:
+            names = sorted(os.listdir(base))
+        except OSError:
+            continue
+        for name in names:
+            child_rel = f"{rel}/{name}" if rel else name
+            if not rel and name in skip:
+                continue
+            path = os.path.join(root, child_rel)
+            yield child_rel, path
+            if os.path.isdir(path) and not os.path.islink(path):
+                stack.append(child_rel)
+
+
+def _entry_signature(path: str) -> list[Any]:
+    st = os.lstat(path)
+    return _signature(st, os.readlink(path) if stat.S_ISLNK(st.st_mode) else None)
+
+
+def _copy_entry(source: str, target: str) -> None:
+    st = os.lstat(source)
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(source), target)
+    elif stat.S_ISDIR(st.st_mode):
+        os.mkdir(target)
+    elif stat.S_ISREG(st.st_mode):
+        shutil.copyfile(source, target, follow_symlinks=False)
+    else:
+        return  # sockets, fifos, devices: not restored
+    os.lchown(target, st.st_uid, st.st_gid)
+    if not stat.S_ISLNK(st.st_mode):
+        os.chmod(target, stat.S_IMODE(st.st_mode))
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _remove(path: str) -> None:
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode):
+        _make_removable(path)
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def _make_removable(path: str) -> None:
+    # root ignores permissions, but not the immutable-free chmod 000 corner cases of rmtree's
+    # listdir on some filesystems; make every directory traversable first.
+    for dirpath, dirnames, _ in os.walk(path):
+        for name in dirnames:
+            with contextlib.suppress(OSError):
+                full = os.path.join(dirpath, name)
+                if not os.path.islink(full):
+                    os.chmod(full, 0o700)
+
+
+def snapshot_home(home: str, workspace_name: str) -> dict[str, Any]:
+    """Take the home snapshot once per container (before any episode ran)."""
+    os.makedirs(STATE_DIR, mode=0o700, exist_ok=True)
+    os.chmod(STATE_DIR, 0o700)
+    if os.path.isdir(HOME_SNAPSHOT) and os.path.isfile(HOME_MANIFEST):
+        return {"snapshot": "present"}
+    tmp = HOME_SNAPSHOT + ".tmp"
+    if os.path.lexists(tmp):
+        _remove(tmp)
+    _copy_entry(home, tmp)
+    for rel, path in _walk(home, frozenset({workspace_name})):
+        _copy_entry(path, os.path.join(tmp, rel))
+    os.rename(tmp, HOME_SNAPSHOT)
+    _write_manifest(home, workspace_name)
+    return {"snapshot": "taken"}
+
+
+def _write_manifest(home: str, workspace_name: str) -> dict[str, list[Any]]:
+    manifest = {"": _entry_signature(home)}
+    for rel, path in _walk(home, frozenset({workspace_name})):
+        manifest[rel] = _entry_signature(path)
+    _atomic_write(HOME_MANIFEST, json.dumps(manifest).encode())
+    return manifest
+
+
+def restore_home(home: str, workspace_name: str) -> dict[str, int]:
+    """Make `home` (but its workspace) identical to the snapshot; returns what was changed."""
+    with open(HOME_MANIFEST, "rb") as handle:
+        manifest: dict[str, list[Any]] = json.load(handle)
+    removed = restored = 0
+    # The home directory itself (chmod 000 ~, chown attempts): back to the snapshot's.
+    snap = os.lstat(HOME_SNAPSHOT)
+    live = os.lstat(home) if os.path.lexists(home) else None
+    if live is None or not stat.S_ISDIR(live.st_mode):
+        if live is not None:
+            os.unlink(home)
+        os.mkdir(home)
+        restored += 1
+    os.chown(home, snap.st_uid, snap.st_gid)
+    os.chmod(home, stat.S_IMODE(snap.st_mode))
+    # Entries that changed or appear nowhere in the manifest go; directories stay (their
+    # contents are compared one by one) unless their type changed.
+    for rel, path in list(_walk(home, frozenset({workspace_name}))):
+        if not os.path.lexists(path):
+            continue  # under a directory removed a moment ago
+        expected = manifest.get(rel)
+        current = _entry_signature(path)
+        if expected is not None and current[0] == expected[0] == stat.S_IFDIR:
+            if current[1:4] != expected[1:4]:
+                snap_st = os.lstat(os.path.join(HOME_SNAPSHOT, rel))
+                os.chown(path, snap_st.st_uid, snap_st.st_gid)
+                os.chmod(path, stat.S_IMODE(snap_st.st_mode))
+                restored += 1
+            continue
+        if expected is None or current != expected:
+            _remove(path)
+            removed += 1
+    # What is missing comes back from the snapshot, parents first.
+    changed = False
+    for rel, _ in _walk(HOME_SNAPSHOT):
+        path = os.path.join(home, rel)
+        if not os.path.lexists(path):
+            _copy_entry(os.path.join(HOME_SNAPSHOT, rel), path)
+            restored += 1
+            changed = True
+    if changed or removed or restored:
+        _write_manifest(home, workspace_name)
+    return {"removed": removed, "restored": restored}
+
+
+def clean_scratch(uid: int) -> int:
+    """Remove what the agent user owns in the world-writable directories."""
+    count = 0
+    for directory in SCRATCH_DIRS:
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_uid == uid:
+                    _remove(path)
+                    count += 1
+    return count
+
+
+# --- workspace ------------------------------------------------------------------------------
+
+
+def build_workspace(task_key: str, workspace: str) -> None:
+    """The workspace from the task's template: agent files copied, root-owned data linked."""
+    template = os.path.join(TASKS_DIR, task_key, "workspace")
+    if not os.path.isdir(template):
+        raise FileNotFoundError(f"no template for task {task_key}")
+    if os.path.lexists(workspace):
+        _remove(workspace)
+    _copy_entry(template, workspace)
+    for rel, source in _walk(template):
+        target = os.path.join(workspace, rel)
+        st = os.lstat(source)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o222:
+            os.link(source, target)  # read-only and root-owned: sharing the inode is safe
+        else:
+            _copy_entry(source, target)
+
+
+def repair_data(task_key: str, workspace: str) -> bool:
+    """Before an evaluation: the workspace's data directory must be the template's (root-owned,
+    not a symlink); one the agent swapped in is replaced. True when something was repaired."""
+    template = os.path.join(TASKS_DIR, task_key, "workspace", "data")
+    if not os.path.isdir(template):
+        return False
+    data = os.path.join(workspace, "data")
+    expected = {rel: _entry_signature(path)[:3] for rel, path in _walk(template)}
+    ok = os.path.lexists(data) and _entry_signature(data)[:3] == _entry_signature(template)[:3]
+    if ok:
+        for rel, path in _walk(data):
+            if expected.get(rel) != _entry_signature(path)[:3]:
+                ok = False
+                break
+        ok = ok and len(list(_walk(data))) == len(expected)
+    if ok:
+        return False
+    if os.path.lexists(data):
+        _remove(data)
+    _copy_entry(template, data)
+    for rel, source in _walk(template):
+        target = os.path.join(data, rel)
+        st = os.lstat(source)
+        if stat.S_ISREG(st.st_mode):
+            os.link(source, target)
+        else:
+            _copy_entry(source, target)
+    return True
+
+
+def workspace_hash(workspace: str) -> str | None:
+    """A digest of everything the agent can change in the workspace (data/ aside): the same
+    digest means the same solution. None when it is too big to hash quickly."""
+    digest = hashlib.sha256()
+    total = 0
+    for rel, path in _walk(workspace, frozenset({"data"})):
+        st = os.lstat(path)
+        digest.update(f"{rel}\0{stat.S_IFMT(st.st_mode)}\0{stat.S_IMODE(st.st_mode)}\0".encode())
+        if stat.S_ISLNK(st.st_mode):
+            digest.update(os.readlink(path).encode(errors="surrogateescape"))
+        elif stat.S_ISREG(st.st_mode):
+            total += st.st_size
+            if total > HASH_LIMIT_BYTES:
+                return None
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+# --- evaluation -------------------------------------------------------------------------------
+
+
+def _atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
+
+
+def _trusted_interpreter_problem() -> str | None:
+    """The interpreter (and its directories) must not be writable by anyone but root."""
+    path = os.path.realpath(sys.executable)
+    while True:
+        st = os.stat(path)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            return f"{path} is owned by uid {st.st_uid} with mode {oct(stat.S_IMODE(st.st_mode))}"
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
+def _clip(data: bytes, limit: int = MAX_LOG_BYTES) -> str:
+    text = data.decode("utf-8", errors="replace")
+    if len(text) <= limit:
+        return text
+    omitted = f"\n[... {len(text) - limit} characters omitted ...]\n"
+    return f"{text[: limit // 2]}{omitted}{text[-limit // 2 :]}"
+
+
+def last_json_object(text: str) -> dict[str, Any] | None:
+    stripped = text.strip()
+    for candidate in [stripped] + [line.strip() for line in reversed(stripped.splitlines())]:
+        if not candidate.startswith("{"):
+            continue
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def evaluate(args: dict[str, Any]) -> dict[str, Any]:
+    uid, gid = int(args["uid"]), int(args["gid"])
+    workspace = args["workspace"]
+    key = args["task_key"]
+    problem = _trusted_interpreter_problem()
+    if problem is not None:
+        return {"status": "error", "message": f"untrusted evaluation interpreter: {problem}"}
+    signal_user(uid, gid, signal.SIGSTOP)  # nothing of the agent runs while we look and score
+    try:
+        return _evaluate_frozen(args, uid, gid, workspace, key)
+    finally:
+        signal_user(uid, gid, signal.SIGCONT)
+
+
+def _evaluate_frozen(
+    args: dict[str, Any], uid: int, gid: int, workspace: str, key: str
+) -> dict[str, Any]:
+    ws = os.lstat(workspace) if os.path.lexists(workspace) else None
+    if ws is None or not stat.S_ISDIR(ws.st_mode):
+        return {"status": "invalid", "message": f"{workspace} is not a directory any more"}
+    repaired = repair_data(key, workspace)
+    solution = workspace_hash(workspace)
+    if solution is not None and solution in set(args.get("known_hashes") or []):
+        return {"status": "cached", "hash": solution}
+    kind = args["kind"]
+    eval_dir = os.path.join(TASKS_DIR, key, "eval")
+    script = os.path.join(eval_dir, args["script"])
+    argv = [script]
+    if kind in ("csv", "model"):
+        name = args["submission"]
+        path = _find_submission(workspace, name, uid) if kind == "csv" else None
+        if kind == "model":
+            path = _find_model_config(workspace, uid)
+        if path is None:
+            return {"status": "no_submission", "hash": solution, "repaired_data": repaired}
+        argv += ["--submission_file" if kind == "csv" else "--config_fname", path]
+    log_path = os.path.join(RESULTS_DIR, f"agent-{os.getpid()}.log")
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "AIR_MLGYM_AGENT": json.dumps(
+            {"uid": uid, "gid": gid, "home": args["home"], "workspace": workspace,
+             "log": log_path, "python": sys.executable}
+        ),
+    }  # fmt: skip
+    command = [sys.executable, "-I", "-B", "-X", f"pycache_prefix={NO_PYCACHE}", __file__, "run"]
+    command += [json.dumps({"argv": argv, "eval_dir": eval_dir})]
+    cwd = eval_dir if kind == "python" else workspace
+    if kind in ("model", "lm"):
+        # These evaluations import the agent's model code in-process: they run as the agent,
+        # like MLGym's (documented: not forge-proof).
+        return _run_as_agent(args, argv, uid, gid, workspace, solution)
+    process = subprocess.Popen(
+        command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    timed_out = False
+    try:
+        stdout, stderr = process.communicate(timeout=float(args["timeout"]))
+    except subprocess.TimeoutExpired:
+        timed_out, stdout, stderr = True, b"", b""
+    finally:
+        # The evaluation and the agent-code process it started (same process group) go.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    if timed_out:
+        return {
+            "status": "timeout",
+            "hash": solution,
+            "output": f"the evaluation ran for more than {args['timeout']} seconds"
+            + _agent_log(log_path),
+        }
+    metrics = last_json_object(stdout.decode("utf-8", errors="replace"))
+    output = _clip(stdout + stderr) + _agent_log(log_path)
+    if process.returncode != 0 or metrics is None:
+        return {"status": "failed", "hash": solution, "output": output, "rc": process.returncode}
+    return {"status": "ok", "metrics": metrics, "hash": solution, "output": output}
+
+
+def _agent_log(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_LOG_BYTES * 2)
+        os.unlink(path)
+    except OSError:
+        return ""
+    return f"\n{_clip(data)}" if data.strip() else ""
+
+
+def _find_submission(workspace: str, name: str, uid: int) -> str | None:
+    """The submission file, if it is a plain file of the agent's own (not a symlink to, or a
+    hard link of, a file the agent cannot read)."""
+    path = os.path.join(workspace, name)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != uid:
+        return None
+    return path
+
+
+def _find_model_config(workspace: str, uid: int) -> str | None:
+    for rel, path in _walk(workspace, frozenset({"data"})):
+        if rel.endswith(".yaml"):
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+                return path
+    return None
+
+
+def _run_as_agent(
+    args: dict[str, Any], argv: list[str], uid: int, gid: int, workspace: str, solution: str | None
+) -> dict[str, Any]:
+    signal_user(uid, gid, signal.SIGCONT)
+    command = [sys.executable, "-B", *argv]
+    try:
+        done = subprocess.run(
+            command, cwd=workspace, capture_output=True, timeout=float(args["timeout"]),
+            user=uid, group=gid, extra_groups=[], start_new_session=True,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": args["home"],
+                 "PYTHONDONTWRITEBYTECODE": "1"},
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as e:
+        return {"status": "timeout", "hash": solution, "output": _clip(e.stdout or b"")}
+    metrics = last_json_object(done.stdout.decode("utf-8", errors="replace"))
+    output = _clip(done.stdout + done.stderr)
+    if metrics is None:
+        return {"status": "failed", "hash": solution, "output": output}
+    return {"status": "ok", "metrics": metrics, "hash": solution, "output": output}
+
+
+def run_evaluation(spec: dict[str, Any]) -> None:
+    """Inside the evaluation process (root, isolated mode): run the pristine script."""
+    import runpy
+
+    sys.path.insert(0, spec["eval_dir"])
+    sys.argv = list(spec["argv"])
+    runpy.run_path(spec["argv"][0], run_name="__main__")
+
+
+# --- the call proxy for agent code the evaluation imports ----------------------------------
+#
+# Requests (evaluation -> agent) are pickled: the agent's process may trust the evaluator.
+# Replies (agent -> evaluation) are JSON, parsed with no object hooks beyond plain data: nothing
+# the agent's process sends can run code in the evaluator. Messages are length-prefixed.
+
+
+def _plain(value: Any) -> Any:
+    """`json.dumps` default: numpy scalars and arrays become plain numbers and lists."""
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "shape", None) == ():
+        return item()
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    if isinstance(value, tuple | set | frozenset):
+        return list(value)
+    raise TypeError(f"cannot pass a {type(value).__name__} from the agent's code")
+
+
+def _send(sock: Any, payload: bytes) -> None:
+    sock.sendall(struct.pack("<I", len(payload)) + payload)
+
+
+def _receive(sock: Any, limit: int = MAX_REPLY_BYTES) -> bytes | None:
+    data = b""
+    while True:
+        if len(data) >= 4:
+            (size,) = struct.unpack_from("<I", data)
+            if size > limit:
+                raise ValueError(f"message of {size} bytes is too big")
+            if len(data) >= 4 + size:
+                return data[4 : 4 + size]
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+
+
+class AgentCodeError(RuntimeError):
+    """The agent's code raised, sent something unexpected, or went away."""
+
+
+class _AgentProcess:
+    """One process of the agent user that imports the agent's modules and answers calls."""
+
+    _instance: _AgentProcess | None = None
+
+    def __init__(self) -> None:
+        import socket
+
+        info = json.loads(os.environ["AIR_MLGYM_AGENT"])
+        ours, theirs = socket.socketpair()
+        log = os.open(info["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.process = subprocess.Popen(
+            [info["python"], "-I", "-B", "-X", f"pycache_prefix={NO_PYCACHE}", __file__,
+             "host", info["workspace"], str(theirs.fileno())],
+            cwd=info["workspace"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            pass_fds=[theirs.fileno()], user=info["uid"], group=info["gid"], extra_groups=[],
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": info["home"],
+                 "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"},
+        )  # fmt: skip
+        os.close(log)
+        theirs.close()
+        self.sock = ours
+
+    @classmethod
+    def get(cls) -> _AgentProcess:
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+    def ask(self, request: tuple[Any, ...]) -> Any:
+        try:
+            _send(self.sock, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+            reply = _receive(self.sock)
+        except (OSError, ValueError) as e:
+            raise AgentCodeError(f"the agent's code went away: {e}") from None
+        if reply is None:
+            raise AgentCodeError("the agent's code did not answer (it exited or crashed)")
+        try:
+            status, value = json.loads(reply)
+        except (ValueError, TypeError):
+            raise AgentCodeError("the agent's code sent something unexpected") from None
+        if status == "ok":
+            return value
+        raise AgentCodeError(f"the agent's code raised an exception:\n{value}")
+
+
+def proxy_module(name: str) -> None:
+    """Replace module `name` (a shim in the private evaluation directory) with a proxy whose
+    attributes are looked up in, and whose functions run in, the agent's process."""
+    import types
+
+    module = types.ModuleType(name)
+
+    def getattr_(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        kind, value = _AgentProcess.get().ask(("get", name, attr))
+        if kind == "missing":
+            raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+        if kind == "value":
+            return value
+        ask = _AgentProcess.get().ask
+
+        def call(*a: Any, **kw: Any) -> Any:
+            return ask(("call", name, attr, a, kw))
+
+        call.__name__ = attr
+        setattr(module, attr, call)
+        return call
+
+    module.__getattr__ = getattr_  # type: ignore[method-assign]
+    sys.modules[name] = module
+
+
+def host(workspace: str, fd: int) -> None:
+    """The agent's side of the proxy (runs as the agent user): import and call on request."""
+    import socket
+
+    channel = socket.socket(fileno=fd)
+    sys.path.insert(0, workspace)
+    sys.stdout = sys.stderr  # the agent's prints go to its log, never to the channel
+    functions: dict[tuple[str, str], Callable[..., Any]] = {}
+    while True:
+        message = _receive(channel, limit=1 << 30)
+        if message is None:
+            return
+        try:
+            request = pickle.loads(message)
+            if request[0] == "get":
+                module = importlib.import_module(request[1])
+                if not hasattr(module, request[2]):
+                    reply: list[Any] = ["ok", ["missing", None]]
+                else:
+                    value = getattr(module, request[2])
+                    reply = ["ok", ["call", None] if callable(value) else ["value", value]]
+            else:
+                _, name, attr, a, kw = request
+                function = functions.get((name, attr))
+                if function is None:
+                    function = getattr(importlib.import_module(name), attr)
+                    functions[(name, attr)] = function
+                reply = ["ok", function(*a, **kw)]
+            data = json.dumps(reply, default=_plain).encode()
+        except BaseException:  # the agent's code may raise anything, SystemExit included
+            data = json.dumps(["error", _tail(traceback.format_exc())]).encode()
+        _send(channel, data)
+
+
+def _tail(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def cmd_prepare(args: dict[str, Any]) -> dict[str, Any]:
+    os.makedirs(TASKS_DIR, mode=0o700, exist_ok=True)
+    os.makedirs(RESULTS_DIR, mode=0o700, exist_ok=True)
+    problem = _trusted_interpreter_problem()
+    result = snapshot_home(args["home"], args["workspace_name"])
+    result["interpreter_problem"] = problem
+    result["tasks"] = sorted(os.listdir(TASKS_DIR))
+    return result
+
+
+def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
+    uid, gid = int(args["uid"]), int(args["gid"])
+    started = time.monotonic()
+    survivors = kill_user(uid, gid)
+    if survivors:
+        return {"ok": False, "message": f"processes of uid {uid} survive SIGKILL: {survivors}"}
+    workspace = args["workspace"]
+    if os.path.lexists(workspace):
+        _remove(workspace)
+    home = restore_home(args["home"], args["workspace_name"])
+    scratch = clean_scratch(uid)
+    for name in os.listdir(RESULTS_DIR):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(RESULTS_DIR, name))
+    key = args.get("task_key")
+    if key is not None:
+        if not os.path.isdir(os.path.join(TASKS_DIR, key)):
+            return {"ok": False, "need_template": True}
+        build_workspace(key, workspace)
+    return {
+        "ok": True,
+        "home": home,
+        "scratch_removed": scratch,
+        "seconds": round(time.monotonic() - started, 4),
+    }
+
+
+def cmd_install_template(args: dict[str, Any]) -> dict[str, Any]:
+    """Finish an uploaded template: copy datasets from a mounted checkout, fix owners."""
+    key = args["task_key"]
+    root = os.path.join(TASKS_DIR, key)
+    data = os.path.join(root, "workspace", "data")
+    for source in args.get("copy_data_from", []):
+        if not os.path.isdir(source):
+            return {"ok": False, "message": f"{source} is not a directory in the container"}
+        shutil.copytree(source, data, dirs_exist_ok=True, symlinks=False)
+    if os.path.isdir(data):
+        hidden = set(args.get("hidden", []))
+        for rel, path in _walk(data):
+            os.lchown(path, 0, 0)
+            if os.path.isdir(path):
+                os.chmod(path, 0o555)
+            else:
+                os.chmod(path, 0o400 if f"data/{rel}" in hidden else 0o444)
+        os.chown(data, 0, 0)
+        os.chmod(data, 0o555)
+        # Evaluation scripts that find the data next to themselves (not at the workspace's
+        # path) find it through this link; the workspace's data is checked before each use.
+        link = os.path.join(root, "eval", "data")
+        if not os.path.lexists(link):
+            os.symlink(os.path.join(args["workspace"], "data"), link)
+    for rel in args.get("hidden", []):  # readable by the evaluation (root) only
+        path = os.path.join(root, "workspace", rel)
+        if os.path.isfile(path) and not os.path.islink(path):
+            os.chown(path, 0, 0)
+            os.chmod(path, 0o400)
+    return {"ok": True}
+
+
+def cmd_evaluate(args: dict[str, Any]) -> dict[str, Any]:
+    result = evaluate(args)
+    _atomic_write(os.path.join(RESULTS_DIR, f"{args['nonce']}.json"), json.dumps(result).encode())
+    return {"written": True}
+
+
+COMMANDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "prepare": cmd_prepare,
+    "reset": cmd_reset,
+    "install-template": cmd_install_template,
+    "evaluate": cmd_evaluate,
+}
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["run"]:
+        run_evaluation(json.loads(argv[1]))
+        return 0
+    if argv[:1] == ["host"]:
+        host(argv[1], int(argv[2]))
+        return 0
+    if os.geteuid() != 0:
+        print(json.dumps({"ok": False, "message": "admin commands run as root"}))
+        return 2
+    if not argv or argv[0] not in COMMANDS:
+        print(json.dumps({"ok": False, "message": f"unknown command {argv[:1]}"}))
+        return 2
+    try:
+        result = COMMANDS[argv[0]](json.loads(argv[1]) if len(argv) > 1 else {})
+    except Exception as e:  # reported to the environment, which replaces the container
+        result = {"ok": False, "message": f"{type(e).__name__}: {e}", "trace": _tail(
+            "".join(traceback.format_exception(e)))}
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
