@@ -40,7 +40,8 @@ def test_frame_decoder_handles_split_and_joined_frames() -> None:
 def run_in_local_bash(*commands: str) -> list[tuple[str, int]]:
     """Feed wrapped commands to a real bash and split its output at the sentinels."""
     nonces = [f"n{i}x{len(c)}" for i, c in enumerate(commands)]
-    script = b"exec 2>&1\n" + b"".join(wrap_command(c, n) for c, n in zip(commands, nonces))
+    wrapped = (wrap_command(c, n) for c, n in zip(commands, nonces, strict=True))
+    script = b"exec 2>&1\n" + b"".join(wrapped)
     out = subprocess.run(["bash"], input=script, capture_output=True, timeout=20).stdout
     results: list[tuple[str, int]] = []
     buffer = b"\n" + out
