@@ -261,12 +261,6 @@ function drawChart(target, lines, xIsTime) {
     const poly = svg("polyline", { points: points.join(" "), stroke: COLORS[i % COLORS.length],
                                    "data-series": line.name });
     target.append(poly);
-    if (lines.length > 1) {
-      const key = svg("text", { x: width - right - 4, y: top + 10 + 12 * i, "text-anchor": "end",
-                                fill: COLORS[i % COLORS.length] });
-      key.textContent = line.label;
-      target.append(key);
-    }
   });
 }
 
@@ -280,6 +274,8 @@ function renderCharts() {
   const gpus = Object.keys(s).filter((n) => n.startsWith("gpu:")).sort();
   drawChart($("chart-gpu"), gpus.map((n) => ({ name: n, label: `GPU ${n.slice(4)}`,
                                                points: s[n] })), true);
+  $("legend-gpu").replaceChildren(...gpus.map((n, i) => el("span",
+    { class: "key", style: `color: ${COLORS[i % COLORS.length]}` }, ` ■ GPU ${n.slice(4)}`)));
 }
 
 // ---- logs ------------------------------------------------------------------------------------
