@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from airvisor._logging import get_logger
 from airvisor.daemon._logs import LogFollower
@@ -80,13 +81,33 @@ def runs_of_points(points: Iterable[tuple[float, float]]) -> list[list[tuple[flo
     return runs
 
 
+def layout_sources(profile: dict[str, Any]) -> tuple[Path | None, list[Path]] | None:
+    """Where the run's prime-rl version writes metrics.jsonl and the trainer's and
+    orchestrator's logs (airvisor.primerl's layout of its resolved facts), or None when the
+    stored profile has no resolved facts (component mode: the store's log paths are used)."""
+    prime_rl = profile.get("prime_rl")
+    resolved = profile.get("resolved")
+    version = prime_rl.get("version") if isinstance(prime_rl, dict) else None
+    if not isinstance(resolved, dict) or not isinstance(version, str):
+        return None
+    try:
+        from airvisor.primerl import layout_for
+
+        layout = layout_for(version, resolved)
+        logs = [layout.log_file("trainer"), layout.log_file("orchestrator")]
+        return layout.metrics_file(), [p for p in logs if p is not None]
+    except Exception as err:  # facts of another airvisor version: fall back to the store's
+        log.debug("no layout for the run page", error=repr(err))
+        return None
+
+
 class RunSampler:
     """Read offsets and last samples of one run."""
 
-    def __init__(self, run_id: str, run_dir: Path) -> None:
+    def __init__(self, run_id: str, metrics_path: Path | None) -> None:
         self.run_id = run_id
-        self.metrics = LogFollower(run_dir / "metrics.jsonl", 0)
-        self.metrics_path = run_dir / "metrics.jsonl"
+        self.metrics_path = metrics_path
+        self.metrics = LogFollower(metrics_path, 0) if metrics_path is not None else None
         self.logs: dict[str, LogFollower] = {}  # by log path
         self.last_step: int | None = None
         self.last_step_at = float("-inf")
@@ -99,7 +120,8 @@ class RunSampler:
             series.append(run.id, STEP_SERIES, [(now, float(run.step))])
             self.last_step, self.last_step_at = run.step, now
         found: list[tuple[int, dict[str, float]]] = []
-        if self.metrics_path.exists():
+        if self.metrics is not None and self.metrics_path is not None \
+                and self.metrics_path.exists():
             for row in self.metrics.read_new():
                 parsed = metrics_from_row(row)
                 if parsed is not None:
@@ -171,9 +193,15 @@ class Background:
             self._sample(run, now)
 
     def _sample(self, run: RunRecord, now: float) -> None:
+        sources = layout_sources(run.profile)
+        if sources is None:  # component mode: metrics.jsonl in the run dir, logs in the store
+            metrics: Path | None = Path(run.run_dir) / "metrics.jsonl"
+            paths = [c.log_path for c in self.store.components(run.id)
+                     if c.name in ("trainer", "orchestrator") and c.log_path]
+        else:
+            metrics, logs = sources
+            paths = [str(p) for p in logs]
         sampler = self.samplers.get(run.id)
-        if sampler is None:
-            sampler = self.samplers[run.id] = RunSampler(run.id, Path(run.run_dir))
-        paths = [c.log_path for c in self.store.components(run.id)
-                 if c.name in ("trainer", "orchestrator") and c.log_path]
+        if sampler is None or sampler.metrics_path != metrics:
+            sampler = self.samplers[run.id] = RunSampler(run.id, metrics)
         sampler.sample(run, self.series, now=now, log_paths=paths, gpus=self.gpus)

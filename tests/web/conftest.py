@@ -61,9 +61,9 @@ class LiveDaemon:
                             headers={"Authorization": f"Bearer {self.token}"})
 
     def profile(self, name: str, **extra: Any) -> str:
+        """Writes the profile; returns its absolute path (POST /runs takes one)."""
         data = demo_profile_dict(self.tmp / f"out-{name}", run={"name": name}, **extra)
-        write_profile(self.profiles / f"{name}.toml", data)
-        return name
+        return str(write_profile(self.profiles / f"{name}.toml", data).resolve())
 
     def submit(self, profile: str) -> str:
         with self.client() as client:

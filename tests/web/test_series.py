@@ -94,7 +94,7 @@ def test_sampler_prefers_metrics_jsonl_and_falls_back_to_logs(tmp_path: Path) ->
                    + format_line("SUCCESS", "Step 2 | Time: 1s | Loss: 0.25", now=0) + "\n")
     report = GPUReport(True, None, [{"index": 0, "used_bytes": 1 << 30},
                                     {"index": 1, "used_bytes": 3 << 30}])
-    sampler = RunSampler("r", run_dir)
+    sampler = RunSampler("r", run_dir / "metrics.jsonl")
     run = store.get_run("r")
     assert run is not None
     sampler.sample(run, series, now=100.0, log_paths=[str(log)], gpus=lambda: report)
