@@ -342,6 +342,28 @@ def _main_subconfigs(config: Any, scratch: Path) -> tuple[dict[str, Any], list[d
     return components, servers
 
 
+def _main_launch_checks(config: Any) -> None:
+    """The config check main's launcher makes before it starts anything, outside the config
+    classes: entrypoints/rl.py:159-173 (rl_local, single node), the orchestrator's client port
+    must be the inference server's. Same condition, prime-rl's message."""
+    from urllib.parse import urlparse
+
+    if config.slurm is not None or config.deployment.type != "single_node":
+        return
+    if config.inference is None:
+        return
+    client_port = urlparse(config.orchestrator.model.client.base_url).port
+    expected_port = config.inference.server.port
+    if client_port != expected_port:
+        message = (
+            f"orchestrator.model.client.base_url port ({client_port}) does not match "
+            f"inference.server.port ({expected_port}). "
+            f"Update the base_url to use port {expected_port} to match the inference server."
+        )
+        loc = "orchestrator.model.client.base_url"
+        raise Refused([{"loc": loc, "msg": message, "type": "launch_check"}], message)
+
+
 def _next_attempt(logs_dir: Path) -> int:
     """The attempt number main's next launch will use (utils/pathing.py:14-34
     create_attempt_log_dir: 1 + the highest logs/attempt_<n>), computed read-only."""
@@ -387,6 +409,17 @@ def _main_facts(config: Any, cwd: Path, run_name_given: bool) -> dict[str, Any]:
     logs_dir = Path(run_dir) / "logs"
     attempt = _next_attempt(logs_dir)
     attempt_dir = logs_dir / f"attempt_{attempt}"
+    # entrypoints/rl.py:622-628 -> utils/pathing.py:156-193 validate_run_dir: a launch that
+    # neither resumes nor cleans is refused when the run dir holds a previous run's artifacts
+    # (or ckpt.output_dir holds checkpoints). prime-rl's own read-only predicates, on the disk
+    # as it is now.
+    from prime_rl.utils.pathing import has_checkpoints, has_run_artifacts
+
+    ckpt_out = config.ckpt.output_dir if config.ckpt is not None else None
+    abs_ckpt_out = Path(str(_absolute(ckpt_out, cwd))) if ckpt_out is not None else None
+    artifacts = has_run_artifacts(Path(run_dir)) or (
+        abs_ckpt_out is not None and abs_ckpt_out != Path(run_dir) and has_checkpoints(abs_ckpt_out)
+    )
     return {
         "output_dir": _absolute(config.output_dir, cwd),
         "run_dir": run_dir,
@@ -426,6 +459,8 @@ def _main_facts(config: Any, cwd: Path, run_name_given: bool) -> dict[str, Any]:
         # configs/rl.py:246 default False; entrypoints/rl.py:622-628 validate_run_dir refuses a
         # used run dir unless resuming or clean (utils/pathing.py:156-193).
         "clean": bool(config.clean),
+        "run_dir_has_artifacts": bool(artifacts),
+        "fresh_launch_refused": bool(artifacts) and resume is None and not config.clean,
         "weight_broadcast_type": trainer.weight_broadcast.type,
         # trainer/ckpt.py:310-317 (ckpt.output_dir overrides), orchestrator/ckpt.py:74-77.
         "trainer_ckpt_dir": str(Path(_absolute(trainer_ckpt_base, cwd) or run_dir) / "checkpoints"),
@@ -547,7 +582,8 @@ def _resolve(options: argparse.Namespace, args: list[str], scratch: Path) -> dic
         else:
             config = _parse_main(component, args)
             if component == "rl":
-                run_name_given = _run_name_given(config)
+                _main_launch_checks(config)
+                run_name_given = _run_name_given(config, component, args)
                 result["rl"] = config.model_dump(mode="json")
                 components, servers = _main_subconfigs(config, scratch)
                 result["components"] = components
@@ -568,10 +604,12 @@ def _resolve(options: argparse.Namespace, args: list[str], scratch: Path) -> dic
     return result
 
 
-def _run_name_given(config: Any) -> bool:
-    # configs/rl.py:254-261: _resolve_run_name fills run.name only when it was unset; the
-    # RunConfig's fields_set tells whether the user (TOML or CLI) gave it.
-    return "name" in config.run.model_fields_set
+def _run_name_given(config: Any, component: str, args: list[str]) -> bool:
+    """Whether run.name came from the user. configs/rl.py:254-261 (_resolve_run_name) draws
+    `<envs>--<model>--<uuid8>` when it is unset, by attribute assignment (which also marks the
+    field as set), so the only faithful test is a second parse: a given name comes back equal."""
+    again = _parse_main(component, args)
+    return bool(again.run.name == config.run.name)
 
 
 def main(argv: list[str] | None = None) -> int:
