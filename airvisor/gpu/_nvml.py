@@ -104,7 +104,8 @@ def _describe_pid(pid: int) -> tuple[str | None, str]:
         proc = psutil.Process(pid)
         with proc.oneshot():
             user = proc.username()
-            command = " ".join(proc.cmdline()) or f"[{proc.name()}]"
+            # strip(): a process title (setproctitle) is padded with blanks.
+            command = " ".join(proc.cmdline()).strip() or f"[{proc.name()}]"
         return user, command
     except psutil.NoSuchProcess:
         return None, "(exited)"
@@ -114,16 +115,11 @@ def _describe_pid(pid: int) -> tuple[str | None, str]:
 
 def run_of_pid(pid: int) -> str | None:
     """The airvisor run whose memory this is: the run cgroup the process (or, being in it,
-    any descendant of a component) sits in, else the run marker in its environment."""
-    from airvisor.proc import parse_run_path, pid_cgroup, read_marker
+    any descendant of a component) sits in, else its marker or an ancestor's, else (subreaper
+    fallback) the run whose orphan this supervisor adopted (`airvisor.proc.owning_run`)."""
+    from airvisor.proc import owning_run
 
-    cgroup = pid_cgroup(pid)
-    if cgroup is not None:
-        run = parse_run_path(cgroup, None, read_xattrs=False)
-        if run is not None:
-            return run.run_id
-    marker = read_marker(pid)
-    return marker.run_id if marker is not None else None
+    return owning_run(pid)
 
 
 def join_holders(

@@ -18,6 +18,7 @@ from airvisor.proc._kill import (
     ProcessTable,
     SurvivorInfo,
     check_seconds,
+    owning_run,
     protected_pids,
     terminate_tree,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "launch",
     "marked_pids",
     "own_state_dir",
+    "owning_run",
     "parse_run_path",
     "pid_cgroup",
     "processes_with_marker",

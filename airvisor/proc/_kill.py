@@ -341,6 +341,37 @@ def adopted_orphans(run_id: str, table: ProcessTable) -> list[int]:
     return found
 
 
+def owning_run(pid: int) -> str | None:
+    """The airvisor run a process belongs to: the run cgroup it sits in, else its marker, else
+    the nearest ancestor that is a component this process launched or carries a marker, else
+    (subreaper fallback) the only run active here when it is an orphan adopted by this process.
+    GPU memory a process holds belongs to this run."""
+    cgroup = _cgroup.pid_cgroup(pid)
+    if cgroup is not None and (run := _cgroup.parse_run_path(cgroup, None, read_xattrs=False)):
+        return run.run_id
+    marker, visible = read_environ_marker(pid)
+    if marker is not None:
+        return marker.run_id
+    launched = launched_pids()
+    try:
+        ancestors = psutil.Process(pid).parents()
+    except psutil.Error:
+        return None
+    own = os.getpid()
+    for ancestor in ancestors:
+        if ancestor.pid in launched:
+            return launched[ancestor.pid]
+        if ancestor.pid == own:
+            active = active_runs()
+            if not visible and len(active) == 1 and pid not in launched:
+                return next(iter(active))
+            return None
+        found, _ = read_environ_marker(ancestor.pid)
+        if found is not None:
+            return found.run_id
+    return None
+
+
 def _marker_sweep(run_id: str, protected: set[int], table: ProcessTable) -> list[int]:
     """The carriers of the run's marker, plus the other members of their sessions when the
     session is the run's (`infer_session_marker`).

@@ -185,7 +185,7 @@ def prepare_machine(
             raise PreflightError(str(err)) from err
         waited = result.waited
         if not result.ok:
-            notes = holder_notes(gpus, left_alone, reaped)
+            notes = holder_notes(gpus, left_alone, reaped, set(live_run_ids) - {run_id})
             raise PreflightError(format_memory_shortfall(gpus, requirements, who, waited,
                                                          notes=notes))
     report = PreflightReport(gpus=gpus, requirements=requirements, reaped=reaped,
@@ -197,8 +197,10 @@ def prepare_machine(
 
 def holder_notes(
     gpus: list[GPUInfo], left_alone: list[Candidate], reaped: ReapReport | None,
+    live: Iterable[str] = (),
 ) -> dict[int, str]:
     """pid -> the next step for each process still holding memory on a short GPU."""
+    live = set(live)
     not_ours = {c.pid: c for c in left_alone}
     survivors = {s.pid: s for s in (reaped.kill.survivors if reaped and reaped.kill else [])}
     notes: dict[int, str] = {}
@@ -214,9 +216,13 @@ def holder_notes(
                 notes[pid] = (f"{c.blocked_by}: `airvisor reap --all --pid {pid}` stops it "
                               f"(it asks first), or give the run other GPUs ([gpus] in the "
                               f"profile)")
-            elif holder.run_id is not None:
+            elif holder.run_id is not None and holder.run_id in live:
                 notes[pid] = (f"belongs to live airvisor run {holder.run_id}: `airvisor stop "
                               f"{holder.run_id}` if that run should end")
+            elif holder.run_id is not None:
+                notes[pid] = (f"left by airvisor run {holder.run_id}, which is not live, but "
+                              f"neither a run cgroup nor a marker names it any more (the "
+                              f"subreaper fallback): `kill {pid}`")
             else:
                 notes[pid] = (f"not a training process airvisor knows: stop it yourself "
                               f"(`kill {pid}`) if it is stale, or give the run other GPUs "
