@@ -228,7 +228,7 @@ def _v04_facts(config: Any, cwd: Path) -> dict[str, Any]:
         "inference_port": inference.server.port if inference is not None else None,
         # orchestrator/config.py ClientConfig.base_url: a list in v0.4.
         "client_base_urls": list(orchestrator.client.base_url),
-        # rl.py:136-137 (fields), 613-620 and 739-752: CUDA_VISIBLE_DEVICES of each process.
+        # rl.py:136-137 (fields), 620 and 752: CUDA_VISIBLE_DEVICES of each process.
         "inference_gpu_ids": list(config.inference_gpu_ids) if inference is not None else None,
         "trainer_gpu_ids": list(config.trainer_gpu_ids),
         "gpu_ids_are_physical": True,
