@@ -195,15 +195,19 @@ def _component_or_404(store: Store, run: RunRecord, name: str,
                              f"(components: {known})")
 
 
-def _log_path(run: RunRecord, component: ComponentRecord) -> Path:
+def _log_path(store: Store, run: RunRecord, component: ComponentRecord) -> Path:
     if not component.log_path:
         raise HTTPException(404, f"component {component.name!r} of run {run.id} has no log file "
                                  "recorded (it may not have started yet)")
     path = Path(component.log_path)
     # The path comes from the store, written by the engine; still, never serve a file outside
-    # the run's own directory.
-    if not path.resolve().is_relative_to(Path(run.run_dir).resolve()):
-        raise HTTPException(404, f"the log of {component.name!r} lies outside the run directory")
+    # the run's own directories: prime-rl's run directory, and the one the engine keeps for
+    # the run's attempts in the state directory (<state dir>/runs/<run id>, next to the store).
+    allowed = (Path(run.run_dir), store.path.parent / "runs" / run.id)
+    resolved = path.resolve()
+    if not any(resolved.is_relative_to(where.resolve()) for where in allowed):
+        raise HTTPException(404, f"the log of {component.name!r} lies outside the run's "
+                                 "directories")
     return path
 
 
@@ -244,8 +248,8 @@ class UnexpectedErrors:
 
 class _BodyTooLarge(HTTPException):
     def __init__(self) -> None:
-        super().__init__(413, f"the request body is larger than {MAX_BODY_BYTES} bytes; the "
-                              "API's request bodies are small JSON documents")
+        super().__init__(413, f"the request body is larger than {MAX_BODY_BYTES // 1024} KiB; "
+                              "the API's request bodies are small JSON documents")
 
 
 class LimitRequestBody:
@@ -492,7 +496,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     ) -> Response:
         run = _run_or_404(ctx.store, run_id)
         record = _component_or_404(ctx.store, run, component, attempt)
-        path = _log_path(run, record)
+        path = _log_path(ctx.store, run, record)
         try:
             lines, end = tail_lines(path, tail)
         except FileNotFoundError:

@@ -33,7 +33,9 @@ PROFILE_REF_RULE = (
 
 
 def is_profile_ref(ref: str) -> bool:
-    return len(ref) <= PROFILE_REF_MAX_LENGTH and PROFILE_REF.fullmatch(ref) is not None
+    # `search`, as JSON Schema validators in Python read "pattern" (there `$` also matches
+    # before a final newline): what a Python client checks against the schema passes here.
+    return len(ref) <= PROFILE_REF_MAX_LENGTH and PROFILE_REF.search(ref) is not None
 
 
 class _Out(BaseModel):
