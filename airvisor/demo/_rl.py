@@ -245,7 +245,7 @@ def _refusal_lines(payload: Mapping[str, Any]) -> list[str]:
     for error in payload.get("errors") or []:
         if isinstance(error, Mapping):
             loc = error.get("loc")
-            key = ".".join(str(p) for p in loc) if isinstance(loc, list | tuple) else ""
+            key = ".".join(str(p) for p in loc) if isinstance(loc, list | tuple) else str(loc or "")
             lines.append(f"{key}: {error.get('msg')}" if key else str(error.get("msg")))
     if not lines and payload.get("message"):
         lines.append(str(payload["message"]))

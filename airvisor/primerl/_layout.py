@@ -324,7 +324,8 @@ def layout_for(version: str, facts: Mapping[str, Any] | object, *, cwd: Path | N
     """The layout of a run from its resolved facts (resolve_config.py's `facts`, or an object
     with the same attribute names). Relative paths are taken against `cwd` (the launcher's).
 
-    Optional facts: `ckpt_output_dir` (main's ckpt.output_dir), `weight_broadcast_type`
+    Optional facts: `trainer_ckpt_dir` or `ckpt_output_dir` (main's ckpt.output_dir),
+    `weight_broadcast_type`
     ("nccl" needs no weights on disk for a v0.4 resume), `wait_for_weights_timeout` (v0.4: the
     orchestrator waits for the trainer's rebroadcast instead of failing), `log_file` and
     `clean` (v0.4: rl.log survives only with log.file true and clean false).
@@ -349,7 +350,9 @@ def layout_for(version: str, facts: Mapping[str, Any] | object, *, cwd: Path | N
     else:
         run_dir = path("run_dir")
         orchestrator_dir = path("orchestrator_output_dir", run_dir)
-        trainer_root = path("ckpt_output_dir", run_dir)
+        ckpt_dir = _fact(facts, "trainer_ckpt_dir")  # resolve_config.py names the dir itself
+        trainer_root = (base / Path(str(ckpt_dir))).parent if ckpt_dir else path(
+            "ckpt_output_dir", run_dir)
     nccl = str(_fact(facts, "weight_broadcast_type") or "filesystem") == "nccl"
     waits = bool(_fact(facts, "wait_for_weights_timeout"))
     log_file = _fact(facts, "log_file")

@@ -7,6 +7,7 @@ test-directory modules unimportable by plain name).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -111,6 +112,18 @@ class Standins:
         standin = Standin(label, process, log_path)
         self.started.append(standin)
         return standin
+
+    def start_rl(
+        self, version: str, argv: list[str], *, demo: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None, label: str = "rl",
+    ) -> Standin:
+        """`python -m airvisor.demo --prime-rl V rl ...` in `root` (its cwd), AIRVISOR_DEMO set.
+
+        prime-rl resolves the config only where a test passes AIRVISOR_DEMO_PRIMERL_PYTHON.
+        """
+        extra = {"AIRVISOR_DEMO": json.dumps(demo or {}), "AIRVISOR_DEMO_PRIMERL_PYTHON": "",
+                 **(env or {})}
+        return self.start("--prime-rl", [version, "rl", *argv], label=label, env=extra)
 
     # The module's helpers, also reachable through the fixture.
     @staticmethod
