@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,31 @@ def test_help_lists_the_keys(tmp_path: Path) -> None:
     assert keys.returncode == 0
     assert "--ckpt.resume-step" in keys.stdout and "--demo.crash-at-step" in keys.stdout
     assert _demo(cwd=tmp_path).returncode == 2
+
+
+def test_prime_rl_version_is_a_global_option(tmp_path: Path) -> None:
+    for command in ("inference", "trainer", "orchestrator"):
+        done = _demo("--prime-rl", "0.4", command, "--help", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    assert _demo("--prime-rl=main", "--help", cwd=tmp_path).returncode == 0
+    unknown = _demo("--prime-rl", "0.8", "trainer", cwd=tmp_path)
+    assert unknown.returncode == 2 and "unknown version '0.8'" in unknown.stderr
+    unnamed = _demo("rl", "@", "rl.toml", cwd=tmp_path)
+    assert unnamed.returncode == 2 and "--prime-rl 0.4|main" in unnamed.stderr
+
+
+def test_demo_settings_come_from_the_environment(tmp_path: Path) -> None:
+    """AIRVISOR_DEMO carries pacing and faults, since prime-rl refuses a [demo] table."""
+    env_run = subprocess.run(
+        [sys.executable, "-m", "airvisor.demo", "trainer"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={**os.environ, "AIRVISOR_DEMO": '{"trainer": {"crash_at_stp": 1}}'},
+    )
+    assert env_run.returncode == 2
+    assert "demo.crash_at_stp" in env_run.stderr and "Traceback" not in env_run.stderr
+    not_json = subprocess.run(
+        [sys.executable, "-m", "airvisor.demo", "orchestrator"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={**os.environ, "AIRVISOR_DEMO": "{trainer: 1}"},
+    )
+    assert not_json.returncode == 2 and "AIRVISOR_DEMO: not valid JSON" in not_json.stderr

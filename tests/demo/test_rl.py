@@ -6,8 +6,10 @@ the supervisor will judge a real run's directory.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -227,3 +229,17 @@ def _ours(cwd: Path) -> list[int]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def test_the_shipped_main_demo_config_is_valid_for_prime_rl_main(tmp_path: Path) -> None:
+    python = prime_rl_python("main")
+    if python is None:
+        pytest.skip("no interpreter with prime-rl main's config classes")
+    config = Path(__file__).resolve().parents[2] / "configs" / "demo" / "rl-main.toml"
+    script = Path(__file__).resolve().parents[2] / "airvisor" / "primerl" / "resolve_config.py"
+    done = subprocess.run([python, str(script), "--version", "main", "--", "@", str(config)],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    facts = json.loads(done.stdout)["facts"]
+    assert facts["run_dir"].endswith("outputs/demo-main/demo")
+    assert facts["ckpt_interval"] == 5
