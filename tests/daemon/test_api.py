@@ -93,6 +93,33 @@ def test_logs_tail_and_component_validation(api: Api) -> None:
         assert code in (404, 422), (bad, code)
 
 
+def test_logs_are_served_from_the_run_dir_and_the_engines_attempt_dir_only(api: Api) -> None:
+    # The engine writes the logs of the processes it starts to <state dir>/runs/<run id>/
+    # attempt_N/ (next to the store); prime-rl's own logs live in the run directory.
+    state = api.store.path.parent
+    run_dir = api.tmp / "prime-rl-out"
+    logs = {
+        "launcher": state / "runs" / "r-1" / "attempt_1" / "launcher.log",
+        "trainer": run_dir / "logs" / "trainer.log",
+        "stranger": state / "runs" / "r-2" / "attempt_1" / "launcher.log",  # another run's
+        "escape": run_dir / ".." / "elsewhere.log",
+    }
+    api.store.create_run(run_id="r-1", name="r", profile_path=None, profile={},
+                         run_dir=str(run_dir), gpus=[], supervisor_pid=None)
+    api.store.start_attempt("r-1", 1, None)
+    for name, path in logs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{name} says hello\n")
+        api.store.upsert_component("r-1", 1, name, state="running", log_path=str(path))
+    for name in ("launcher", "trainer"):
+        response = httpx.get(f"{api.url}/runs/r-1/logs/{name}")
+        assert response.status_code == 200 and response.text == f"{name} says hello\n"
+    for name in ("stranger", "escape"):
+        refused = httpx.get(f"{api.url}/runs/r-1/logs/{name}")
+        assert refused.status_code == 404
+        assert "outside the run's directories" in refused.json()["detail"]
+
+
 def test_logs_follow_streams_new_lines_until_the_run_ends(api: Api) -> None:
     run_id = submit(api).json()["id"]
     log_path = Path(api.store.components(run_id)[2].log_path or "")
@@ -176,6 +203,7 @@ def test_an_unexpected_error_is_a_json_500_and_the_daemon_keeps_serving(api: Api
     with api.client() as client:
         response = client.post(f"/runs/{run_id}/restart")
         assert response.status_code == 500
+        assert response.json()["errors"] == []  # the API's one error body (ErrorOut)
         assert response.json()["detail"].startswith("internal error ")
         assert "RuntimeError" in response.json()["detail"]
         assert "engine bug" not in response.text  # details go to the log, not to clients
@@ -214,11 +242,15 @@ def test_bad_submissions_get_4xx_with_a_message(api: Api) -> None:
         "/nonexistent/dir/x.toml": 404,
         "/tmp/../etc/x.toml": 422,
         "a b": 422,
+        "ö": 422,
+        "a..b": 404,  # a name: looked up in the catalog, never joined to a path
     }
     for ref, code in cases.items():
         response = submit(api, ref)
         assert response.status_code == code, (ref, response.text)
         assert response.json()["detail"], ref
+        if code == 422:  # refused by request validation, as the schema's pattern says
+            assert response.json()["errors"][0]["loc"] == ["body", "profile"], ref
     assert "systemctl reload airvisor" in submit(api, "no-such-profile").json()["detail"]
 
     broken = write_profile(api.tmp / "broken.toml", {**fake_profile(api.tmp),
