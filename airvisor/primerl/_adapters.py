@@ -1,10 +1,10 @@
 """From a profile to the processes of one attempt, faithful to the prime-rl version.
 
 Launcher mode (the default) starts prime-rl's own `rl` entry point with the user's argument list
-unchanged, plus airvisor's overrides file as the last `@` and that version's resume option with
-an explicit step:
+unchanged, plus airvisor's overrides ([prime_rl.overrides]: an `@` file for main, CLI flags for
+v0.4, see `overrides_as_file`) and that version's resume option with an explicit step:
 
-    <prefix> rl <user args> @ <attempt>/overrides.toml [--ckpt.resume-step N | --resume.step N]
+    <prefix> rl <user args> <overrides> [--ckpt.resume-step N | --resume.step N]
 
 prime-rl then does everything its launcher does (sub-configs, GPUs, clean-ups of future steps);
 airvisor supervises the whole tree and reads the components' logs where that version writes them
@@ -125,11 +125,38 @@ def airvisor_overrides(profile: Profile) -> dict[str, Any]:
     return overrides
 
 
+def override_flags(overrides: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted kebab-case flags for a table of overrides: `{"ckpt": {"keep_last": 3}}` ->
+    `--ckpt.keep-last 3`. Lists and inline tables go as JSON, which pydantic-settings parses."""
+    flags: list[str] = []
+    for key, value in overrides.items():
+        name = f"{prefix}{key.replace('_', '-')}"
+        if isinstance(value, Mapping):
+            flags += override_flags(value, name + ".")
+        elif isinstance(value, bool):
+            flags += [f"--{name}", "true" if value else "false"]
+        elif isinstance(value, list | tuple):
+            flags += [f"--{name}", json.dumps(list(value))]
+        else:
+            flags += [f"--{name}", str(value)]
+    return flags
+
+
+def overrides_as_file(profile: Profile) -> bool:
+    """How [prime_rl.overrides] reach prime-rl. main deep-merges `@` files left to right, so an
+    overlay file is exact; v0.4 *replaces* each top-level table of an earlier `@` file
+    (pydantic-settings' TOML source `dict.update`s them), so there they go as CLI flags, which
+    merge into the files' values and win over them (docs/primerl-fidelity.md)."""
+    return profile.prime_rl.version == "main"
+
+
 def rl_args(profile: Profile, overrides_file: Path | None, resume_step: int | None) -> list[str]:
-    """The arguments after `rl`: the user's, airvisor's overrides file, the resume flag."""
+    """The arguments after `rl`: the user's, airvisor's overrides, the resume flag."""
     args = list(profile.prime_rl.args)
     if overrides_file is not None:
         args += ["@", str(overrides_file)]
+    elif not overrides_as_file(profile):
+        args += override_flags(airvisor_overrides(profile))
     if resume_step is not None:
         args += resume_flags(profile.prime_rl.version, resume_step)
     return args
@@ -179,7 +206,7 @@ def resolve_profile(
 
 def write_overrides(profile: Profile, directory: Path) -> Path | None:
     overrides = airvisor_overrides(profile)
-    if not overrides:
+    if not overrides or not overrides_as_file(profile):
         return None
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / OVERRIDES_FILE
@@ -260,7 +287,8 @@ def plan_attempt(
     if profile.containers.enabled:
         env[profile.containers.env_var] = ",".join(container_names)
     overrides = airvisor_overrides(profile)
-    overrides_file = attempt_dir / OVERRIDES_FILE if overrides else None
+    overrides_file = (attempt_dir / OVERRIDES_FILE
+                      if overrides and overrides_as_file(profile) else None)
     files = {overrides_file: overrides_text(overrides)} if overrides_file is not None else {}
     if section.mode == "launcher":
         argv = [*script(profile, "rl"), *rl_args(profile, overrides_file, resume_step)]

@@ -228,7 +228,8 @@ def facts_from_files(version: Version, args: Sequence[str], *, cwd: Path,
         run_dir = output_dir / str(run.get("dir") or run.get("name") or "unnamed")
         orchestrator_dir = run_dir
         deployment = data.get("deployment") or {}
-        num_infer = (_int(deployment.get("num_infer_gpus")) or 1) if inference else 0
+        num_infer = (_int(deployment.get("num_infer_gpus")) or 1) \
+            if isinstance(inference, dict) else 0
         infer_gpus, train_gpus = split_gpus(
             num_infer, _int(deployment.get("num_train_gpus")) or 1, physical_gpus(environ))
     return RunFacts(

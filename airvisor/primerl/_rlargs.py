@@ -2,8 +2,8 @@
 
 A profile names the user's own command line (`[prime_rl] args = ["@", "rl.toml"]`), exactly as
 they type it after `rl`. airvisor never rewrites it: it makes the paths after each `@` absolute
-(they are relative to the profile file), appends its own overrides file as the last `@`, and the
-resume flag of the version. How prime-rl itself reads such a list:
+(they are relative to the profile file), appends its own overrides and the resume flag of the
+version. How prime-rl itself reads such a list:
 
 - v0.4 `prime_rl/utils/pydantic_config.py:152-177` (`extract_toml_paths`): every `@ PATH`
   pair loads a TOML file; a `--section` right before `@` nests the file under that key

@@ -1,196 +1,195 @@
-"""The exact argv, environment and config files each prime-rl adapter produces."""
+"""From a profile to the command line of an attempt: pure parts, without prime-rl.
+
+The same plans are checked against prime-rl's own parsers in test_fidelity.py.
+"""
 
 from __future__ import annotations
 
-import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 
-from airvisor.primerl import AdapterError, LaunchSpec, get_adapter
-from airvisor.profile import Profile, load_profile
-
-REPO = Path(__file__).resolve().parents[2]
-PINNED = REPO / "tests" / "fixtures" / "profiles" / "adapter.toml"
-RUN_DIR = Path("/srv/runs/pinned")
-ATTEMPT = RUN_DIR / "airvisor" / "attempt_2"
-PREFIX = ["uv", "run", "--project", "/opt/prime-rl"]
-TORCHRUN = [*PREFIX, "torchrun", "--nproc-per-node=2", "--rdzv-endpoint=localhost:29533",
-            "--rdzv-id=run-7", "--local-ranks-filter=0", "-m", "prime_rl.trainer.rl.train"]
-
-
-def specs(version: str, resume_step: int | None, profile: Profile | None = None,
-          environ: dict[str, str] | None = None) -> dict[str, LaunchSpec]:
-    return get_adapter(version).launch_specs(
-        profile or load_profile(PINNED), run_id="run-7", run_dir=RUN_DIR, attempt_dir=ATTEMPT,
-        resume_step=resume_step, container_names=["mlgym-a", "mlgym-b"],
-        environ={} if environ is None else environ)
+from airvisor.primerl import (
+    LAUNCHER,
+    AdapterError,
+    bind,
+    component_mode_problems,
+    plan_attempt,
+    prepare_run,
+    resolve_profile,
+    resume_flags,
+)
+from airvisor.primerl._facts import facts_from_files, merged_toml
+from airvisor.primerl._rlargs import RlArgsError, absolute_args, flag_pairs, toml_refs
+from airvisor.profile import Profile, ProfileError, load_profile
 
 
-def config_of(spec: LaunchSpec) -> dict[str, Any]:
-    (text,) = spec.files.values()
-    return tomllib.loads(text)
+def write(path: Path, data: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(data))
+    return path
 
 
-def argvs(result: dict[str, LaunchSpec]) -> dict[str, list[str]]:
-    return {name: spec.argv for name, spec in result.items()}
-
-
-@pytest.mark.parametrize("version", ["0.4", "main"])
-def test_fresh_start_argv(version: str) -> None:
-    assert argvs(specs(version, None)) == {
-        "inference": [*PREFIX, "inference", "@", f"{ATTEMPT}/inference.toml"],
-        "trainer": [*TORCHRUN, "@", f"{ATTEMPT}/trainer.toml"],
-        "orchestrator": [*PREFIX, "orchestrator", "@", f"{ATTEMPT}/orchestrator.toml",
-                         "--log.level", "debug"],
+def profile_at(tmp_path: Path, version: str, args: list[str], **extra: Any) -> Profile:
+    data: dict[str, Any] = {
+        "run": {"name": "unit"},
+        "prime_rl": {"version": version, "command_prefix": ["uv", "run"], "python": [],
+                     "args": args},
     }
+    for key, value in extra.items():
+        data.setdefault(key, {}).update(value)
+    return load_profile(write(tmp_path / "profile.toml", data))
 
 
-def test_resume_argv_v04_uses_per_component_ckpt_resume_step() -> None:
-    assert argvs(specs("0.4", 15)) == {
-        "inference": [*PREFIX, "inference", "@", f"{ATTEMPT}/inference.toml"],
-        "trainer": [*TORCHRUN, "@", f"{ATTEMPT}/trainer.toml", "--ckpt.resume-step", "15"],
-        "orchestrator": [*PREFIX, "orchestrator", "@", f"{ATTEMPT}/orchestrator.toml",
-                         "--ckpt.resume-step", "15", "--log.level", "debug"],
-    }
+def test_override_flags_are_dotted_kebab_case() -> None:
+    from airvisor.primerl._adapters import override_flags
+
+    assert override_flags({"ckpt": {"keep_last": 3}, "trainer_gpu_ids": [6, 7], "clean": False,
+                           "model": {"name": "Qwen/Qwen3-0.6B"}}) == [
+        "--ckpt.keep-last", "3", "--trainer-gpu-ids", "[6, 7]", "--clean", "false",
+        "--model.name", "Qwen/Qwen3-0.6B"]
 
 
-def test_resume_argv_main_uses_resume_step() -> None:
-    assert argvs(specs("main", 15)) == {
-        "inference": [*PREFIX, "inference", "@", f"{ATTEMPT}/inference.toml"],
-        "trainer": [*TORCHRUN, "@", f"{ATTEMPT}/trainer.toml", "--resume.step", "15"],
-        "orchestrator": [*PREFIX, "orchestrator", "@", f"{ATTEMPT}/orchestrator.toml",
-                         "--resume.step", "15", "--log.level", "debug"],
-    }
+def test_toml_refs_nest_sections_and_keep_order() -> None:
+    args = ["--trainer", "@", "t.toml", "@", "shared.toml", "--max-steps", "3",
+            "--orchestrator", "@", "o.toml"]
+    refs = toml_refs(args)
+    assert [(str(r.path), r.section) for r in refs] == [
+        ("t.toml", "trainer"), ("shared.toml", None), ("o.toml", "orchestrator")]
+    assert flag_pairs(args) == [("max_steps", "3")]
+    with pytest.raises(RlArgsError):
+        toml_refs(["@"])
 
 
-@pytest.mark.parametrize("step", [-1, 0])
-@pytest.mark.parametrize("version", ["0.4", "main"])
-def test_never_resumes_from_latest_or_zero(version: str, step: int) -> None:
-    with pytest.raises(AdapterError, match="resume step must be a checkpoint step >= 1"):
-        specs(version, step)
+def test_paths_after_at_are_made_absolute_against_the_profile(tmp_path: Path) -> None:
+    args = absolute_args(["--trainer", "@", "a/t.toml", "--max-steps", "3"], tmp_path)
+    assert args == ["--trainer", "@", str(tmp_path / "a" / "t.toml"), "--max-steps", "3"]
 
 
-@pytest.mark.parametrize("version", ["0.4", "main"])
-def test_environment_cwd_and_wandb(version: str) -> None:
-    result = specs(version, None)
-    common = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "LOGURU_FORCE_COLORS": "1",
-              "PYTHONUNBUFFERED": "1", "HF_HOME": "/srv/hf",
-              "WANDB_MODE": "offline"}
-    assert {name: spec.env for name, spec in result.items()} == {
-        "inference": {"CUDA_VISIBLE_DEVICES": "0", **common},
-        "trainer": {"CUDA_VISIBLE_DEVICES": "2,3", **common, "NCCL_DEBUG": "WARN"},
-        "orchestrator": {"CUDA_VISIBLE_DEVICES": "", **common},
-    }
-    assert {spec.cwd for spec in result.values()} == {Path("/srv/mlgym")}
-    with_key = specs(version, None, environ={"WANDB_API_KEY": "k"})
-    assert all("WANDB_MODE" not in spec.env for spec in with_key.values())
+def test_merged_toml_composes_as_prime_rl(tmp_path: Path) -> None:
+    base = write(tmp_path / "base.toml", {"max_steps": 5, "ckpt": {"interval": 2}})
+    top = write(tmp_path / "top.toml", {"ckpt": {"keep_last": 1}})
+    train = write(tmp_path / "train.toml", {"optim": {"lr": 1e-5}})
+    data = merged_toml(["@", str(base), "@", str(top), "--trainer", "@", str(train),
+                        "--ckpt.interval", "4", "--no-clean"])
+    assert data["ckpt"] == {"interval": "4", "keep_last": 1}
+    assert data["trainer"] == {"optim": {"lr": 1e-5}}
+    assert data["clean"] is False
 
 
-def test_written_configs_v04() -> None:
-    result = specs("0.4", 15)
-    assert {name: list(spec.files) for name, spec in result.items()} == {
-        name: [ATTEMPT / f"{name}.toml"] for name in ("inference", "trainer", "orchestrator")}
-    assert config_of(result["inference"]) == {
-        "model": {"name": "Qwen/Qwen3-0.6B"},
-        "server": {"host": "127.0.0.1", "port": 8011},
-    }
-    assert config_of(result["trainer"]) == {
-        "output_dir": str(RUN_DIR), "max_steps": 20,
-        "model": {"name": "Qwen/Qwen3-0.6B"},
-        "optim": {"lr": 1e-6, "weight_decay": 0.0},  # inline lr over the file's 3e-6
-        "ckpt": {"interval": 5, "keep": 2},
-    }
-    assert config_of(result["orchestrator"]) == {
-        "batch_size": 8, "rollouts_per_example": 4, "seq_len": 2048,
-        "output_dir": str(RUN_DIR), "max_steps": 20, "num_train_workers": 2,
-        "model": {"name": "Qwen/Qwen3-0.6B"},
-        "sampling": {"max_tokens": 1024},
-        "env": [{"id": "air_mlgym", "args": {
-            "task_configs": ["titanic.yaml"], "max_turns": 10,
-            "container_names": ["mlgym-a", "mlgym-b"]}}],
-        "ckpt": {"interval": 5, "keep": 2},
-        "client": {"base_url": "http://127.0.0.1:8011/v1"},
-    }
+def test_v04_facts_follow_its_defaults(tmp_path: Path) -> None:
+    config = write(tmp_path / "rl.toml", {"output_dir": "out", "trainer_gpu_ids": [2, 3],
+                                          "inference": {"server": {"port": 8011}}})
+    facts = facts_from_files("0.4", ["@", str(config)], cwd=tmp_path, environ={})
+    assert facts.run_dir == tmp_path / "out"
+    assert facts.orchestrator_output_dir == tmp_path / "out" / "run_default"  # rl.py:382
+    assert facts.inference_gpus == (0,) and facts.trainer_gpus == (2, 3)
+    assert facts.inference_port == 8011 and facts.ckpt_interval is None
 
 
-def test_written_trainer_toml_text_v04() -> None:
-    (text,) = specs("0.4", None)["trainer"].files.values()
-    assert text == (
-        'output_dir = "/srv/runs/pinned"\n'
-        "max_steps = 20\n\n"
-        '[model]\nname = "Qwen/Qwen3-0.6B"\n\n'
-        "[optim]\nlr = 1e-06\nweight_decay = 0.0\n\n"
-        "[ckpt]\ninterval = 5\nkeep = 2\n"
-    )
+def test_main_facts_split_gpus_and_name_the_run_dir(tmp_path: Path) -> None:
+    config = write(tmp_path / "rl.toml", {
+        "run": {"name": "exp"}, "inference": {},
+        "deployment": {"num_infer_gpus": 2, "num_train_gpus": 1}})
+    facts = facts_from_files("main", ["@", str(config)], cwd=tmp_path,
+                             environ={"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    assert facts.run_dir == tmp_path / "outputs" / "exp"
+    assert facts.inference_gpus == (4, 5) and facts.trainer_gpus == (6,)
 
 
-def test_written_configs_main() -> None:
-    result = specs("main", None)
-    assert config_of(result["trainer"])["ckpt"] == {"interval": 5, "keep_last": 2}
-    orchestrator = config_of(result["orchestrator"])
-    assert orchestrator["ckpt"] == {"interval": 5, "keep_last": 2}
-    assert orchestrator["client"] == {"base_url": ["http://127.0.0.1:8011/v1"]}
-    assert "num_train_workers" not in orchestrator
-    assert orchestrator["env"][0]["args"]["container_names"] == ["mlgym-a", "mlgym-b"]
+@pytest.mark.parametrize(("version", "expected"), [
+    ("0.4", ["--ckpt.resume-step", "7"]), ("main", ["--resume.step", "7"])])
+def test_resume_is_that_versions_option_with_an_explicit_step(version: str,
+                                                              expected: list[str]) -> None:
+    assert resume_flags(version, 7) == expected
 
 
-def demo_profile(tmp_path: Path, **extra: Any) -> Profile:
-    path = tmp_path / "demo.toml"
-    path.write_text(f"""
-[run]
-name = "demo"
-output_dir = "{tmp_path / 'out'}"
-demo = true
-
-[prime_rl]
-version = "0.4"
-command_prefix = ["{{python}}", "-m", "airvisor.demo"]
-""")
-    return load_profile(path, extra)
-
-
-def test_demo_profile_without_gpus_runs_one_trainer_process(tmp_path: Path) -> None:
-    profile = demo_profile(tmp_path)
-    result = get_adapter("0.4").launch_specs(
-        profile, run_id="r1", run_dir=tmp_path / "out", attempt_dir=tmp_path / "a",
-        resume_step=None, container_names=[], environ={})
-    prefix = [sys.executable, "-m", "airvisor.demo"]
-    assert result["trainer"].argv == [
-        *prefix, "torchrun", "--nproc-per-node=1", "--rdzv-endpoint=localhost:29501",
-        "--rdzv-id=r1", "--local-ranks-filter=0", "-m", "prime_rl.trainer.rl.train",
-        "@", str(tmp_path / "a" / "trainer.toml")]
-    assert result["trainer"].env["CUDA_VISIBLE_DEVICES"] == ""
-    assert result["inference"].argv == [*prefix, "inference", "@", str(tmp_path / "a" /
-                                                                       "inference.toml")]
-    # The stand-in inference server gets the run dir (prime-rl's own inference has none).
-    assert config_of(result["inference"])["output_dir"] == str(tmp_path / "out")
-    assert result["trainer"].cwd == tmp_path
+def test_launcher_plan_runs_the_users_command_line_unchanged(tmp_path: Path) -> None:
+    config = write(tmp_path / "cfg" / "rl.toml", {"max_steps": 3})
+    profile = profile_at(tmp_path, "0.4", ["@", "cfg/rl.toml", "--seq-len", "128"],
+                         prime_rl={"overrides": {"max_steps": 2}})
+    resolution = resolve_profile(profile, resume_step=4, scratch=tmp_path / "scratch")
+    assert not resolution.checked_by_prime_rl and "only airvisor's part" in resolution.note
+    assert resolution.facts.max_steps == 2  # the overrides come after the user's args
+    attempt = tmp_path / "state" / "attempt_2"
+    plan = plan_attempt(bind(profile, resolution), resolution, attempt_dir=attempt,
+                        resume_step=4)
+    spec = plan.processes[LAUNCHER]
+    # v0.4 replaces whole tables of earlier `@` files: overrides go as flags, which merge.
+    assert spec.argv == ["uv", "run", "rl", "@", str(config), "--seq-len", "128",
+                         "--max-steps", "2", "--ckpt.resume-step", "4"]
+    assert spec.files == {}
+    assert spec.cwd == tmp_path  # relative paths in the config are the profile directory's
+    assert spec.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
-def test_venv_scripts_and_shared_gpu_memory(tmp_path: Path) -> None:
-    profile = demo_profile(tmp_path, **{
-        "prime_rl.command_prefix": [], "prime_rl.venv": "/opt/prl/.venv",
-        "gpus.inference": [0], "gpus.trainer": [0], "gpus.inference_memory_share": 0.5})
-    result = get_adapter("main").launch_specs(
-        profile, run_id="r1", run_dir=tmp_path / "out", attempt_dir=tmp_path / "a",
-        resume_step=None, container_names=[], environ={})
-    assert result["inference"].argv[:1] == ["/opt/prl/.venv/bin/inference"]
-    assert result["trainer"].argv[:2] == ["/opt/prl/.venv/bin/torchrun", "--nproc-per-node=1"]
-    assert result["orchestrator"].argv[:1] == ["/opt/prl/.venv/bin/orchestrator"]
-    assert config_of(result["inference"])["gpu_memory_utilization"] == 0.5
+def test_main_gets_a_fixed_run_name_so_a_relaunch_finds_its_checkpoints(tmp_path: Path) -> None:
+    write(tmp_path / "rl.toml", {"max_steps": 3})
+    profile = profile_at(tmp_path, "main", ["@", "rl.toml"])
+    resolution = resolve_profile(profile, scratch=tmp_path / "s")
+    assert resolution.facts.run_dir == tmp_path / "outputs" / "unit"
+    plan = plan_attempt(bind(profile, resolution), resolution, attempt_dir=tmp_path / "a",
+                        resume_step=None)
+    assert 'name = "unit"' in plan.processes[LAUNCHER].files[tmp_path / "a" / "overrides.toml"]
+    # A name in the user's own config is kept: no overrides file at all then.
+    write(tmp_path / "rl.toml", {"run": {"name": "mine"}})
+    resolution = resolve_profile(profile, scratch=tmp_path / "s2")
+    plan = plan_attempt(bind(profile, resolution), resolution, attempt_dir=tmp_path / "b",
+                        resume_step=3)
+    assert plan.processes[LAUNCHER].argv[-4:] == ["@", str(tmp_path / "rl.toml"),
+                                                  "--resume.step", "3"]
 
 
-def test_containers_without_an_env_table_are_refused(tmp_path: Path) -> None:
-    profile = demo_profile(tmp_path, **{"containers.enabled": True})
-    with pytest.raises(AdapterError, match=r"no \[\[env\]\] table"):
-        get_adapter("0.4").launch_specs(
-            profile, run_id="r1", run_dir=tmp_path / "out", attempt_dir=tmp_path / "a",
-            resume_step=None, container_names=["c"], environ={})
+def test_bind_fills_the_derived_facts(tmp_path: Path) -> None:
+    write(tmp_path / "rl.toml", {"output_dir": "o", "max_steps": 9, "inference_gpu_ids": [0, 1],
+                                 "trainer_gpu_ids": [2], "inference": {"server": {"port": 9}}})
+    profile = profile_at(tmp_path, "0.4", ["@", "rl.toml"], gpus={"containers": [7]})
+    bound = bind(profile, resolve_profile(profile, scratch=tmp_path / "s"))
+    assert bound.run.output_dir == tmp_path / "o" and bound.run.max_steps == 9
+    assert bound.gpus.inference == [0, 1] and bound.gpus.trainer == [2]
+    assert bound.gpus.containers == [7] and bound.inference.port == 9
+    assert bound.resolved is not None and bound.resolved["run_dir"] == str(tmp_path / "o")
 
 
-def test_unknown_version() -> None:
-    with pytest.raises(AdapterError, match=r"'0\.3' is not supported; supported: 0\.4, main"):
-        get_adapter("0.3")
+def test_profile_gpus_that_disagree_with_prime_rl_are_a_problem(tmp_path: Path) -> None:
+    write(tmp_path / "rl.toml", {"trainer_gpu_ids": [2]})
+    profile = profile_at(tmp_path, "0.4", ["@", "rl.toml"], gpus={"trainer": [3]})
+    problems = prepare_run(profile, machine=False).problems
+    assert any("[gpus] trainer = [3] but prime-rl's config gives the trainer GPU(s) [2]"
+               in p.message for p in problems)
+
+
+def test_component_mode_is_refused_where_it_cannot_be_faithful(tmp_path: Path) -> None:
+    write(tmp_path / "rl.toml", {})
+    profile = profile_at(tmp_path, "main", ["@", "rl.toml"], prime_rl={"mode": "components"})
+    resolution = resolve_profile(profile, scratch=tmp_path / "s")
+    assert "v0.4 only" in component_mode_problems(profile, resolution)[0].message
+    profile = profile_at(tmp_path, "0.4", ["@", "rl.toml"], prime_rl={"mode": "components"})
+    resolution = resolve_profile(profile, scratch=tmp_path / "s")
+    assert "could not be reached" in component_mode_problems(profile, resolution)[0].message
+
+
+def test_missing_config_file_and_negative_step(tmp_path: Path) -> None:
+    profile = profile_at(tmp_path, "0.4", ["@", "nowhere.toml"])
+    problems = prepare_run(profile, machine=False).problems
+    assert "nowhere.toml does not exist" in problems[0].message
+    write(tmp_path / "nowhere.toml", {})
+    resolution = resolve_profile(profile, scratch=tmp_path / "s")
+    with pytest.raises(AdapterError):
+        plan_attempt(bind(profile, resolution), resolution, attempt_dir=tmp_path,
+                     resume_step=-1)
+
+
+@pytest.mark.parametrize(("extra", "text"), [
+    ({"run": {"output_dir": "x"}}, "[run] output_dir comes from prime-rl's resolved config"),
+    ({"inference": {"port": 8000}}, "[inference] port comes from prime-rl's resolved config"),
+    ({"trainer": {"config": {"x": 1}}}, "component configs now live in your own prime-rl"),
+])
+def test_keys_prime_rl_owns_are_refused_with_where_to_set_them(
+        tmp_path: Path, extra: dict[str, Any], text: str) -> None:
+    write(tmp_path / "rl.toml", {})
+    with pytest.raises(ProfileError) as caught:
+        profile_at(tmp_path, "0.4", ["@", "rl.toml"], **extra)
+    assert any(text in p.message for p in caught.value.problems)
