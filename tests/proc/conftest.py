@@ -33,3 +33,33 @@ def planter(tmp_path: Path) -> Iterator[object]:
         yield p
     finally:
         p.cleanup()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def test_cgroup_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path | None]:
+    """Every proc test runs with airvisor's cgroup in a cgroup of the session's own (removed
+    afterwards) and a state dir of its own, so nothing lands in the machine's real ones."""
+    import os
+
+    from airvisor.proc._cgroup import CGROUP_ROOT_ENV, CONTAINMENT_ENV, containment
+
+    saved = {k: os.environ.get(k) for k in (CGROUP_ROOT_ENV, CONTAINMENT_ENV,
+                                            "AIRVISOR_STATE_DIR")}
+    root, _why = planting.make_test_cgroup()
+    if root is not None:
+        os.environ[CGROUP_ROOT_ENV] = str(root)
+    else:
+        os.environ[CONTAINMENT_ENV] = "subreaper"
+    os.environ["AIRVISOR_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
+    containment(refresh=True)
+    try:
+        yield root
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if root is not None:
+            planting.destroy_test_cgroup(root)
+        containment(refresh=True)
