@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -21,9 +22,18 @@ PACKAGE_ROOT = REPO / "envs" / "air_mlgym"
 FIXTURE_CHECKOUT = REPO / "tests" / "fixtures" / "mlgym"
 TEST_IMAGE = os.environ.get("AIR_MLGYM_TEST_IMAGE", "airvisor-test/mlgym:latest")
 TEST_LABEL = "air-mlgym.test"
+# The real MLGym checkout (read-only; CI has it at ../shared/third_party next to the clone).
+MLGYM_CHECKOUT = Path(
+    os.environ.get("AIR_MLGYM_CHECKOUT") or REPO.parent / "shared" / "third_party" / "MLGym"
+)
+TASK_IMAGE = os.environ.get("AIR_MLGYM_TASK_IMAGE", "airvisor-test/mlgym-task:latest")
+REAL_TASKS = ("battleOfSexes", "prisonersDilemma", "blotto", "titanic")
+TITANIC_DATA = REPO / "tests" / "fixtures" / "mlgym" / "titanic-data"
 
-if str(PACKAGE_ROOT) not in sys.path:
-    sys.path.insert(0, str(PACKAGE_ROOT))
+DRIVERS = Path(__file__).resolve().parent / "drivers"
+for _path in (PACKAGE_ROOT, DRIVERS):  # the package, and the scripted agents the tests share
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 
 @pytest.fixture
@@ -84,4 +94,81 @@ def make_container(docker_client: object, test_image: str) -> Iterator[Callable[
     )
     for container in leftovers:
         with contextlib.suppress(Exception):  # already gone is fine
+            container.remove(force=True)
+
+
+def unavailable(reason: str) -> None:
+    """A test environment that is missing: a failure in CI, a skip elsewhere."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def real_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The four real tasks of the MLGym checkout: their task and dataset configs, starter code
+    and evaluation scripts copied byte for byte, plus the Titanic CSVs the checkout does not ship
+    (MLGym downloads them from Kaggle; tests/fixtures/mlgym/titanic-data is a stand-in)."""
+    if not (MLGYM_CHECKOUT / "configs" / "tasks").is_dir():
+        unavailable(
+            f"no MLGym checkout at {MLGYM_CHECKOUT} (set AIR_MLGYM_CHECKOUT or put it at "
+            "../shared/third_party/MLGym next to the repository)"
+        )
+    root = tmp_path_factory.mktemp("mlgym-real")
+    (root / "configs" / "tasks").mkdir(parents=True)
+    (root / "configs" / "datasets").mkdir()
+    for task in REAL_TASKS:
+        shutil.copyfile(
+            MLGYM_CHECKOUT / "configs" / "tasks" / f"{task}.yaml",
+            root / "configs" / "tasks" / f"{task}.yaml",
+        )
+        shutil.copytree(MLGYM_CHECKOUT / "data" / task, root / "data" / task)
+    shutil.copyfile(
+        MLGYM_CHECKOUT / "configs" / "datasets" / "titanic.yaml",
+        root / "configs" / "datasets" / "titanic.yaml",
+    )
+    for path in [root, *root.rglob("*")]:  # the checkout is read-only; the copy need not be
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    data = root / "data" / "titanic" / "data"
+    data.mkdir()
+    for name in ("train.csv", "test.csv", "ground_truth.csv"):
+        shutil.copyfile(TITANIC_DATA / name, data / name)
+    return root
+
+
+@pytest.fixture(scope="session")
+def task_image(docker_client: object) -> str:
+    script = REPO / "tests" / "images" / "build_mlgym_task_image.sh"
+    result = subprocess.run(
+        ["bash", str(script), TASK_IMAGE], capture_output=True, text=True, timeout=1800
+    )
+    if result.returncode != 0:
+        pytest.fail(f"cannot build {TASK_IMAGE}: {result.stderr.strip()[-2000:]}")
+    return TASK_IMAGE
+
+
+@pytest.fixture
+def make_task_container(
+    docker_client: object, task_image: str
+) -> Iterator[Callable[..., str]]:
+    """Containers of the task image, started like airvisor starts them."""
+    started: list[object] = []
+    run_id = uuid.uuid4().hex[:8]
+
+    def make() -> str:
+        name = f"airvisor-task{run_id}-{len(started)}-mlgym-{len(started)}"
+        container = docker_client.containers.run(  # type: ignore[attr-defined]
+            task_image, ["/bin/bash", "-l"], name=name, detach=True, stdin_open=True,
+            user="agent", working_dir="/home/agent", network_mode="none",
+            labels={TEST_LABEL: run_id},
+        )  # fmt: skip
+        started.append(container)
+        return name
+
+    yield make
+    leftovers = docker_client.containers.list(  # type: ignore[attr-defined]
+        all=True, filters={"label": f"{TEST_LABEL}={run_id}"}
+    )
+    for container in leftovers:
+        with contextlib.suppress(Exception):
             container.remove(force=True)

@@ -28,6 +28,8 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
     from verifiers.types import ClientConfig
 
     env = vf.load_environment("air-mlgym", **config["env_args"])
+    if "episodes" in config:  # several scripted episodes in a row, one per task
+        return await run_episodes(vf, ClientConfig, env, config["episodes"])
     row = dict(env.get_dataset(n=1)[0])
     with ScriptedOpenAI(config["replies"], container_stopper(config)) as server:
         os.environ["SCRIPTED_API_KEY"] = "unused"
@@ -70,6 +72,35 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
         "requests": len(requests),
         "last_request_messages": [plain(m) for m in requests[-1]["messages"]] if requests else [],
     }
+
+
+async def run_episodes(
+    vf: Any, client_config: Any, env: Any, episodes: list[Any]
+) -> dict[str, Any]:
+    """One rollout per {"task_id", "replies"}, on the dataset row of that task."""
+    rows = {dict(r)["info"]["task_id"]: dict(r) for r in env.get_dataset()}
+    results = []
+    os.environ["SCRIPTED_API_KEY"] = "unused"
+    for spec in episodes:
+        with ScriptedOpenAI(spec["replies"]) as server:
+            client = client_config(
+                api_base_url=server.base_url, api_key_var="SCRIPTED_API_KEY", max_retries=0
+            )
+            output = await env.run_rollout(
+                input=dict(rows[spec["task_id"]]), client=client, model="scripted",
+                sampling_args={}, state_columns=["air_mlgym"],
+            )  # fmt: skip
+        error = output.get("error")
+        results.append(
+            {
+                "task_id": spec["task_id"],
+                "reward": output["reward"],
+                "error": None if error is None else str(error),
+                "summary": output.get("air_mlgym"),
+            }
+        )
+    await env._teardown()
+    return {"verifiers": vf.__version__, "episodes": results}
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
 
     env_config = vf.resolve_env_config({"taskset": {"id": "air-mlgym", **config["env_args"]}})
     env = vf.load_environment(env_config)
+    if "episodes" in config:  # several scripted episodes in a row, one per task
+        return await run_episodes(verifiers, vf, ModelContext, env, config["episodes"])
     task = next(iter(env.taskset))
     with ScriptedOpenAI(config["replies"], container_stopper(config)) as server:
         os.environ["SCRIPTED_API_KEY"] = "unused"
@@ -45,6 +47,34 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
         "requests": len(requests),
         "last_request_messages": requests[-1]["messages"] if requests else [],
     }
+
+
+async def run_episodes(
+    verifiers: Any, vf: Any, context: Any, env: Any, episodes: list[Any]
+) -> dict[str, Any]:
+    """One episode per {"task_id", "replies"}, on the taskset's task of that MLGym task."""
+    tasks = {t.data.task_id: t for t in env.taskset}
+    results = []
+    os.environ["SCRIPTED_API_KEY"] = "unused"
+    async with env.serving():
+        for spec in episodes:
+            with ScriptedOpenAI(spec["replies"]) as server:
+                client = vf.EvalClientConfig(
+                    base_url=server.base_url, api_key_var="SCRIPTED_API_KEY"
+                )
+                ctx = context(model="scripted", client=client)
+                episode = await env.run_episode(tasks[spec["task_id"]], ctx)
+            traces = list(episode.traces)
+            trace = traces[0] if traces else None
+            results.append(
+                {
+                    "task_id": spec["task_id"],
+                    "ok": episode.ok,
+                    "reward": None if trace is None else trace.reward,
+                    "info": None if trace is None else trace.info.get("air_mlgym"),
+                }
+            )
+    return {"verifiers": verifiers.__version__, "episodes": results}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,66 @@
+"""Scripted agents for the real MLGym tasks (battleOfSexes, prisonersDilemma, blotto, titanic):
+replies that improve on the baseline and replies that do worse, with the scores they reach
+(measured with the tasks' own evaluation scripts; the game scores are Monte Carlo means)."""
+
+from __future__ import annotations
+
+TASK_IDS = ("battleOfSexes", "prisonersDilemma", "blotto", "titanicSurvival")
+BASELINES = {
+    "battleOfSexes": 1.0226699113845825,
+    "prisonersDilemma": 2.3716301918029785,
+    "blotto": -0.24797001481056213,
+    "titanicSurvival": 0.76555,
+}
+
+# (improving move, worse move) of row_strategy, and the scores they reach.
+MOVES = {
+    "battleOfSexes": (("0", 1.444), ("1", 0.822)),  # the opponent follows round 1's choice
+    "prisonersDilemma": (("1", 2.643), ("0", 2.246)),  # always defect / always cooperate
+    "blotto": (("[30, 30, 30, 30, 0, 0]", 0.247), ("[120, 0, 0, 0, 0, 0]", -1.0)),
+}
+
+# titanic: the stand-in data's rule (accuracy 0.875 on test.csv) / everyone dies (0.425).
+PREDICT = """import csv
+rows = list(csv.DictReader(open('data/test.csv')))
+print('PassengerId,Survived')
+for r in rows:
+    {line}
+"""
+TITANIC = (
+    ("print(f\"{r['PassengerId']},{int(r['Sex'] == 'female' or float(r['Age']) < 10)}\")", 0.875),
+    ("print(f\"{r['PassengerId']},0\")", 0.425),
+)
+
+
+def write_strategy(move: str) -> str:
+    body = f"def row_strategy(history):\n    return {move}"
+    return f"```bash\ncat > strategy.py <<'EOF'\n{body}\nEOF\n```"
+
+
+def write_submission(line: str) -> str:
+    script = PREDICT.format(line=line)
+    run = "python3 predict.py > submission.csv"
+    return f"```bash\ncat > predict.py <<'EOF'\n{script}EOF\n{run}\n```"
+
+
+def replies(task_id: str, improving: bool) -> list[str]:
+    """Look around, write the solution, validate, submit."""
+    index = 0 if improving else 1
+    if task_id == "titanicSurvival":
+        write = write_submission(TITANIC[index][0])
+    else:
+        write = write_strategy(MOVES[task_id][index][0])
+    return ["```bash\nls\n```", write, "validate", "```\nsubmit\n```"]
+
+
+def expected_score(task_id: str, improving: bool) -> float:
+    index = 0 if improving else 1
+    if task_id == "titanicSurvival":
+        return TITANIC[index][1]
+    return MOVES[task_id][index][1]
+
+
+def expected_reward(task_id: str, improving: bool) -> float:
+    """The default reward: relative improvement over the baseline, floored at -1."""
+    baseline = BASELINES[task_id]
+    return max((expected_score(task_id, improving) - baseline) / abs(baseline), -1.0)
