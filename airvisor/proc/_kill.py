@@ -341,6 +341,37 @@ def adopted_orphans(run_id: str, table: ProcessTable) -> list[int]:
     return found
 
 
+def reap_adopted_zombies() -> list[int]:
+    """Subreaper fallback: collect the exit status of orphans this process adopted and that
+    died on their own (nobody else waits for them, so they would stay zombies for the daemon's
+    life). Only children this process did not launch and that sit in another session than
+    its own: its own helpers (subprocess.run and the like) share its session, and their
+    Popen must still see their exit status."""
+    if _cgroup.containment().mode != "subreaper":
+        return []
+    own_sid = os.getsid(0)
+    launched = launched_pids()
+    reaped: list[int] = []
+    table = ProcessTable.snapshot()
+    for pid in table.children.get(os.getpid(), ()):
+        row = table.rows[pid]
+        if pid in launched or row.sid == own_sid or not _is_zombie(pid):
+            continue
+        with contextlib.suppress(ChildProcessError, OSError):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                reaped.append(pid)
+    return reaped
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data[data.rfind(b")") + 2:].split()[:1] == [b"Z"]
+
+
 def owning_run(pid: int) -> str | None:
     """The airvisor run a process belongs to: the run cgroup it sits in, else its marker, else
     the nearest ancestor that is a component this process launched or carries a marker, else
@@ -507,6 +538,7 @@ def _finish(run_id: str | None, cgroups: Iterable[Path], adopted: Iterable[int])
             os.waitpid(pid, os.WNOHANG)
     if run_id is not None:
         forget_run(run_id)
+    reap_adopted_zombies()
 
 
 def _survivor_info(proc: psutil.Process) -> SurvivorInfo:

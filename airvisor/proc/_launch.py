@@ -139,6 +139,9 @@ def launch(
                 program, *argv]
     elif containment().mode == "subreaper":
         become_subreaper()
+        from airvisor.proc._kill import reap_adopted_zombies
+
+        reap_adopted_zombies()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab", buffering=0) as log:
         popen = subprocess.Popen(

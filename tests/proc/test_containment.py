@@ -140,3 +140,61 @@ def test_a_missing_program_fails_like_popen(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         launch(["no-such-program-airvisor"], env={}, cwd=tmp_path,
                log_path=tmp_path / "x.log", run_id="r-missing", component="trainer")
+
+
+SUBREAPER_SCRIPT = r"""
+import json, os, subprocess, sys, time
+from pathlib import Path
+os.environ["AIRVISOR_CONTAINMENT"] = "subreaper"
+from airvisor._logging import configure_logging
+configure_logging()
+from airvisor.proc import launch
+from airvisor.proc._kill import reap_adopted_zombies
+work = Path(sys.argv[1])
+# The component: a detached grandchild that ends on its own after 0.3 s, orphaned at once.
+orphan_code = ("import os, sys, time\n"
+               "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
+               "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+               "time.sleep(0.3)\n")
+code = ("import subprocess, sys\n"
+        "subprocess.run(['setsid', '-f', sys.executable, '-c', sys.argv[1], sys.argv[2]])\n")
+launched = launch([sys.executable, "-c", code, orphan_code, str(work / "orphan")], env={},
+                  cwd=work, log_path=work / "c.log", run_id="r-zombies", component="trainer")
+launched.wait()
+deadline = time.monotonic() + 20
+while not (work / "orphan").exists():
+    assert time.monotonic() < deadline, (work / "c.log").read_text()
+    time.sleep(0.02)
+orphan = int((work / "orphan").read_text())
+# A helper of this process in its own session, finished but not yet waited for by its Popen.
+helper = subprocess.Popen([sys.executable, "-c", "pass"])
+time.sleep(1.0)
+def state(pid):
+    try:
+        data = open(f"/proc/{pid}/stat", "rb").read()
+        return data[data.rfind(b")") + 2:].split()[0].decode(), int(data[data.rfind(b")") + 2:].split()[1])
+    except OSError:
+        return None
+before = {"orphan": state(orphan), "helper": state(helper.pid)}
+reaped = reap_adopted_zombies()
+print(json.dumps({"own": os.getpid(), "before": before, "reaped": reaped, "orphan": orphan,
+                  "orphan_after": state(orphan), "helper_after": state(helper.pid),
+                  "helper_rc": helper.wait()}))
+"""
+
+
+def test_the_fallback_collects_orphans_that_died_on_their_own(tmp_path: Path) -> None:
+    # In a process of its own: PR_SET_CHILD_SUBREAPER lasts for the process's life.
+    import json
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", SUBREAPER_SCRIPT, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # The orphan re-parented to the supervisor (a subreaper), not to init, and died a zombie.
+    assert result["before"]["orphan"] == ["Z", result["own"]]
+    assert result["reaped"] == [result["orphan"]] and result["orphan_after"] is None
+    # The supervisor's own helper (same session) keeps its exit status for its Popen.
+    assert result["before"]["helper"][0] == "Z"
+    assert result["helper_after"] == ["Z", result["own"]] and result["helper_rc"] == 0
