@@ -172,7 +172,8 @@ time.sleep(1.0)
 def state(pid):
     try:
         data = open(f"/proc/{pid}/stat", "rb").read()
-        return data[data.rfind(b")") + 2:].split()[0].decode(), int(data[data.rfind(b")") + 2:].split()[1])
+        fields = data[data.rfind(b")") + 2:].split()
+        return fields[0].decode(), int(fields[1])
     except OSError:
         return None
 before = {"orphan": state(orphan), "helper": state(helper.pid)}
