@@ -191,8 +191,11 @@ def _parse_v04(component: str, args: list[str]) -> tuple[Any, list[str]]:
         if exc.code == 0:
             message = "prime-rl printed its help and exited (--help / -h in the arguments)"
         raise Refused([{"loc": "", "msg": message, "type": "SystemExit"}], message) from exc
-    except Exception as exc:
-        raise Refused(_one_error(exc), f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # e.g. FileNotFoundError, TOMLDecodeError
+        where = _v04_bad_toml(args) if type(exc).__name__ == "TOMLDecodeError" else None
+        message = f"{type(exc).__name__}: {exc}" + (f" in {where}" if where else "")
+        error = {"loc": "", "msg": message, "type": type(exc).__name__}
+        raise Refused([error], message) from exc
     finally:
         sys.argv = saved_argv
         # argparse's usage block is hundreds of lines: keep stderr to the error itself.
@@ -201,6 +204,21 @@ def _parse_v04(component: str, args: list[str]) -> tuple[Any, list[str]]:
         sys.stderr.write("".join(line + "\n" for line in kept))
     unknown = list(config.get_unknown_args()) if allow_extras else []
     return config, unknown
+
+
+def _v04_bad_toml(args: list[str]) -> str | None:
+    """v0.4's TOML error does not name the file (utils/pydantic_config.py:118-119 and
+    pydantic-settings read them): find the first `@` file the same parser (tomli) rejects."""
+    import tomli
+
+    for index, arg in enumerate(args[:-1]):
+        if arg == "@":
+            try:
+                with open(args[index + 1], "rb") as handle:
+                    tomli.load(handle)
+            except (OSError, tomli.TOMLDecodeError):
+                return args[index + 1]
+    return None
 
 
 def _v04_component_dump(config: Any) -> dict[str, Any]:

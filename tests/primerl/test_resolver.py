@@ -361,3 +361,14 @@ def test_shipped_as_package_data() -> None:
     script = resources.files("airvisor.primerl") / "resolve_config.py"
     assert script.is_file()
     assert Path(str(script)).resolve() == RESOLVER
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["0.4", "main"])
+def test_unquoted_string_names_the_file(resolve: Any, tmp_path: Path, version: str) -> None:
+    """Seed 003's TOML mistake (`name = Qwen/Qwen3-0.6B`): refused, naming the file and line."""
+    bad = _write(tmp_path / "bad.toml", "[model]\nname = Qwen/Qwen3-0.6B\n")
+    result = resolve(version, ["@", str(bad)])
+    assert result.code == 2
+    assert str(bad) in result.payload["message"]
+    assert "line 2" in result.payload["message"]
