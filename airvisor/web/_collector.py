@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from airvisor._logging import get_logger
 from airvisor.daemon._logs import LogFollower
@@ -81,10 +81,14 @@ def runs_of_points(points: Iterable[tuple[float, float]]) -> list[list[tuple[flo
     return runs
 
 
-def layout_sources(profile: dict[str, Any]) -> tuple[Path | None, list[Path]] | None:
-    """Where the run's prime-rl version writes metrics.jsonl and the trainer's and
-    orchestrator's logs (airvisor.primerl's layout of its resolved facts), or None when the
-    stored profile has no resolved facts (component mode: the store's log paths are used)."""
+LAYOUT_LOGS: tuple[Literal["inference", "trainer", "orchestrator"], ...] = (
+    "inference", "trainer", "orchestrator")
+
+
+def layout_sources(profile: dict[str, Any]) -> tuple[Path | None, dict[str, Path]] | None:
+    """Where the run's prime-rl version writes metrics.jsonl and each component's log
+    (airvisor.primerl's layout of its resolved facts), or None when the stored profile has no
+    resolved facts (component mode: the store's log paths are used)."""
     prime_rl = profile.get("prime_rl")
     resolved = profile.get("resolved")
     version = prime_rl.get("version") if isinstance(prime_rl, dict) else None
@@ -94,8 +98,8 @@ def layout_sources(profile: dict[str, Any]) -> tuple[Path | None, list[Path]] | 
         from airvisor.primerl import layout_for
 
         layout = layout_for(version, resolved)
-        logs = [layout.log_file("trainer"), layout.log_file("orchestrator")]
-        return layout.metrics_file(), [p for p in logs if p is not None]
+        logs = {name: layout.log_file(name) for name in LAYOUT_LOGS}
+        return layout.metrics_file(), {k: v for k, v in logs.items() if v is not None}
     except Exception as err:  # facts of another airvisor version: fall back to the store's
         log.debug("no layout for the run page", error=repr(err))
         return None
@@ -200,7 +204,7 @@ class Background:
                      if c.name in ("trainer", "orchestrator") and c.log_path]
         else:
             metrics, logs = sources
-            paths = [str(p) for p in logs]
+            paths = [str(logs[n]) for n in ("trainer", "orchestrator") if n in logs]
         sampler = self.samplers.get(run.id)
         if sampler is None or sampler.metrics_path != metrics:
             sampler = self.samplers[run.id] = RunSampler(run.id, metrics)

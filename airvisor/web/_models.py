@@ -46,3 +46,13 @@ class PageOut(_Out):
     series_last_id: int = Field(description="Pass as `after` to get only newer points.")
     incremental: bool
     steps_per_minute: float | None
+
+
+class LogOut(_Out):
+    component: str
+    text: str = Field(description="The last lines, ANSI colours included.")
+    exists: bool
+
+
+class LogsOut(_Out):
+    logs: list[LogOut]

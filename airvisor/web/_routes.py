@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from airvisor._logging import get_logger
+from airvisor.daemon._logs import tail_lines
 from airvisor.daemon._models import RUN_ID_PATTERN, ErrorOut
 from airvisor.daemon._views import detail_of, event_of
 from airvisor.notify import (
@@ -31,9 +32,9 @@ from airvisor.notify import (
     load_default,
 )
 from airvisor.profile._schema import NotifySection
-from airvisor.store import DeliveryStore, SeriesStore, Store
-from airvisor.web._collector import STEP_SERIES, Background
-from airvisor.web._models import AttemptOut, DeliveryOut, PageOut
+from airvisor.store import DeliveryStore, RunRecord, SeriesStore, Store
+from airvisor.web._collector import STEP_SERIES, Background, layout_sources
+from airvisor.web._models import AttemptOut, DeliveryOut, LogOut, LogsOut, PageOut
 
 if TYPE_CHECKING:
     from airvisor.daemon._app import ApiContext
@@ -117,6 +118,30 @@ def page_data(store: Store, series: SeriesStore, deliveries: DeliveryStore, run_
     )
 
 
+def log_files(store: Store, run: RunRecord) -> list[tuple[str, Path]]:
+    """Every log of the run's current attempt: its processes' (from the store: prime-rl's
+    launcher, or each component) and, under the launcher, each component's where the run's
+    prime-rl version writes it. Paths come from the engine or the run's own profile only."""
+    found = [(c.name, Path(c.log_path)) for c in store.components(run.id)
+             if c.kind == "process" and c.log_path]
+    sources = layout_sources(run.profile)
+    if sources is not None:
+        known = {name for name, _ in found}
+        found += [(name, path) for name, path in sources[1].items() if name not in known]
+    return found
+
+
+def read_logs(store: Store, run: RunRecord, lines: int) -> LogsOut:
+    out: list[LogOut] = []
+    for name, path in log_files(store, run):
+        try:
+            text, _ = tail_lines(path, lines)
+            out.append(LogOut(component=name, text="".join(text), exists=True))
+        except OSError:
+            out.append(LogOut(component=name, text="", exists=False))
+    return LogsOut(logs=out)
+
+
 def install(app: FastAPI, ctx: ApiContext) -> Background:
     """Serve the page on `app` and start the background thread (series and notifications)
     for `ctx.store`. The thread ends when the app is garbage-collected or `stop()`ped."""
@@ -150,6 +175,19 @@ def install(app: FastAPI, ctx: ApiContext) -> Background:
         if found is None:
             raise HTTPException(404, f"no run with id {run_id!r} (GET /runs lists them)")
         return found
+
+    @router.get("/ui/api/runs/{run_id}/logs", response_model=LogsOut, tags=["page"],
+                responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}})
+    def run_logs(
+        run_id: Annotated[str, PathParam(pattern=RUN_ID_PATTERN, description="A run id.")],
+        lines: Annotated[int, Query(ge=1, le=1000, description="Lines from each log's end.")
+                         ] = 60,
+    ) -> LogsOut:
+        """The tail of every log of the run's current attempt (the page's log panes)."""
+        run = store.get_run(run_id)
+        if run is None:
+            raise HTTPException(404, f"no run with id {run_id!r} (GET /runs lists them)")
+        return read_logs(store, run, lines)
 
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(packages=[("airvisor.web", "static")]),

@@ -12,9 +12,10 @@ import httpx
 import pytest
 
 from airvisor.proc._marker import processes_with_marker
+from airvisor.profile._configs import deep_merge
 
 from ..daemon.conftest import DaemonProcess, write_profile
-from ..engine.conftest import demo_profile_dict
+from ..engine.conftest import demo_profile_dict, free_port
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
@@ -61,8 +62,13 @@ class LiveDaemon:
                             headers={"Authorization": f"Bearer {self.token}"})
 
     def profile(self, name: str, **extra: Any) -> str:
-        """Writes the profile; returns its absolute path (POST /runs takes one)."""
-        data = demo_profile_dict(self.tmp / f"out-{name}", run={"name": name}, **extra)
+        """Writes the profile; returns its absolute path (POST /runs takes one). prime-rl
+        v0.4's `rl` does not point the orchestrator at the server's port: the config does."""
+        port = free_port()
+        server = {"inference": {"server": {"port": port}},
+                  "orchestrator": {"client": {"base_url": f"http://127.0.0.1:{port}/v1"}}}
+        rl = deep_merge(server, extra.pop("rl", {}))
+        data = demo_profile_dict(self.tmp / f"out-{name}", rl=rl, run={"name": name}, **extra)
         return str(write_profile(self.profiles / f"{name}.toml", data).resolve())
 
     def submit(self, profile: str) -> str:

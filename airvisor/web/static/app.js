@@ -1,6 +1,6 @@
 // airvisor's run page: plain JavaScript, no dependencies, no build step. It polls the daemon's
-// JSON API (/runs, /ui/api/runs/{id}?after=N, /runs/{id}/logs/{component}) and draws its
-// charts as inline SVG.
+// JSON API (/runs, /ui/api/runs/{id}?after=N, /ui/api/runs/{id}/logs) and draws its charts as
+// inline SVG.
 "use strict";
 
 const POLL_MS = 1000;
@@ -180,7 +180,7 @@ function renderTimeline(attempts, run) {
       el("td", {}, duration((ended || (run.live ? now : a.started_at)) - a.started_at)),
       el("td", {}, a.resume_step === null ? "start" : `step ${a.resume_step}`),
       el("td", { class: `status-${outcome}` }, outcome),
-      el("td", { class: "reason" }, a.reason || ""),
+      el("td", { class: "reason ended" }, a.reason || ""),
       el("td", { class: "reason after" }, a.after || ""));
   }));
 }
@@ -190,12 +190,6 @@ function renderComponents(components) {
     el("td", {}, c.name), el("td", {}, c.kind), el("td", {}, c.state), el("td", {}, c.pid ?? "–"),
     el("td", {}, c.gpus.join(", ") || "–"), el("td", {}, c.exit_code ?? "–"),
     el("td", {}, c.restarts))));
-  const logs = $("logs");
-  for (const c of components) {
-    if (c.kind !== "process" || document.getElementById(`log-${c.name}`)) continue;
-    logs.append(el("div", {}, el("h3", {}, `${c.name} log`),
-      el("pre", { id: `log-${c.name}`, "data-component": c.name })));
-  }
 }
 
 function renderDeliveries(deliveries, notifyError) {
@@ -282,20 +276,25 @@ function renderCharts() {
 async function refreshLogs() {
   const runId = page.runId;
   if (!runId) return;
-  for (const pre of document.querySelectorAll("#logs pre")) {
-    const component = pre.dataset.component;
-    try {
-      const response = await fetch(`/runs/${encodeURIComponent(runId)}/logs/`
-        + `${encodeURIComponent(component)}?tail=${LOG_LINES}`, { cache: "no-store" });
-      if (!response.ok || runId !== page.runId) continue;
-      const text = (await response.text()).replace(ANSI, "");
-      if (pre.textContent !== text) {
-        const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-        pre.textContent = text;
-        if (atBottom) pre.scrollTop = pre.scrollHeight;
-      }
-    } catch (err) {
-      pre.dataset.error = err.message;
+  let body;
+  try {
+    body = await getJSON(`/ui/api/runs/${encodeURIComponent(runId)}/logs?lines=${LOG_LINES}`);
+  } catch (err) {
+    $("logs").dataset.error = err.message;
+    return;
+  }
+  if (runId !== page.runId) return;
+  for (const entry of body.logs) {
+    let pre = document.getElementById(`log-${entry.component}`);
+    if (!pre) {
+      pre = el("pre", { id: `log-${entry.component}`, "data-component": entry.component });
+      $("logs").append(el("div", {}, el("h3", {}, `${entry.component} log`), pre));
+    }
+    const text = entry.exists ? entry.text.replace(ANSI, "") : "(no log file yet)";
+    if (pre.textContent !== text) {
+      const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.textContent = text;
+      if (atBottom) pre.scrollTop = pre.scrollHeight;
     }
   }
 }
