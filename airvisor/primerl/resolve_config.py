@@ -362,7 +362,7 @@ def _main_subconfigs(config: Any, scratch: Path) -> tuple[dict[str, Any], list[d
 
 def _main_launch_checks(config: Any) -> None:
     """The config check main's launcher makes before it starts anything, outside the config
-    classes: entrypoints/rl.py:159-173 (rl_local, single node), the orchestrator's client port
+    classes: entrypoints/rl.py:163-173 (rl_local, single node), the orchestrator's client port
     must be the inference server's. Same condition, prime-rl's message."""
     from urllib.parse import urlparse
 
@@ -427,7 +427,7 @@ def _main_facts(config: Any, cwd: Path, run_name_given: bool) -> dict[str, Any]:
     logs_dir = Path(run_dir) / "logs"
     attempt = _next_attempt(logs_dir)
     attempt_dir = logs_dir / f"attempt_{attempt}"
-    # entrypoints/rl.py:622-628 -> utils/pathing.py:156-193 validate_run_dir: a launch that
+    # entrypoints/rl.py:622-627 -> utils/pathing.py:156-193 validate_run_dir: a launch that
     # neither resumes nor cleans is refused when the run dir holds a previous run's artifacts
     # (or ckpt.output_dir holds checkpoints). prime-rl's own read-only predicates, on the disk
     # as it is now.
@@ -474,7 +474,7 @@ def _main_facts(config: Any, cwd: Path, run_name_given: bool) -> dict[str, Any]:
         },
         "slurm": config.slurm is not None,
         "deployment_type": deployment.type,
-        # configs/rl.py:246 default False; entrypoints/rl.py:622-628 validate_run_dir refuses a
+        # configs/rl.py:246 default False; entrypoints/rl.py:622-627 validate_run_dir refuses a
         # used run dir unless resuming or clean (utils/pathing.py:156-193).
         "clean": bool(config.clean),
         "run_dir_has_artifacts": bool(artifacts),

@@ -261,7 +261,7 @@ def test_main_refuses_v04_style_env(resolve: Any, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_main_port_mismatch_refused(resolve: Any) -> None:
-    """entrypoints/rl.py:159-173: rl refuses a client port that is not the server's."""
+    """entrypoints/rl.py:163-173: rl refuses a client port that is not the server's."""
     result = resolve("main", ["@", "configs/mlgym/rl.toml", "--inference.server.port", "8001"])
     assert result.code == 2
     assert result.error_locs() == ["orchestrator.model.client.base_url"]
