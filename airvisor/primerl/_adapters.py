@@ -230,7 +230,7 @@ def bind(profile: Profile, resolution: Resolution) -> Profile:
     gpus = profile.gpus.model_copy(update={
         "inference": [] if demo else profile.gpus.inference or list(facts.inference_gpus),
         "trainer": [] if demo else profile.gpus.trainer or list(facts.trainer_gpus),
-        "inference_memory_share": _memory_share(resolution),
+        "inference_memory_share": facts.inference_memory_share,
     })
     inference = profile.inference.model_copy(update={
         "host": _client_host(facts.inference_host), "port": facts.inference_port})
@@ -252,19 +252,6 @@ def run_layout(profile: Profile) -> RunLayout:
 def _client_host(host: str) -> str:
     # A server bound to every interface (prime-rl's default host None) is reached on loopback.
     return "127.0.0.1" if host in ("0.0.0.0", "::", "", "localhost") else host
-
-
-def _memory_share(resolution: Resolution) -> float | None:
-    inference = resolution.components.get("inference")
-    if not isinstance(inference, Mapping):
-        return None
-    # v0.4 InferenceConfig.gpu_memory_utilization; main InferenceConfig.vllm.gpu_memory_utilization
-    for value in (inference.get("gpu_memory_utilization"),
-                  (inference.get("vllm") or {}).get("gpu_memory_utilization")
-                  if isinstance(inference.get("vllm"), Mapping) else None):
-        if isinstance(value, int | float) and 0 < value <= 1:
-            return float(value)
-    return None
 
 
 def plan_attempt(

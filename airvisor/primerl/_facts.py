@@ -38,6 +38,8 @@ class RunFacts:
     keep_last: int | None
     max_steps: int | None
     model_names: Mapping[str, str] = field(default_factory=dict)
+    # The fraction of each inference GPU vLLM may take (gpu_memory_utilization), if set.
+    inference_memory_share: float | None = None
     slurm: bool = False
     deployment_type: str = "single_node"
     # What the layout table needs besides (see _layout.layout_for): weight_broadcast_type,
@@ -53,7 +55,8 @@ class RunFacts:
             "inference_gpus": list(self.inference_gpus),
             "trainer_gpus": list(self.trainer_gpus), "ckpt_interval": self.ckpt_interval,
             "keep_last": self.keep_last, "max_steps": self.max_steps,
-            "model_names": dict(self.model_names), "slurm": self.slurm,
+            "model_names": dict(self.model_names),
+            "inference_memory_share": self.inference_memory_share, "slurm": self.slurm,
             "deployment_type": self.deployment_type, **dict(self.extras),
         }
 
@@ -81,9 +84,41 @@ def _int(value: Any) -> int | None:
 
 
 def _ints(value: Any) -> list[int] | None:
+    if isinstance(value, str):  # a CLI flag: "0,1,2" (the seeds' form)
+        value = [part.strip() for part in value.split(",") if part.strip()]
     if isinstance(value, list) and all(_int(v) is not None for v in value):
         return [v for v in (_int(v) for v in value) if v is not None]
     return None
+
+
+def _share(value: Any) -> float | None:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1:
+        return float(value)
+    return None
+
+
+def memory_share(version: Version, inference: Any) -> float | None:
+    """vLLM's gpu_memory_utilization in an inference config: v0.4 at the top of it
+    (InferenceConfig.gpu_memory_utilization), main under [vllm]."""
+    if version == "0.4":
+        return _share(_get(inference, "gpu_memory_utilization"))
+    return _share(_get(inference, "vllm", "gpu_memory_utilization"))
+
+
+def _flag_value(raw: str | None) -> Any:
+    """A CLI flag's value as its TOML reading where it has one (`[6,7]`, `3`, `true`), else the
+    string itself (`0,1,2`, a model name)."""
+    if raw is None:
+        return True
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
 
 
 def physical_gpus(environ: Mapping[str, str]) -> list[int] | None:
@@ -160,6 +195,7 @@ def facts_from_resolved(version: Version, facts: Mapping[str, Any], *, cwd: Path
         keep_last=_int(facts.get("keep_last")), max_steps=_int(facts.get("max_steps")),
         model_names={str(k): str(v) for k, v in models.items()}
         if isinstance(models, Mapping) else {},
+        inference_memory_share=memory_share(version, (rl or {}).get("inference")),
         slurm=bool(facts.get("slurm")),
         deployment_type=str(facts.get("deployment_type") or "single_node"),
         extras=layout_extras(version, rl),
@@ -184,7 +220,7 @@ def merged_toml(args: Sequence[str]) -> dict[str, Any]:
     for key, value in flag_pairs(args):
         node: dict[str, Any] = {}
         parts = key.split(".")
-        leaf: Any = value if value is not None else True
+        leaf: Any = _flag_value(value)
         if parts[-1].startswith("no_") and value is None:
             parts[-1], leaf = parts[-1][3:], False
         for part in reversed(parts):
@@ -238,6 +274,7 @@ def facts_from_files(version: Version, args: Sequence[str], *, cwd: Path,
         inference_host=str(host) if host else "localhost", inference_port=port,
         inference_gpus=tuple(infer_gpus), trainer_gpus=tuple(train_gpus),
         ckpt_interval=interval, keep_last=keep, max_steps=max_steps, model_names=models,
+        inference_memory_share=memory_share(version, inference),
         slurm="slurm" in data,
         deployment_type=str(_get(data, "deployment", "type") or "single_node"),
     )

@@ -20,6 +20,7 @@ from airvisor.primerl._resolve import Resolution, ResolveError
 from airvisor.primerl._rlargs import RlArgsError, toml_refs
 from airvisor.profile import Problem, Profile, check_profile
 from airvisor.profile._checks import profile_where
+from airvisor.profile._toml import read_toml
 
 # Where a real attempt's files go (the state directory's runs/<run id>/attempt_<n>), as the plan of
 # `check` shows it before any run exists.
@@ -53,6 +54,12 @@ def _args_problems(profile: Profile) -> list[Problem]:
             problems.append(Problem(where, f"prime-rl config file {ref.path} does not exist",
                                     "fix the path after '@' (relative paths are relative to "
                                     "the profile file)"))
+            continue
+        # Syntax errors located in the user's file (file:line:col, the quoted form of a bare
+        # string) before prime-rl, whose message would name neither.
+        document = read_toml(ref.path, what="prime-rl config file")
+        if isinstance(document, Problem):
+            problems.append(document)
     if not refs:
         problems.append(Problem(where, "[prime_rl] args names no config file",
                                 'name your prime-rl config: args = ["@", "rl.toml"]'))

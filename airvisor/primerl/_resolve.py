@@ -99,7 +99,8 @@ def resolve(
     fallback_reason = ""
     if python:
         with tempfile.TemporaryDirectory(prefix="airvisor-resolve-") as scratch:
-            command = [*python, str(resolver_script()), "--version", version, "--", *args]
+            command = [*python, str(resolver_script()), "--version", version,
+                       "--cwd", str(cwd), "--", *args]
             env = {**environ, "PYTHONDONTWRITEBYTECODE": "1", "NO_COLOR": "1"}
             try:
                 done = runner(command, cwd=scratch, env=env, capture_output=True, text=True,

@@ -246,12 +246,12 @@ def _v04_facts(config: Any, cwd: Path) -> dict[str, Any]:
         "inference_port": inference.server.port if inference is not None else None,
         # orchestrator/config.py ClientConfig.base_url: a list in v0.4.
         "client_base_urls": list(orchestrator.client.base_url),
-        # rl.py:136-137 (fields), 620 and 752: CUDA_VISIBLE_DEVICES of each process.
+        # rl.py:144-145 (fields), 620 and 752: CUDA_VISIBLE_DEVICES of each process.
         "inference_gpu_ids": list(config.inference_gpu_ids) if inference is not None else None,
         "trainer_gpu_ids": list(config.trainer_gpu_ids),
         "gpu_ids_are_physical": True,
         "num_infer_gpus": len(config.inference_gpu_ids) if inference is not None else 0,
-        "num_train_gpus": len(config.trainer_gpu_ids),  # rl.py:738 --nproc-per-node
+        "num_train_gpus": len(config.trainer_gpu_ids),  # rl.py:739 --nproc-per-node
         # rl.py:262-293 copies [ckpt] onto both halves; validate_shared_ckpt_config checks them.
         "ckpt_interval": trainer.ckpt.interval if trainer.ckpt is not None else None,
         "keep_last": trainer.ckpt.keep_last if trainer.ckpt is not None else None,
@@ -268,7 +268,7 @@ def _v04_facts(config: Any, cwd: Path) -> dict[str, Any]:
         },
         "slurm": False,
         "deployment_type": "local",
-        # rl.py:162-167 default True; rl.py:572-596 removes logs, rollouts and (unless resuming
+        # rl.py:137-143 default True; rl.py:574-598 removes logs, rollouts and (unless resuming
         # with filesystem broadcast) broadcasts.
         "clean": bool(config.clean),
         "weight_broadcast_type": trainer.weight_broadcast.type,

@@ -116,7 +116,8 @@ def _port_problems(profile: Profile) -> list[Problem]:
 
 
 def _deployment_problems(profile: Profile, facts: RunFacts) -> list[Problem]:
-    if facts.slurm or facts.deployment_type != "single_node":
+    # v0.4 has no [deployment]: its `rl` is always local (the resolver says "local").
+    if facts.slurm or facts.deployment_type not in ("single_node", "local"):
         return [Problem(
             profile_where(profile, ("prime_rl", "args")),
             f"the prime-rl config describes a {'Slurm' if facts.slurm else facts.deployment_type} "

@@ -122,7 +122,8 @@ def _valid_keys(loc: Loc) -> list[str]:
     model = _model_at(loc)
     if model is None:
         return []
-    return [name for name in model.model_fields if not (model is Profile and name == "source")]
+    return [name for name in model.model_fields
+            if not (model is Profile and name in ("source", "resolved"))]
 
 
 def _override_for(loc: Loc, overrides: Mapping[str, Any]) -> str | None:
@@ -224,13 +225,15 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
         ]
 
 
-def _derived_key_problems(raw: dict[str, Any], locator: KeyLocator) -> list[Problem]:
+def _derived_key_problems(raw: dict[str, Any], locator: KeyLocator,
+                          overrides: Mapping[str, Any]) -> list[Problem]:
     problems: list[Problem] = []
     for (section, key), fix in DERIVED_KEYS.items():
         table = raw.get(section)
         if isinstance(table, dict) and key in table:
+            override = _override_for((section, key), overrides)
             problems.append(Problem(
-                locator.where((section, key)),
+                f"override {override}" if override else locator.where((section, key)),
                 f"[{section}] {key} comes from prime-rl's resolved config, not the profile", fix))
             del table[key]
     for component in ("inference", "trainer", "orchestrator"):
@@ -270,7 +273,7 @@ def load_profile(ref: str | Path, overrides: Mapping[str, Any] | None = None) ->
         problem = _set_override(raw, key, value)
         if problem is not None:
             problems.append(problem)
-    problems.extend(_derived_key_problems(raw, document.locator))
+    problems.extend(_derived_key_problems(raw, document.locator, overrides))
     _resolve_paths(raw, path.parent)
     profile: Profile | None = None
     try:

@@ -74,7 +74,7 @@ def test_merged_toml_composes_as_prime_rl(tmp_path: Path) -> None:
     train = write(tmp_path / "train.toml", {"optim": {"lr": 1e-5}})
     data = merged_toml(["@", str(base), "@", str(top), "--trainer", "@", str(train),
                         "--ckpt.interval", "4", "--no-clean"])
-    assert data["ckpt"] == {"interval": "4", "keep_last": 1}
+    assert data["ckpt"] == {"interval": 4, "keep_last": 1}  # flag values read as TOML values
     assert data["trainer"] == {"optim": {"lr": 1e-5}}
     assert data["clean"] is False
 

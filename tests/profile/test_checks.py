@@ -82,11 +82,21 @@ def test_sharing_a_gpu_needs_a_lower_gpu_memory_utilization() -> None:
     assert problem.message.startswith("the trainer shares GPU(s) [0] with the inference server, "
                                       "which may take 90% of each")
     assert problem.fix is not None and "gpu_memory_utilization" in problem.fix
-    # v0.4 InferenceConfig.gpu_memory_utilization; main InferenceConfig.vllm.gpu_memory_utilization
-    assert semantic(facts, {"inference": {"gpu_memory_utilization": 0.5}}) == []
-    assert semantic(facts, {"inference": {"vllm": {"gpu_memory_utilization": 0.5}}}) == []
-    (high,) = semantic(facts, {"inference": {"gpu_memory_utilization": 0.95}})
+    # The share comes from the resolved inference config (RunFacts.inference_memory_share).
+    assert semantic(run_facts(inference_gpus=(0,), trainer_gpus=(0,),
+                              inference_memory_share=0.5)) == []
+    (high,) = semantic(run_facts(inference_gpus=(0,), trainer_gpus=(0,),
+                                 inference_memory_share=0.95))
     assert "which may take 95% of each" in high.message
+
+
+def test_memory_share_is_read_where_each_version_keeps_it() -> None:
+    from airvisor.primerl._facts import memory_share
+
+    # v0.4 InferenceConfig.gpu_memory_utilization; main InferenceConfig.vllm.gpu_memory_utilization
+    assert memory_share("0.4", {"gpu_memory_utilization": 0.5}) == 0.5
+    assert memory_share("main", {"vllm": {"gpu_memory_utilization": 0.5}}) == 0.5
+    assert memory_share("main", {"gpu_memory_utilization": 0.5}) is None
 
 
 def test_container_gpus_must_not_overlap_components() -> None:
@@ -237,9 +247,6 @@ def test_overrides_go_on_top_of_the_users_files(name: str) -> None:
     assert prepared.profile.run.max_steps == 3
 
 
-@pytest.mark.xfail(strict=True, reason="bug: airvisor's own reading keeps list-valued flags "
-                                       "as strings (_facts.merged_toml), so `--trainer-gpu-ids "
-                                       "[3,4]` falls back to v0.4's default GPU [1]")
 @pytest.mark.parametrize("how", ["args", "overrides"])
 def test_v04_gpu_lists_given_as_flags_or_overrides_are_read(how: str) -> None:
     if how == "args":
@@ -252,9 +259,6 @@ def test_v04_gpu_lists_given_as_flags_or_overrides_are_read(how: str) -> None:
     assert prepared.resolution.facts.trainer_gpus == (3, 4)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: without prime-rl (airvisor's own reading) the "
-                                       "config's gpu_memory_utilization is never read, so a "
-                                       "shared GPU is refused whatever the config says")
 def test_a_shared_gpu_with_half_the_memory_for_inference_passes() -> None:
     prepared = prepare_run(load_profile(OK / "shared_gpu.toml"), environ={})
     assert prepared.problems == []
@@ -298,8 +302,6 @@ def test_shipped_rl_debug_keeps_its_seeds_gpus_and_steps() -> None:
     assert prepared.profile.run.max_steps == 10
 
 
-@pytest.mark.xfail(strict=True, reason="bug: list-valued flags (`--trainer-gpu-ids [6,7]`, "
-                                       "v0.4 overrides) read as strings without prime-rl")
 def test_shipped_dakota_and_swe_grep_keep_their_seeds_gpus() -> None:
     dakota = prepared_without_prime_rl("dakota").profile.gpus
     assert (dakota.inference, dakota.trainer) == ([0, 1, 2, 3, 4, 5], [6, 7])
