@@ -55,7 +55,7 @@ COMPONENTS = ("rl", "trainer", "orchestrator", "inference", "env-server")
 # The config class each entry point parses.
 # v0.4.0 (pyproject.toml:47-51 [project.scripts]):
 #   rl           rl.py:822-823                        rl(parse_argv(RLConfig))
-#   trainer      trainer/rl/train.py:614-617          parse_argv(RLTrainerConfig) (rl.py:728-744
+#   trainer      trainer/rl/train.py:614-617          parse_argv(RLTrainerConfig) (rl.py:725-744
 #                                                     starts it under torchrun -m)
 #   orchestrator orchestrator/orchestrator.py:726-729 parse_argv(OrchestratorConfig)
 #   inference    inference/server.py:5-6              parse_argv(InferenceConfig, allow_extras=True)
