@@ -9,7 +9,7 @@ from airvisor.demo._config import SETTINGS_MODELS, DemoConfigError, StandinName,
 from airvisor.demo._layout import DEFAULT_VERSION, DemoVersion
 
 PROG = "python -m airvisor.demo"
-SUBCOMMANDS = ("rl", "inference", "torchrun", "trainer", "orchestrator")
+SUBCOMMANDS = ("rl", "inference", "torchrun", "trainer", "orchestrator", "env-server")
 VERSIONS: tuple[DemoVersion, ...] = ("0.4", "main")
 
 USAGE = f"""\
@@ -28,6 +28,7 @@ components, required for rl); every command accepts it and rl passes it on to it
   torchrun      torchrun [torchrun options] <script | -m module | --no-python cmd> WORKER_ARGS
   trainer       the RL trainer (normally under torchrun)
   orchestrator  the orchestrator (needs the inference server)
+  env-server    main's environment server for one source (binds its serve.address)
 
 Demo pacing and faults: env AIRVISOR_DEMO='{{"trainer": {{"crash_at_step": 3}}, ...}}'.
 `{PROG} <component> --help` lists the keys a component reads.
@@ -68,6 +69,10 @@ def _runner(name: str) -> Callable[[Sequence[str], DemoVersion], int]:
         from airvisor.demo._orchestrator import main as orchestrator_main
 
         return orchestrator_main
+    if name == "env-server":
+        from airvisor.demo._env_server import main as env_server_main
+
+        return env_server_main
     from airvisor.demo._inference import ENGINE_CORE_SUBCOMMAND, engine_core_main
 
     assert name == ENGINE_CORE_SUBCOMMAND

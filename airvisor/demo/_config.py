@@ -129,6 +129,24 @@ class EnvSettings(_Lenient):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+class SourceSettings(_Lenient):
+    """main: one `[[orchestrator.train.source]]` (or eval) entry."""
+
+    name: str | None = None
+    env: dict[str, Any] = Field(default_factory=dict)
+    serve: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def resolved_name(self) -> str:
+        taskset = self.env.get("taskset")
+        taskset_id = taskset.get("id") if isinstance(taskset, dict) else None
+        return self.name or str(taskset_id or "env")
+
+
+class SourcesSettings(_Lenient):
+    source: list[SourceSettings] = Field(default_factory=list)
+
+
 class WeightBroadcastSettings(_Lenient):
     type: str = "filesystem"
 
@@ -161,8 +179,23 @@ class OrchestratorSettings(_CommonSettings):
     batch_size: int = Field(default=8, ge=1)
     seq_len: int = Field(default=2048, ge=1)
     sampling: SamplingSettings = SamplingSettings()
-    env: list[EnvSettings] = Field(default_factory=list)
+    env: list[EnvSettings] = Field(default_factory=list)  # v0.4
+    train: SourcesSettings = SourcesSettings()  # main
+    eval: SourcesSettings | None = None
+    env_server_base_port: int = Field(default=5000, ge=1, le=65535)
     demo: StepDemoSettings = StepDemoSettings()
+
+    def env_addresses(self) -> list[tuple[str, str, str]]:
+        """main configs/orchestrator.py env_addresses: (split, name, address) per source,
+        train then eval, `tcp://127.0.0.1:<base + index>` unless serve.address is set."""
+        sources = [("train", s) for s in self.train.source]
+        sources += [("eval", s) for s in (self.eval.source if self.eval else [])]
+        return [
+            (split, source.resolved_name,
+             str(source.serve.get("address") or
+                 f"tcp://127.0.0.1:{self.env_server_base_port + index}"))
+            for index, (split, source) in enumerate(sources)
+        ]
 
     @property
     def resume_step(self) -> int | None:

@@ -129,6 +129,8 @@ def _run(settings: OrchestratorSettings, ctx: StepContext, progress: _Progress) 
     if resume_step is not None:
         load_orchestrator_half(ctx, resume_step)
     base_url = settings.inference_url.rstrip("/")
+    if ctx.version == "main":
+        _wait_for_env_servers(settings, logger)
     logger.info("Waiting for inference pool to be ready")
     _wait_healthy(base_url, settings.demo.connect_timeout)
     logger.success("Inference pool ready")
@@ -136,6 +138,19 @@ def _run(settings: OrchestratorSettings, ctx: StepContext, progress: _Progress) 
     if ctx.version == "0.4":
         return _run_v04(settings, ctx, progress, base_url, resume_step)
     return _run_main(settings, ctx, progress, base_url, resume_step)
+
+
+def _wait_for_env_servers(settings: OrchestratorSettings, logger: StandinLogger) -> None:
+    """main: the orchestrator connects to every source's env server, polling until it is up."""
+    from airvisor.demo._env_server import wait_until_up
+
+    for split, name, address in settings.env_addresses():
+        logger.info(f"Connecting to {split} env server {name} at {address}")
+        if not wait_until_up(address, settings.demo.connect_timeout):
+            raise InferenceUnreachable(
+                f"Cannot reach the {split} env server {name} at {address} "
+                f"(gave up after {settings.demo.connect_timeout:g}s)"
+            )
 
 
 def _run_v04(

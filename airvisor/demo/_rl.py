@@ -197,12 +197,31 @@ def resolve_main_lenient(config: Mapping[str, Any]) -> Resolved:
                 _section(sub, "model")["name"] = model["name"]
     if rl.get("max_steps") is not None:
         trainer["max_steps"] = orchestrator["max_steps"] = rl["max_steps"]
+    servers = _lenient_env_servers(orchestrator)
     deployment = _section(rl, "deployment")
     deployment.setdefault("type", "single_node")
     deployment.setdefault("num_train_gpus", 1)
     deployment.setdefault("num_infer_gpus", 1)
     return Resolved(rl=rl, components={"inference": inference, "orchestrator": orchestrator,
-                                       "trainer": trainer}, source="airvisor (lenient)")
+                                       "trainer": trainer}, source="airvisor (lenient)",
+                    env_servers=servers)
+
+
+def _lenient_env_servers(orchestrator: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """entrypoints/rl.py env_servers + write_subconfigs: one server per source without its own
+    serve.address, at the orchestrator's derived address."""
+    from airvisor.demo._config import OrchestratorSettings
+
+    settings = OrchestratorSettings.model_validate(drop_none(orchestrator))
+    sources = [*settings.train.source, *(settings.eval.source if settings.eval else [])]
+    servers = []
+    for (split, name, address), source in zip(settings.env_addresses(), sources, strict=True):
+        if source.serve.get("address"):
+            continue  # externally managed: rl neither writes nor starts it
+        servers.append({"split": split, "name": name, "address": address,
+                        "config": {"env": source.env, "serve": {**source.serve,
+                                                                "address": address}}})
+    return servers
 
 
 def resolver_script() -> Path:
@@ -558,6 +577,10 @@ def _rl_local(resolved: Resolved, argv: Sequence[str], logger: StandinLogger,
         trimmed = {k: v for k, v in inference.items()
                    if k not in {"deployment", "slurm", "output_dir", "dry_run"}}
         (config_dir / "inference.json").write_text(json.dumps(trimmed, indent=2))
+    for server in resolved.env_servers:  # one EnvServerConfig per launcher-managed source
+        config_file = config_dir / "envs" / str(server["split"]) / f"{server['name']}.json"
+        config_file.parent.mkdir(parents=True, exist_ok=True)
+        config_file.write_text(json.dumps(server.get("config") or {}, indent=2))
     logger.info(f"Wrote subconfigs to {config_dir}")
     if rl.get("dry_run"):
         logger.success("Dry run complete. To start an RL run locally, remove --dry-run from "
@@ -614,9 +637,16 @@ def _rl_local(resolved: Resolved, argv: Sequence[str], logger: StandinLogger,
     else:
         logger.warning("No [inference] block configured - the policy inference server will not "
                        "be started here.")
-    if resolved.env_servers:
-        logger.warning("airvisor demo: env servers are not simulated; the orchestrator stand-in "
-                       "does not wait for them")
+    for server in resolved.env_servers:  # entrypoints/rl.py:249-282
+        split, name = str(server["split"]), str(server["name"])
+        config_file = config_dir / "envs" / split / f"{name}.json"
+        logger.info(f"Starting {split} env server {name} at {server['address']}")
+        launcher.start(
+            f"{split} env server {name}", [*prefix, "env-server", "@", config_file.as_posix()],
+            {**base_env, **MAIN_COMMON_ENV, **env_vars,
+             **_str_env(parts["orchestrator"].get("env_vars"))},
+            log_dir / "envs" / split / f"{name}.log",
+        )
     logger.info("Starting orchestrator process")
     launcher.start(
         "orchestrator",

@@ -19,6 +19,7 @@ import tomli_w
 
 from airvisor.policy import choose_resume_step
 from airvisor.primerl._layout import RunLayout, layout_for
+from airvisor.profile._configs import deep_merge
 
 if TYPE_CHECKING:
     from airvisor_test_standins import Standin, Standins
@@ -49,7 +50,7 @@ def write_rl_config(
         config |= {"run": {"name": "demo"},
                    "deployment": {"num_train_gpus": 2, "num_infer_gpus": 1}}
         config["orchestrator"] = {"model": {"client": {"base_url": url}}}
-    config |= extra
+    config = deep_merge(config, extra)
     path = standins.root / f"rl-{version}.toml"
     path.write_text(tomli_w.dumps(config))
     return path
@@ -243,3 +244,22 @@ def test_the_shipped_main_demo_config_is_valid_for_prime_rl_main(tmp_path: Path)
     facts = json.loads(done.stdout)["facts"]
     assert facts["run_dir"].endswith("outputs/demo-main/demo")
     assert facts["ckpt_interval"] == 5
+
+
+def test_main_starts_an_env_server_per_source_and_the_orchestrator_waits(
+    standins: Standins,
+) -> None:
+    base = standins.free_port()
+    source = {"name": "gsm8k", "env": {"taskset": {"id": "gsm8k"}}}
+    config = write_rl_config(
+        standins, "main", max_steps=2,
+        orchestrator={"env_server_base_port": base, "train": {"source": [source]}},
+    )
+    log = finish(standins.start_rl("main", ["@", str(config)], demo=PACE))
+    assert f"Starting train env server gsm8k at tcp://127.0.0.1:{base}" in log
+    layout = layout_of(standins, "main")
+    env_log = layout.env_server_log("train", "gsm8k")
+    assert env_log is not None and f"listening at tcp://127.0.0.1:{base}" in env_log.read_text()
+    orchestrator_log = layout.log_file("orchestrator").read_text()  # type: ignore[union-attr]
+    assert f"Connecting to train env server gsm8k at tcp://127.0.0.1:{base}" in orchestrator_log
+    assert (standins.root / "outputs/demo/configs/envs/train/gsm8k.json").is_file()
