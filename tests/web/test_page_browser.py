@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,9 +47,13 @@ def test_the_page_follows_a_crashing_run_live_and_stops_it(live: LiveDaemon, bro
 
     assert isinstance(browser, Browser)
     live.start()
+    with socket.socket() as sock:  # a webhook nobody listens on: its delivery fails
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/hook/sEcReT"
     name = live.profile("pagetest", rl={"max_steps": 400},
                         demo={"trainer": {"crash_at_step": 6, "step_time": 0.25},
-                              "orchestrator": {"step_time": 0.1}})
+                              "orchestrator": {"step_time": 0.1}},
+                        notify={"retries": 0, "webhooks": [{"url": dead, "name": "pager"}]})
     run_id = live.submit(name)
 
     page = browser.new_page(viewport={"width": 1440, "height": 1100})
@@ -89,6 +94,12 @@ def test_the_page_follows_a_crashing_run_live_and_stops_it(live: LiveDaemon, bro
     # A chance for the step to advance after the restart before the picture is taken.
     wait_for("the resumed attempt to step", lambda: live.run(run_id)["state"] == "running"
              and (shown_step() or 0) > 6, 30)
+
+    # The recovery's notification could not be delivered: the page says so, URL redacted.
+    failed = page.locator('#deliveries tr[data-status="failed"]').first
+    expect(failed).to_contain_text("pager (http://127.0.0.1:", timeout=20_000)
+    expect(failed).to_contain_text("ConnectError")
+    assert "sEcReT" not in page.content()
 
     # Without the token the daemon refuses, and the page says what is missing.
     page.fill("#token", "")
