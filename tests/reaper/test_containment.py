@@ -35,6 +35,12 @@ def test_detached_retitled_holders_are_stopped_and_found(scenario: Any,
         assert found["holder-child"] is None and found["holder-grandchild"] is None
         assert set(result["crash_alive_after_reap"]) == {"holder-child", "holder-grandchild"}
     assert result["crash_reap_rc"] == 0, result["crash_reap_out"]
+    # A restarted supervisor (same state dir) stops a crashed run's processes by its cgroup.
+    assert result["restart_stop_rc"] == 0
+    if mode == "cgroup":
+        assert result["restart_alive"] == []
+    else:
+        assert sorted(result["restart_alive"]) == ["holder-child", "holder-grandchild"]
 
     # 3. Two airvisors on different state dirs leave each other's live runs alone.
     everyone = sorted(["root", "middle", "holder-child", "holder-grandchild"])

@@ -5,7 +5,7 @@ AIRVISOR_CGROUP_ROOT). Prints one JSON object.
 1. stop: a component starts the holder itself and through a child; `terminate_tree` of the run
    (what the engine calls) must stop both.
 2. crash: the supervisor is SIGKILLed; `airvisor processes` must still find the holders (by the
-   run's cgroup) and `airvisor reap` stop them.
+   run's cgroup) and `airvisor reap` stop them; a restarted supervisor stops such a run itself.
 3. two airvisors (state dirs A and B) with a live run each: each one's reap leaves the other's
    run alone; once B's supervisor is SIGKILLed, A's reap stops B's run.
 """
@@ -134,6 +134,18 @@ def main() -> None:
         result["crash_reap_rc"] = reaped.returncode
         result["crash_reap_out"] = reaped.stdout + reaped.stderr
         result["crash_alive_after_reap"] = two.alive()
+
+        # 2b. a restarted supervisor (same state dir) stops the crashed run as the engine's
+        # adoption does: by the run's cgroup (and marker), with nothing recorded in memory.
+        crashed = Supervised(p, work, state_a, "r-restart")
+        crashed.sigkill()
+        stop = subprocess.run(
+            [sys.executable, "-c", "import sys\nfrom airvisor.proc import terminate_tree\n"
+             "terminate_tree([], marker_run_id='r-restart', grace=0.5)\n"],
+            env={**os.environ, "AIRVISOR_STATE_DIR": str(state_a)}, capture_output=True,
+            text=True, timeout=60)
+        result["restart_stop_rc"] = stop.returncode
+        result["restart_alive"] = crashed.alive()
 
         # 3. two airvisors
         a = Supervised(p, work, state_a, "r-a")
