@@ -322,7 +322,9 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     """FastAPI's list of validation errors as an ErrorOut: `detail` one readable line (the
     CLI prints it), `errors` the list without the inputs (they may be large, or secret)."""
     assert isinstance(exc, RequestValidationError)
-    problems = [{"loc": list(error.get("loc", ())), "msg": str(error.get("msg", "invalid")),
+    problems = [{"loc": list(error.get("loc", ())),
+                 # A validator's own message, without pydantic's "Value error, " before it.
+                 "msg": str(error.get("msg", "invalid")).removeprefix("Value error, "),
                  "type": str(error.get("type", "invalid"))} for error in exc.errors()]
     detail = "; ".join(f"{_where(p['loc'])}: {p['msg']}" for p in problems)
     return _error_response(422, detail or "the request does not validate", errors=problems)

@@ -375,6 +375,7 @@ def test_profile_references_one_rule_in_schema_validation_and_catalog(api: Api) 
                                   headers={"Authorization": f"Bearer {TOKEN}"})
             body = assert_error_out(response, 422)
             assert body["errors"][0]["loc"] == ["body", "profile"]
+            assert body["detail"].startswith(f"body.profile: {ref!r} is not a profile name")
             assert "absolute path to a .toml file" in body["detail"]
 
 
