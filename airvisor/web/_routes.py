@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 
 from airvisor._logging import get_logger
 from airvisor.daemon._logs import tail_lines
-from airvisor.daemon._models import RUN_ID_PATTERN, ErrorOut
+from airvisor.daemon._models import RUN_ID_PATTERN, error_responses
 from airvisor.daemon._views import detail_of, event_of
 from airvisor.notify import (
     Dispatcher,
@@ -163,7 +163,7 @@ def install(app: FastAPI, ctx: ApiContext) -> Background:
         return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
 
     @router.get("/ui/api/runs/{run_id}", response_model=PageOut, tags=["page"],
-                responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}})
+                operation_id="run_page_data", responses=error_responses(404))
     def run_page(
         run_id: Annotated[str, PathParam(pattern=RUN_ID_PATTERN, description="A run id.")],
         after: Annotated[int, Query(ge=0, le=2**62, description=(
@@ -177,7 +177,7 @@ def install(app: FastAPI, ctx: ApiContext) -> Background:
         return found
 
     @router.get("/ui/api/runs/{run_id}/logs", response_model=LogsOut, tags=["page"],
-                responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}})
+                operation_id="run_page_logs", responses=error_responses(404))
     def run_logs(
         run_id: Annotated[str, PathParam(pattern=RUN_ID_PATTERN, description="A run id.")],
         lines: Annotated[int, Query(ge=1, le=1000, description="Lines from each log's end.")
