@@ -1,0 +1,310 @@
+"""A catalogue of reward hacks and cross-episode leaks, on the real MLGym tasks in the task image.
+
+Every test plays one episode that tries the hack, asserts it gains nothing, then plays an honest
+titanic episode on the same container and asserts that it starts from the same state (home and
+workspace checksums, the agent's processes) and earns exactly the reward it earns on a fresh
+container. The honest titanic episode is deterministic: accuracy 0.875 against the baseline
+0.76555.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from air_mlgym._core import EnvArgs, MLGymRunner
+from air_mlgym._episode import Episode
+from mlgym_scripts import expected_reward, replies, write_strategy
+
+pytestmark = pytest.mark.docker
+
+HONEST = expected_reward("titanicSurvival", True)
+UNTOUCHED_BOS = 0.0  # the starter strategy scores about the baseline: value about 0
+GAME_NOISE = 0.03
+
+STATE_SCRIPT = r"""
+set -e
+cd /home/agent
+# every entry: path, type, mode, owner, size, link target; every file's content
+find . -printf '%p %y %m %U %G %s %l\n' | LC_ALL=C sort
+find . -type f -exec sha256sum {} + | LC_ALL=C sort
+echo '--- processes of the agent user (pid 1 aside)'
+ps -u agent -o pid=,args= | awk '$1 != 1 { $1 = ""; print }' | LC_ALL=C sort
+"""
+
+
+class Bench:
+    """One container of the task image and one environment (all four tasks) on it."""
+
+    def __init__(self, client: Any, image: str, checkout: Path, tmp: Path) -> None:
+        self.client = client
+        self.label = uuid.uuid4().hex[:8]
+        self.name = f"airvisor-hacks{self.label}-0-mlgym-0"
+        self.container = client.containers.run(
+            image, ["/bin/bash", "-l"], name=self.name, detach=True, stdin_open=True,
+            user="agent", working_dir="/home/agent", network_mode="none",
+            labels={"air-mlgym.test": self.label},
+        )  # fmt: skip
+        self.checkout = checkout
+        self.tmp = tmp
+        self.runners: list[MLGymRunner] = []
+        self.runner = self.make_runner()
+        self.clean_state: str | None = None
+
+    def make_runner(self, **overrides: Any) -> MLGymRunner:
+        args = {
+            "mlgym_path": str(self.checkout),
+            "task": ["battleOfSexes", "titanic"],
+            "container_names": [self.name],
+            "lock_dir": str(self.tmp / "locks"),
+            "trajectory_dir": None,
+            "short_timeout": 20,
+            "container_wait": 30,
+            **overrides,
+        }
+        runner = MLGymRunner(EnvArgs.from_kwargs(**args))
+        self.runners.append(runner)
+        return runner
+
+    def state(self) -> str:
+        result = self.container.exec_run(["bash", "-c", STATE_SCRIPT], user="root")
+        assert result.exit_code == 0, result.output
+        return str(result.output.decode())
+
+    def play(
+        self, task_id: str, commands: list[str], runner: MLGymRunner | None = None
+    ) -> tuple[Episode, list[str]]:
+        """An episode of `commands`; ends it (evaluating unless it submitted)."""
+        runner = runner or self.runner
+        lease = runner.acquire_blocking(timeout=10)
+        assert lease is not None
+        try:
+            episode = runner.new_episode(task_id, lease)
+            assert episode.reset(), episode.events
+            observations = [episode.step(command).observation for command in commands]
+            episode.finish()
+        finally:
+            lease.release()
+        return episode, observations
+
+    def honest_titanic(self) -> None:
+        """The next episode: same starting state as on a fresh container, same reward."""
+        lease = self.runner.acquire_blocking(timeout=10)
+        assert lease is not None
+        try:
+            episode = self.runner.new_episode("titanicSurvival", lease)
+            assert episode.reset(), episode.events
+            state = self.state()
+            if self.clean_state is None:
+                self.clean_state = state
+            assert state == self.clean_state
+            for reply in replies("titanicSurvival", improving=True):
+                episode.step(reply)
+            episode.finish()
+        finally:
+            lease.release()
+        assert episode.end_reason == "submitted", episode.events
+        assert episode.total_reward == pytest.approx(HONEST, abs=1e-9), episode.steps
+
+    def close(self) -> None:
+        for runner in self.runners:
+            runner.close()
+        with contextlib.suppress(Exception):
+            self.client.containers.get(self.name).remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def bench(
+    docker_client: Any, task_image: str, real_checkout: Path, tmp_path_factory: Any
+) -> Iterator[Bench]:
+    made = Bench(docker_client, task_image, real_checkout, tmp_path_factory.mktemp("hacks"))
+    made.honest_titanic()  # the reference: a fresh container
+    yield made
+    made.close()
+
+
+def titanic_with_honest_submission(*hack: str) -> list[str]:
+    """Write the honest submission first, then try `hack`, then submit."""
+    honest = replies("titanicSurvival", improving=True)
+    return [honest[1], *hack, "submit"]
+
+
+def test_printed_end_marker_neither_ends_the_command_nor_scores(bench: Bench) -> None:
+    forged = (
+        "printf '\\n///PROCESS-DONE:0:PROCESS-DONE///\\n{\"Score\": 100}\\n'; echo after-marker"
+    )
+    episode, seen = bench.play("battleOfSexes", [forged, "echo next", "submit"])
+    assert '{"Score": 100}' in seen[0] and seen[0].rstrip().endswith("after-marker")
+    assert seen[1] == "next"  # no observation shifted by one command
+    assert episode.total_reward == pytest.approx(UNTOUCHED_BOS, abs=GAME_NOISE)
+    bench.honest_titanic()
+
+
+def test_shell_state_does_not_reach_the_next_episode(bench: Bench) -> None:
+    hack = (
+        "```bash\n"
+        "python3() { echo '{\"accuracy\": 1.0}'; }; export -f python3\n"
+        "mkdir -p /tmp/evil && echo 'raise SystemExit(3)' > /tmp/evil/csv.py\n"
+        "export PYTHONPATH=/tmp/evil PYTHONSTARTUP=/tmp/evil/csv.py\n"
+        "alias cat=false; hash -p /bin/false sha256sum\n"
+        "set -o noclobber; ulimit -v 150000; umask 777; cd /\n"
+        "```"
+    )
+    episode, _ = bench.play("titanicSurvival", titanic_with_honest_submission(hack))
+    assert episode.total_reward == pytest.approx(HONEST, abs=1e-9)  # gained nothing
+    bench.honest_titanic()
+
+
+def test_home_files_do_not_reach_the_next_episode(bench: Bench) -> None:
+    site = "$HOME/.local/lib/python3.11/site-packages"
+    hack = (
+        "```bash\n"
+        f"mkdir -p {site}\n"
+        f"echo 'print(\"{{\\\"accuracy\\\": 1.0}}\")' > {site}/usercustomize.py\n"
+        f"echo 'raise SystemExit(3)' > {site}/sitecustomize.py\n"
+        "echo 'alias python3=false' >> ~/.bashrc; echo 'cd /tmp' >> ~/.profile\n"
+        "touch -r /etc/hostname ~/.bashrc; ln -s /etc/passwd ~/passwd; mkfifo ~/fifo\n"
+        "chmod 000 ~/workspace; chmod 000 ~\n"
+        "```"
+    )
+    episode, _ = bench.play("titanicSurvival", titanic_with_honest_submission(hack))
+    assert episode.total_reward == pytest.approx(HONEST, abs=1e-9)
+    bench.honest_titanic()
+
+
+def test_processes_do_not_survive_the_episode(bench: Bench) -> None:
+    target = "/home/agent/workspace/submission.csv"
+    loop = f"while true; do echo PassengerId > {target}; sleep 0.05; done"
+    hack = (
+        "```bash\n"
+        f"(setsid nohup bash -c '{loop}' > /dev/null 2>&1 &)\n"
+        "(trap '' TERM HUP; exec -a innocent sleep 1000) > /dev/null 2>&1 &\n"
+        "disown -a; sleep 0.2\n"
+        "```"
+    )
+    # the loop keeps breaking this episode's own submission: no gain, a failed submission
+    episode, _ = bench.play("titanicSurvival", titanic_with_honest_submission(hack))
+    assert episode.total_reward <= HONEST
+    bench.honest_titanic()
+
+
+def test_evaluation_output_and_opponent_cannot_be_forged(bench: Bench) -> None:
+    strategy = (
+        "```bash\ncat > strategy.py <<'EOF'\n"
+        "import atexit, json, sys\n"
+        "print(json.dumps({'Score': 100})); sys.stdout.flush()\n"
+        "atexit.register(lambda: print(json.dumps({'Score': 100})))\n"
+        "try:\n    import target\n    target.target_column_strategy = lambda history: 0\n"
+        "except Exception:\n    pass\n"
+        "def row_strategy(history):\n    print('{\"Score\": 100}')\n    return 0\n"
+        "EOF\n```"
+    )
+    opponent = (
+        "```bash\nchmod u+w target.py; rm -f target.py\n"
+        "printf 'def target_column_strategy(history):\\n    return 0\\n' > target.py\n```"
+    )
+    episode, seen = bench.play("battleOfSexes", [strategy, opponent, "submit"])
+    assert "Operation not permitted" in seen[1]
+    # "always 0" against the real opponent (1.444), not against the replaced one (2.0) and not
+    # the printed 100: exactly what an honest "always 0" gets
+    assert episode.tracker.best == pytest.approx(1.444, abs=0.03)
+    assert episode.total_reward == pytest.approx(expected_reward("battleOfSexes", True), abs=0.03)
+    bench.honest_titanic()
+
+
+def test_agent_code_that_kills_the_evaluation_scores_as_a_failure(bench: Bench) -> None:
+    strategy = (
+        "```bash\ncat > strategy.py <<'EOF'\nimport os\n"
+        "def row_strategy(history):\n    print('{\"Score\": 100}', flush=True)\n    os._exit(0)\n"
+        "EOF\n```"
+    )
+    episode, _ = bench.play("battleOfSexes", [strategy, "submit"])
+    assert episode.total_reward == -1.0  # the failure value: no more than any valid score
+    bench.honest_titanic()
+
+
+def test_ground_truth_cannot_be_read_linked_or_replaced(bench: Bench) -> None:
+    zeros = replies("titanicSurvival", improving=False)[1]
+    fake_truth = (
+        "```bash\nmv data data.bak && mkdir data && cp data.bak/test.csv data/ && "
+        "(echo PassengerId,Survived; tail -n +2 submission.csv | cut -d, -f1 | "
+        "sed 's/$/,0/') > data/ground_truth.csv && ls data\n```"
+    )
+    commands = [
+        "cat data/ground_truth.csv",
+        "python3 evaluate.py",
+        "ln -s data/ground_truth.csv submission.csv",
+        "validate",
+        "rm -f submission.csv; ln data/ground_truth.csv submission.csv",
+        "validate",
+        zeros,
+        fake_truth,
+        "submit",
+    ]
+    episode, seen = bench.play("titanicSurvival", commands)
+    assert "Permission denied" in seen[0]
+    assert "accuracy" not in seen[1]
+    # neither a symbolic nor a hard link to the ground truth is a submission
+    assert "Submission artefact not found" in seen[3] and "Submission artefact not found" in seen[5]
+    # the swapped-in ground truth is put back: the all-zero submission scores 0.425
+    assert episode.tracker.best == pytest.approx(0.425)
+    assert episode.total_reward == pytest.approx(expected_reward("titanicSurvival", False))
+    bench.honest_titanic()
+
+
+def test_stale_bytecode_is_never_evaluated(bench: Bench) -> None:
+    commands = [
+        write_strategy("1"),
+        "```bash\nunset PYTHONDONTWRITEBYTECODE\n"
+        "python3 -c 'import strategy' && ls __pycache__\n```",
+        # same size, and even the same mtime as the cached bytecode records
+        "```bash\ntouch -r strategy.py /tmp/stamp\nsed -i 's/return 1/return 0/' strategy.py\n"
+        "touch -r /tmp/stamp strategy.py && cat strategy.py\n```",
+        "submit",
+    ]
+    episode, seen = bench.play("battleOfSexes", commands)
+    assert "strategy.cpython" in seen[1] and "return 0" in seen[2]
+    assert episode.tracker.best == pytest.approx(1.444, abs=0.03)  # the new code's score
+    bench.honest_titanic()
+
+
+def test_failed_evaluation_is_clipped_and_long_timeout_is_honoured(bench: Bench) -> None:
+    noisy = (
+        "```bash\ncat > strategy.py <<'EOF'\nprint('x' * 6_000_000)\n"
+        "raise RuntimeError('broken')\nEOF\n```"
+    )
+    episode, seen = bench.play("battleOfSexes", [noisy, "validate"])
+    assert "Failed to decode metrics" in seen[1] and len(seen[1]) <= 13_000
+    assert episode.total_reward == -1.0
+    slow = "```bash\ncat > strategy.py <<'EOF'\nimport time\ntime.sleep(60)\nEOF\n```"
+    # the task's training_timeout is 1800 s; an explicit long_timeout wins
+    impatient = bench.make_runner(long_timeout=3)
+    episode, seen = bench.play("battleOfSexes", [slow, "validate"], runner=impatient)
+    assert "did not finish within 3 seconds" in seen[1]
+    assert episode.steps[1]["seconds"] < 30
+    bench.honest_titanic()
+
+
+def test_repeated_evaluation_of_an_unchanged_solution_is_not_penalised(bench: Bench) -> None:
+    dense = bench.make_runner(reward_mode="per_validate")
+    lease = dense.acquire_blocking(timeout=10)
+    assert lease is not None
+    try:
+        episode = dense.new_episode("battleOfSexes", lease)
+        assert episode.reset()
+        episode.step(write_strategy("1"))  # a regression (0.82 < 1.02)
+        first = episode.step("validate")
+        again = [episode.step("validate") for _ in range(3)]
+        submitted = episode.step("submit")
+        episode.finish()
+    finally:
+        lease.release()
+    assert first.reward == pytest.approx(expected_reward("battleOfSexes", False), abs=0.03)
+    assert [r.reward for r in again] == [0.0, 0.0, 0.0]  # charged once, no Monte Carlo drift
+    assert all(r.info["cached"] for r in again) and submitted.reward == 0.0
+    assert episode.total_reward == first.reward
+    bench.honest_titanic()
