@@ -53,6 +53,8 @@ def test_the_page_follows_a_crashing_run_live_and_stops_it(live: LiveDaemon, bro
     name = live.profile("pagetest", rl={"max_steps": 400},
                         demo={"trainer": {"crash_at_step": 6, "step_time": 0.25},
                               "orchestrator": {"step_time": 0.1}},
+                        # Room for the engine to restart more than once before the stop.
+                        restart={"max_restarts": 20, "window": 600},
                         notify={"retries": 0, "webhooks": [{"url": dead, "name": "pager"}]})
     run_id = live.submit(name)
 
