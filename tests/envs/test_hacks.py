@@ -18,24 +18,13 @@ from typing import Any
 import pytest
 from air_mlgym._core import EnvArgs, MLGymRunner
 from air_mlgym._episode import Episode
-from mlgym_scripts import expected_reward, replies, write_strategy
+from mlgym_scripts import STATE_SCRIPT, expected_reward, replies, write_strategy
 
 pytestmark = pytest.mark.docker
 
 HONEST = expected_reward("titanicSurvival", True)
 UNTOUCHED_BOS = 0.0  # the starter strategy scores about the baseline: value about 0
 GAME_NOISE = 0.03
-
-STATE_SCRIPT = r"""
-set -e
-cd /home/agent
-# every entry: path, type, mode, owner, size, link target; every file's content
-find . -printf '%p %y %m %U %G %s %l\n' | LC_ALL=C sort
-find . -type f -exec sha256sum {} + | LC_ALL=C sort
-echo '--- processes of the agent user (pid 1 aside)'
-ps -u agent -o pid=,args= | awk '$1 != 1 { $1 = ""; print }' | LC_ALL=C sort
-"""
-
 
 class Bench:
     """One container of the task image and one environment (all four tasks) on it."""

@@ -64,3 +64,18 @@ def expected_reward(task_id: str, improving: bool) -> float:
     """The default reward: relative improvement over the baseline, floored at -1."""
     baseline = BASELINES[task_id]
     return max((expected_score(task_id, improving) - baseline) / abs(baseline), -1.0)
+
+
+# The container state an episode starts from, as the tests see it (run as root in the
+# container): the home directory (workspace included) entry by entry and file by file, what the
+# agent user owns in the scratch directories, and the agent user's processes.
+STATE_SCRIPT = r"""
+set -e
+cd /home/agent
+find . -printf '%p %y %m %U %G %s %l\n' | LC_ALL=C sort
+find . -type f -exec sha256sum {} + | LC_ALL=C sort
+echo '--- files of the agent user in the scratch directories'
+find /tmp /var/tmp /dev/shm -user agent 2>/dev/null | LC_ALL=C sort
+echo '--- processes of the agent user (pid 1 aside)'
+ps -u agent -o pid=,args= | awk '$1 != 1 { $1 = ""; print }' | LC_ALL=C sort
+"""
