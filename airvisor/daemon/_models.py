@@ -39,7 +39,8 @@ def is_profile_ref(ref: str) -> bool:
 
 
 class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    # A field with a default is still always in the answer: the schema says it is required.
+    model_config = ConfigDict(frozen=True, json_schema_serialization_defaults_required=True)
 
 
 class ProblemOut(_Out):
