@@ -32,8 +32,15 @@ from hypothesis import strategies as st
 
 from airvisor.daemon import ProfileCatalog
 from airvisor.daemon._app import _takes_many
-from airvisor.daemon._models import PROFILE_REF_PATTERN, ErrorOut, SubmitIn, is_profile_ref
+from airvisor.daemon._models import (
+    PROFILE_REF_PATTERN,
+    RUN_ID_PATTERN,
+    ErrorOut,
+    SubmitIn,
+    is_profile_ref,
+)
 from airvisor.daemon._profiles import BadProfileRef
+from airvisor.engine import new_run_id
 
 from ..engine.conftest import demo_profile_dict
 from .conftest import TOKEN, Api, free_port, write_profile
@@ -400,3 +407,14 @@ def test_stored_error_bodies_keep_the_shape(api: Api) -> None:
     # GET /runs/current's 404 is encoded ahead of time, outside the exception handlers.
     body = assert_error_out(httpx.get(f"{api.url}/runs/current"), 404)
     assert body["errors"] == [] and "airvisor start" in body["detail"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "engine.new_run_id keeps any str.isalnum() character (Unicode) and may start with '-': a "
+    "run named 'ö' gets the id 'ö-<time>-<hex>', which GET/stop/restart /runs/{run_id} refuse "
+    "(422). Fix in the engine (ASCII letters and digits, an alphanumeric first character), "
+    "then drop this mark."))
+@settings(max_examples=200, deadline=None)
+@given(name=st.text(max_size=60))
+def test_every_run_id_the_engine_makes_is_one_the_api_accepts(name: str) -> None:
+    assert re.search(RUN_ID_PATTERN, new_run_id(name)), new_run_id(name)
