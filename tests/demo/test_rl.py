@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -263,3 +265,29 @@ def test_main_starts_an_env_server_per_source_and_the_orchestrator_waits(
     orchestrator_log = layout.log_file("orchestrator").read_text()  # type: ignore[union-attr]
     assert f"Connecting to train env server gsm8k at tcp://127.0.0.1:{base}" in orchestrator_log
     assert (standins.root / "outputs/demo/configs/envs/train/gsm8k.json").is_file()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sigterm_to_the_launcher(standins: Standins, version: str) -> None:
+    """v0.4's rl installs no SIGTERM handler: it dies and its children run on (why airvisor
+    kills the whole tree). main's handler terminates the children first (entrypoints/rl.py:
+    184-190)."""
+    config = write_rl_config(standins, version, max_steps=1000)
+    launcher = standins.start_rl(version, ["@", str(config)], demo=PACE)
+    layout = layout_of(standins, version)
+    def two_steps() -> bool:
+        log = layout.log_file("trainer")
+        return log is not None and log.is_file() and len(steps_in(log)) >= 2
+
+    standins.wait_until(two_steps, "two trainer steps")
+    children = [p.pid for p in _tree(launcher.pid)]
+    launcher.process.send_signal(signal.SIGTERM)
+    if version == "0.4":
+        assert launcher.wait() == -signal.SIGTERM
+        time.sleep(1.0)
+        assert any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+                   for pid in children)  # orphans; the fixture kills the group
+    else:
+        assert launcher.wait(timeout=90) == 1
+        assert "Received SIGTERM, terminating all processes..." in launcher.plain_log()
+        standins.wait_until(lambda: not _ours(standins.root), "the children to be gone")
