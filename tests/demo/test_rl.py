@@ -53,7 +53,7 @@ def write_rl_config(
                    "deployment": {"num_train_gpus": 2, "num_infer_gpus": 1}}
         config["orchestrator"] = {"model": {"client": {"base_url": url}}}
     config = deep_merge(config, extra)
-    path = standins.root / f"rl-{version}.toml"
+    path = Path(standins.root) / f"rl-{version}.toml"
     path.write_text(tomli_w.dumps(config))
     return path
 
@@ -73,7 +73,7 @@ def steps_in(path: Path | None) -> list[int]:
 
 def finish(launcher: Standin, code: int = 0) -> str:
     assert launcher.wait(timeout=90) == code, launcher.plain_log()[-4000:]
-    return launcher.plain_log()
+    return str(launcher.plain_log())
 
 
 @pytest.mark.parametrize("version", VERSIONS)
