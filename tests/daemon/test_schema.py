@@ -50,7 +50,7 @@ ERROR_REF = {"$ref": "#/components/schemas/ErrorOut"}
 # Bounded: about 1,100 generated requests, some 25 s on a 2-core machine. More to hunt with:
 # AIRVISOR_SCHEMA_EXAMPLES=500.
 EXAMPLES = int(os.environ.get("AIRVISOR_SCHEMA_EXAMPLES") or 50)
-BUDGET_S = 3.0 * EXAMPLES  # five times what it takes here: a run beyond it is a regression
+BUDGET_S = 3.0 * EXAMPLES  # about six times what it takes here: beyond it is a regression
 # `AIRVISOR_SCHEMA_SEED=N` replays a failing run (schemathesis prints its seed).
 SEED = int(os.environ.get("AIRVISOR_SCHEMA_SEED") or random.randrange(2**31))
 
