@@ -53,6 +53,7 @@ log = get_logger("airvisor.engine")
 
 PROCESS_ORDER = ("inference", "trainer", "orchestrator")
 VIEWED = ("inference", "trainer", "orchestrator")
+FINISH_TIMEOUT = 150.0  # seconds for the launcher to exit once training has finished
 # prime-rl's launchers name the child that failed first: v0.4 rl.py:798 and main's
 # utils/process.py monitor_process: f"{process_name.capitalize()} failed with exit code {code}".
 _CHILD_FAILED = re.compile(r"\b(Inference|Trainer|Orchestrator|Teacher_inference|Env[-_ ]server\S*)"
@@ -270,6 +271,10 @@ class RunSupervisor:
         self._attempt_started = clock()
         self._attempt_wall_start = time.time()
         self._attempt_progress: float | None = None  # monotonic time of the last advance
+        # "trainer_finished" / "orchestrator_finished" seen in this attempt's logs: training is
+        # done and prime-rl's launcher is stopping the inference server (v0.4 waits up to 60 s).
+        self._finished: set[str] = set()
+        self._finished_at: float | None = None
         self._attempt_max_step = 0
         self._prober: ProberLike | None = None
         self._pool: ContainerPoolLike | None = None
@@ -385,6 +390,8 @@ class RunSupervisor:
         self._attempt_wall_start = time.time()
         self._attempt_progress = None
         self._attempt_max_step = choice.step or 0
+        self._finished = set()
+        self._finished_at = None
         metrics = self.layout.metrics_file()
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
         self._set_state(RunState.STARTING)
@@ -731,6 +738,15 @@ class RunSupervisor:
                     "inference",
                 )
                 return
+        if {"trainer_finished", "orchestrator_finished"} <= self._finished:
+            # Nothing more to train: no stall, but the launcher must end within its own
+            # clean-up time (v0.4 rl.py:505-513 waits 60 s per child) plus our grace.
+            self._finished_at = self._finished_at or now
+            if now - self._finished_at > FINISH_TIMEOUT + self.profile.restart.stop_grace:
+                self._event("success", "trainer and orchestrator finished; prime-rl's launcher "
+                            "did not exit by itself and is stopped")
+                self._stop_everything(final=RunState.SUCCEEDED)
+            return
         rule = StallRule(self.profile.health.stall_timeout, self.profile.health.first_step_grace)
         overdue = stalled_for(rule, now=now, attempt_started_at=self._attempt_started,
                               last_progress_at=self._attempt_progress)
@@ -765,8 +781,14 @@ class RunSupervisor:
         sources: list[tuple[str, Any, ComponentHandle | None]] = [
             (h.name, h.log, h) for h in self.components.values()]
         sources += [(name, view, None) for name, view in self.views.items()]
+        child_failure: tuple[str, str] | None = None
         for name, reader, handle in sources:
             for line in reader.read_new_lines():
+                if name == LAUNCHER and child_failure is None:
+                    match = _CHILD_FAILED.search(strip_ansi(line))
+                    if match:
+                        child_failure = (match.group(1).lower().replace("_", "-"),
+                                         match.group(2))
                 step = step_from_log_line(line)
                 if step is not None:
                     newest = max(newest, step)
@@ -774,9 +796,10 @@ class RunSupervisor:
                         trainer_step = max(trainer_step or 0, step)
                     continue
                 milestone = milestone_from_log_line(line)
-                if milestone in ("trainer_finished", "orchestrator_finished") \
-                        and handle is not None:
-                    handle.finished = True
+                if milestone in ("trainer_finished", "orchestrator_finished"):
+                    self._finished.add(milestone)
+                    if handle is not None:
+                        handle.finished = True
                 if milestone is not None:
                     self._event("milestone", f"{name}: {milestone.replace('_', ' ')}",
                                 component=name)
@@ -800,6 +823,12 @@ class RunSupervisor:
                                   last_progress_at=self.last_progress_wall)
         elif shown is not None and shown == self.step:
             self.store.update_run(self.run_id, step=self.step)
+        if child_failure is not None and self.state in (RunState.STARTING, RunState.RUNNING):
+            # prime-rl's launcher names the child that failed, then spends up to a minute per
+            # child stopping the rest (v0.4 rl.py:505-513): act on its line, not on its exit.
+            blamed, code = child_failure
+            self._fail(f"{blamed} exited with status {code} (reported by prime-rl's launcher)",
+                       blamed if blamed in self.views else LAUNCHER)
 
     def _record_containers(self) -> None:
         if self._pool is None:

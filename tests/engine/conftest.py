@@ -26,14 +26,16 @@ def free_port() -> int:
 
 def demo_rl_config(out: Path, **extra: Any) -> dict[str, Any]:
     """A prime-rl v0.4 `rl` config for the stand-ins, as a user writes one (the run dir `out`)."""
+    port = free_port()
     base: dict[str, Any] = {
-        "output_dir": str(out), "max_steps": 12,
+        "output_dir": str(out), "max_steps": 12, "seq_len": 512,
         "inference_gpu_ids": [0], "trainer_gpu_ids": [1],
         "ckpt": {"interval": 2, "keep_last": 3},
         "model": {"name": "demo/tiny"},
-        "inference": {"server": {"port": free_port()}},
-        "orchestrator": {"seq_len": 512, "sampling": {"max_tokens": 128}},
-        "trainer": {"model": {"seq_len": 512}},
+        "inference": {"server": {"port": port}},
+        # v0.4: a list, and not derived from the server's port
+        "orchestrator": {"client": {"base_url": [f"http://127.0.0.1:{port}/v1"]},
+                         "sampling": {"max_tokens": 128}},
     }
     return deep_merge(base, extra)
 

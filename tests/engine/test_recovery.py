@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 
-from airvisor.engine import scan_checkpoints
 from airvisor.policy import RunState
+from airvisor.primerl import LAUNCHER, prepare_run, run_layout
+from airvisor.profile import Profile
 
 from .conftest import Harness
 
@@ -15,21 +15,31 @@ def resume_steps(h: Harness, run_id: str) -> list[int | None]:
     return [a["resume_step"] for a in h.store.attempts(run_id)]
 
 
+def bound(profile: Profile) -> Profile:
+    prepared = prepare_run(profile, machine=False)
+    assert prepared.ok, prepared.problems
+    return prepared.profile
+
+
 def test_demo_run_completes(harness: Harness) -> None:
-    run_id = harness.run(harness.profile())
+    profile = harness.profile()
+    run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
     run = harness.store.get_run(run_id)
-    assert run is not None and run.step == 12 and run.restarts == 0
-    checkpoints = scan_checkpoints(Path(run.run_dir))
-    assert max(checkpoints) == 12 and all(c.complete for c in checkpoints.values())
+    # prime-rl v0.4 counts steps from 0: max_steps 12 ends with `Step 11`.
+    assert run is not None and run.step == 11 and run.restarts == 0
+    layout = run_layout(bound(profile))
+    complete = sorted(step for step, c in layout.scan().items() if c.complete)
+    # keep_last = 3 (prime-rl prunes older halves); the final checkpoint is step 12.
+    assert complete[-1] == 12 and len(complete) >= 3
     kinds = [e.kind for e in harness.events(run_id)]
     assert "inference_ready" in kinds and "success" in kinds
-    # The orchestrator was started only after the server answered.
+    # One tree: prime-rl's own launcher, which started the three components.
     started = [e.component for e in harness.events(run_id, "component_started")]
-    assert started == ["inference", "trainer", "orchestrator"]
-    logs = Path(run.run_dir) / "airvisor" / "attempt_1"
-    assert {p.name for p in logs.glob("*.log")} >= {"inference.log", "trainer.log",
-                                                   "orchestrator.log"}
+    assert started == [LAUNCHER]
+    for name in ("inference", "trainer", "orchestrator"):
+        log = layout.log_file(name)  # type: ignore[arg-type]
+        assert log is not None and log.is_file() and log.stat().st_size > 0
 
 
 def test_trainer_crash_resumes_from_last_complete_checkpoint(harness: Harness) -> None:
@@ -68,7 +78,7 @@ def test_half_written_newest_checkpoint_is_skipped(harness: Harness) -> None:
     assert harness.state(run_id) == RunState.SUCCEEDED
     assert resume_steps(harness, run_id) == [None, 4]
     attempt = next(e for e in harness.events(run_id, "attempt") if e.data["attempt"] == 2)
-    assert "skipped step 6" in attempt.message
+    assert "step 6: trainer half has no .metadata" in attempt.message
 
 
 def test_component_ignoring_sigterm_is_killed_after_grace(harness: Harness) -> None:
@@ -83,9 +93,11 @@ def test_component_ignoring_sigterm_is_killed_after_grace(harness: Harness) -> N
 
 def test_crash_loop_ends_as_failed_with_reasons(harness: Harness) -> None:
     profile = harness.profile(restart={"max_restarts": 2})
+    port = bound(profile).inference.port
+    assert port is not None
     # A foreign listener holds the inference port: every attempt's server fails to bind.
     with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", profile.inference.port))
+        squatter.bind(("127.0.0.1", port))
         squatter.listen()
         run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.FAILED
