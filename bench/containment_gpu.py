@@ -242,6 +242,14 @@ def main() -> int:
     result["trainer_needs_gib"] = need_gib
     started: list[int] = []
     checks: dict[str, bool] = {}
+    # The runs are recorded in this script's store, as the daemon records its runs: run a
+    # supervised by this process, run b by nobody (its supervisor is gone).
+    from airvisor.store import Store
+
+    store = Store(work / "state" / "airvisor.sqlite3")
+    for run, supervisor in (("containment-gpu-a", os.getpid()), ("containment-gpu-b", None)):
+        store.create_run(run_id=run, name=run, profile_path=None, profile={},
+                         run_dir=str(work / run), gpus=[args.gpu], supervisor_pid=supervisor)
     try:
         # Phase A: the trainer crashes, its detached holder keeps the memory.
         run_a = "containment-gpu-a"

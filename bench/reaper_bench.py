@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import os
 import platform
+import shutil
 import signal
 import statistics
 import sys
@@ -142,21 +143,26 @@ def main() -> None:
     if root is None:
         print(f"cgroup case skipped: {why}")
         return
-    # The run cgroups of an airvisor whose state dir holds no store: every run of it is dead.
+    # The run cgroups of another airvisor whose store records the runs, with no supervisor.
     from airvisor.proc._cgroup import STATE_DIR_XATTR, instance_id
+    from airvisor.store import Store
 
     state = Path(tempfile.mkdtemp(prefix="airvisor-bench-state-"))
+    store = Store(state / "airvisor.sqlite3")
     instance = root / instance_id(state)
     instance.mkdir()
     os.setxattr(instance, STATE_DIR_XATTR, str(state.resolve()).encode())
     try:
         for ignore_term in (False, True):
-            leaf = instance / f"run-bench{uuid.uuid4().hex[:6]}" / "attempt-1" / "bench"
+            run_id = f"bench{uuid.uuid4().hex[:6]}"
+            store.create_run(run_id=run_id, name=run_id, profile_path=None, profile={},
+                             run_dir=str(state), gpus=[], supervisor_pid=None)
+            leaf = instance / f"run-{run_id}" / "attempt-1" / "bench"
             leaf.mkdir(parents=True)
             bench_reap("in a dead run's cgroup", args.stale, args.grace, ignore_term, leaf)
     finally:
         destroy(root)
-        state.rmdir()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def make_bench_cgroup() -> tuple[Path | None, str]:

@@ -10,7 +10,7 @@ from airvisor.reaper._discover import (
     discover_all,
 )
 from airvisor.reaper._leftovers import Leftover, LeftoverResult, find_leftovers, remove_leftovers
-from airvisor.reaper._owners import foreign_live_runs, live_runs_of, supervisor_alive
+from airvisor.reaper._owners import live_runs_of, resolve_owners, store_view, supervisor_alive
 from airvisor.reaper._preflight import (
     PreflightError,
     PreflightReport,
@@ -57,7 +57,6 @@ __all__ = [
     "discover",
     "discover_all",
     "find_leftovers",
-    "foreign_live_runs",
     "format_age",
     "format_candidates",
     "holder_notes",
@@ -74,5 +73,7 @@ __all__ = [
     "profile_ports",
     "reap",
     "remove_leftovers",
+    "resolve_owners",
+    "store_view",
     "supervisor_alive",
 ]

@@ -15,8 +15,8 @@ from airvisor.proc._facts import (
     listening_ports_by_pid,
     pid_namespace,
 )
-from airvisor.proc._kill import protected_pids
-from airvisor.reaper._owners import foreign_live_runs
+from airvisor.proc._kill import adopted_runs, protected_pids
+from airvisor.reaper._owners import resolve_owners
 from airvisor.reaper._verdict import Judged, ReapContext, judge_all, known_kind
 
 
@@ -71,9 +71,15 @@ def default_context(
         now=time.time(),
         profile_ports=frozenset(profile_ports),
         own_instance=instance_id(state_dir or own_state_dir()),
+        own_state_dir=os.path.realpath(state_dir or own_state_dir()),
         reap_unowned=reap_unowned,
         own_pid_namespace=pid_namespace("self"),
     )
+
+
+def adopted_orphans_here() -> dict[int, str]:
+    """Subreaper fallback: the orphans this process adopted from its runs (pid -> run)."""
+    return adopted_runs()
 
 
 def _gpu_holders() -> dict[int, dict[int, int]]:
@@ -148,10 +154,19 @@ def discover_all(
         ports = listening_ports_by_pid(kinds) if kinds else {}
         for pid, held in ports.items():
             facts_by_pid[pid] = replace(facts_by_pid[pid], listening_ports=held)
-    context = replace(context, foreign_live={
-        **foreign_live_runs(facts_by_pid.values(), context.own_instance),
-        **context.foreign_live,
-    })
+    own_known, foreign = resolve_owners(facts_by_pid.values(), context.own_instance,
+                                        context.own_state_dir)
+    context = replace(
+        context,
+        foreign_live={**{i: (v.live if v is not None else None) for i, v in foreign.items()},
+                      **context.foreign_live},
+        foreign_known={**{i: v.known for i, v in foreign.items() if v is not None},
+                       **context.foreign_known},
+        # An unreadable own store shows no run to be stale.
+        known_run_ids=context.known_run_ids if context.known_run_ids is not None
+        else own_known if own_known is not None else frozenset(),
+        adopted={**adopted_orphans_here(), **context.adopted},
+    )
     judgement = judge_all(facts_by_pid, context)
     if with_ports:
         for group in (judgement.stale, judgement.blocked):

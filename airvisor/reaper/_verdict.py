@@ -186,10 +186,17 @@ class ReapContext:
     profile_ports: frozenset[int] = frozenset()
     # This airvisor's instance id (None: every run is judged as this airvisor's).
     own_instance: str | None = None
+    own_state_dir: str | None = None
     # Other airvisors' live runs, by instance id; None where that airvisor's store is unreadable.
     foreign_live: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    # Of the runs seen, those the owner's store records at all (None: not checked, every run
+    # counts as known). A run its store does not know is not shown to be dead.
+    known_run_ids: frozenset[str] | None = None
+    foreign_known: Mapping[str, frozenset[str]] = field(default_factory=dict)
     reap_unowned: bool = False  # `--all`: also training processes that are not ours
     own_pid_namespace: int | None = None
+    # Subreaper fallback: orphans this supervisor adopted, pid -> the run they came from.
+    adopted: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -222,15 +229,19 @@ class Ownership:
     how: str
 
 
-def ownership(facts: ProcessFacts) -> Ownership | None:
+def ownership(facts: ProcessFacts, context: ReapContext | None = None) -> Ownership | None:
     """By the run's cgroup (the kernel's record), else by the marker in its environment, else
-    by the marker of its session (its own wiped by setproctitle)."""
+    by the marker of its session (its own wiped by setproctitle), else (subreaper fallback) as
+    an orphan this supervisor adopted from a run."""
     run = facts.cgroup_run
     if run is not None:
         return Ownership(run.run_id, run.component, run.instance, run.state_dir,
                          f"cgroup {facts.cgroup}")
     marker = facts.marker or facts.session_marker
     if marker is None:
+        if context is not None and facts.pid in context.adopted:
+            return Ownership(context.adopted[facts.pid], None, None, None,
+                             "orphan adopted by this supervisor (subreaper)")
         return None
     how = "marker" if facts.marker is not None else "marker of its session"
     instance = owner_instance(marker.owner) if marker.owner else None
@@ -245,6 +256,21 @@ def run_is_live(run_id: str, instance: str | None, context: ReapContext) -> bool
     if live is None:
         return None
     return run_id in live
+
+
+def run_is_known(run_id: str, instance: str | None, context: ReapContext) -> bool:
+    """Does the owning airvisor's store record the run? (Markers without an owner, from older
+    airvisors, are judged by this airvisor's live runs alone, as before.)"""
+    if instance is None:
+        return True
+    if context.own_instance is None or instance == context.own_instance:
+        return context.known_run_ids is None or run_id in context.known_run_ids \
+            or run_id in context.live_run_ids
+    return run_id in context.foreign_known.get(instance, frozenset())
+
+
+NOT_KNOWN = ("its run is not recorded in the store of the airvisor it names, so nothing shows "
+             "it is stale; left alone (stopped only with --all)")
 
 
 def _is_foreign(own: Ownership, context: ReapContext) -> bool:
@@ -298,7 +324,7 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
     if context.kept_pids and (facts.pid in context.kept_pids
                               or any(pid in context.kept_pids for pid in facts.ancestors)):
         return None
-    own = ownership(facts)
+    own = ownership(facts, context)
     live = run_is_live(own.run_id, own.instance, context) if own is not None else None
     if own is not None and live:
         return None
@@ -321,6 +347,13 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
             reason = f"{own.how}: run {own.run_id}{component}{whose}"
             blocked = ("belongs to another airvisor whose state cannot be read, so whether "
                        "the run is live is unknown; left alone")
+        elif not run_is_known(own.run_id, own.instance, context):
+            reason = f"{own.how}: run {own.run_id}{component}{whose}, unknown to its store"
+            if context.reap_unowned:
+                reason += " (stopped because of --all)"
+                basis = "all"
+            else:
+                blocked = NOT_KNOWN
         else:
             reason = f"{own.how}: run {own.run_id}{component}{whose}, which is not live"
     else:

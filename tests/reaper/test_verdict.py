@@ -274,7 +274,8 @@ def test_two_airvisors_leave_each_others_live_runs_alone() -> None:
     context = replace(OWNED, foreign_live={theirs: frozenset({"their-run"})})
     # Not live for *us* (our store does not know it), live for its own airvisor.
     assert classify(their_live, context) is None
-    dead = classify(their_live, replace(OWNED, foreign_live={theirs: frozenset()}))
+    dead = classify(their_live, replace(OWNED, foreign_live={theirs: frozenset()},
+                                        foreign_known={theirs: frozenset({"their-run"})}))
     assert dead is not None and dead.stale and THEIRS in dead.reason
     unknown = classify(their_live, replace(OWNED, foreign_live={theirs: None}))
     assert unknown is not None and not unknown.stale
@@ -336,3 +337,23 @@ def test_an_unowned_tree_in_the_way_goes_whole_through_its_process_group() -> No
     assert [j.facts.pid for j in judged.stale] == [11, 12]
     assert "process group of pid 12" in judged.stale[0].verdict.reason
     assert [j.facts.pid for j in judged.blocked] == [21]
+
+
+def test_a_run_its_own_store_does_not_know_is_not_shown_dead() -> None:
+    # A marker and cgroup naming a state dir whose store never recorded the run (a test
+    # harness's store elsewhere, a wiped state dir): nothing shows it is stale.
+    ours = owner_instance(OURS)
+    stray = facts(["holder"], cgroup_run=CgroupRun(ours, "elsewhere-run", 1, "trainer", OURS))
+    context = replace(OWNED, known_run_ids=frozenset({"old-run"}))
+    verdict = classify(stray, context)
+    assert verdict is not None and not verdict.stale
+    assert "not recorded in the store" in (verdict.blocked_by or "")
+    forced = classify(stray, replace(context, reap_unowned=True))
+    assert forced is not None and forced.stale and "--all" in forced.reason
+    known = classify(replace(stray, cgroup_run=CgroupRun(ours, "old-run", 1, None, OURS)),
+                     context)
+    assert known is not None and known.stale
+    theirs = owner_instance(THEIRS)
+    foreign = facts(["holder"], marker=Marker("x-run", "trainer", THEIRS))
+    unknown = classify(foreign, replace(OWNED, foreign_live={theirs: frozenset()}))
+    assert unknown is not None and not unknown.stale
