@@ -126,7 +126,7 @@ def _run(settings: OrchestratorSettings, ctx: StepContext, progress: _Progress) 
     )
     output_dir.mkdir(parents=True, exist_ok=True)
     resume_step = resolve_resume(ctx, settings.resume_step)
-    if resume_step is not None:
+    if resume_step is not None and ctx.version == "main":
         load_orchestrator_half(ctx, resume_step)
     base_url = settings.inference_url.rstrip("/")
     if ctx.version == "main":
@@ -161,7 +161,8 @@ def _run_v04(
     resume_step: int | None,
 ) -> int:
     logger = ctx.logger
-    if resume_step is not None:
+    if resume_step is not None:  # orchestrator.py:248-263: after the inference pool is ready
+        load_orchestrator_half(ctx, resume_step)
         logger.info(f"Resuming training from checkpoint step {resume_step}")
         progress.step = resume_step
         _v04_weights(settings, ctx, resume_step)
