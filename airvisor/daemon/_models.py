@@ -32,6 +32,11 @@ PROFILE_REF_RULE = (
 )
 
 
+# An override key: names joined by '.', none empty (airvisor.profile's rule for overrides).
+OVERRIDE_KEY_PATTERN = r"^[^.]+(?:\.[^.]+)*$"
+OVERRIDE_KEY = re.compile(OVERRIDE_KEY_PATTERN)
+
+
 def is_profile_ref(ref: str) -> bool:
     # `search`, as JSON Schema validators in Python read "pattern" (there `$` also matches
     # before a final newline): what a Python client checks against the schema passes here.
@@ -167,8 +172,10 @@ class SubmitIn(BaseModel):
         description="A profile name on the daemon's search path, or an absolute path to a "
         ".toml file on the daemon's machine (no '..' segment).")
     overrides: dict[str, Any] = Field(
-        default_factory=dict, description="Dotted profile keys to override, e.g. "
-        '{"run.max_steps": 20}.')
+        default_factory=dict,
+        json_schema_extra={"propertyNames": {"pattern": OVERRIDE_KEY_PATTERN}},
+        description="Dotted profile keys to override, e.g. "
+        '{"restart.max_restarts": 5}; what the profile does not take is a 422 naming the key.')
     start_mode: Literal["auto", "resume", "fresh"] = "auto"
 
     @field_validator("profile")
@@ -179,6 +186,15 @@ class SubmitIn(BaseModel):
             raise ValueError(f"{ref!r} is not {PROFILE_REF_RULE}; relative paths mean nothing "
                              "to the daemon")
         return ref
+
+    @field_validator("overrides")
+    @classmethod
+    def _override_keys(cls, overrides: dict[str, Any]) -> dict[str, Any]:
+        bad = [key for key in overrides if OVERRIDE_KEY.search(key) is None]
+        if bad:
+            raise ValueError(f"override keys must be dotted names like restart.max_restarts, "
+                             f"not {', '.join(map(repr, bad))}")
+        return overrides
 
 
 class GPUsOut(_Out):
