@@ -281,9 +281,10 @@ COPIERS: list[threading.Thread] = []
 def _route_output(
     args: TorchrunArgs, rank: int, worker: subprocess.Popen[bytes], attempt_dir: Path
 ) -> None:
-    """torchrun's --redirect/--tee: each rank's streams into <log_dir>/<id>/attempt_0/<rank>/
-    {stdout,stderr}.log, and tee'd to torchrun's own streams with the `[<role><rank>]:` prefix
-    for the ranks in --local-ranks-filter."""
+    """torchrun's --redirect/--tee: each rank's streams into <log_dir>/<rdzv_id>_<random>/
+    attempt_0/<rank>/{stdout,stderr}.log (torch/distributed/elastic/multiprocessing/api.py), and
+    tee'd to torchrun's own streams as `[<role><local_rank>]:<line>` (tail_log.py; role
+    "default" unless --role) for the ranks in --local-ranks-filter."""
     rank_dir = attempt_dir / str(rank)
     rank_dir.mkdir(parents=True, exist_ok=True)
     shown = args.local_ranks_filter is None or rank in args.local_ranks_filter
