@@ -219,6 +219,11 @@ def containment_mode() -> str:
     return containment().mode
 
 
+def is_subreaper() -> bool:
+    """Did this process make itself a child subreaper (`become_subreaper`)?"""
+    return _subreaper_set
+
+
 def become_subreaper() -> bool:
     """PR_SET_CHILD_SUBREAPER on this process: orphaned descendants re-parent to it."""
     global _subreaper_set

@@ -323,7 +323,7 @@ def adopted_orphans(run_id: str, table: ProcessTable) -> list[int]:
     components, re-parented here) and that belong to `run_id`: by their marker, or, when their
     environment is wiped (setproctitle), when `run_id` is the only run active in this process.
     The process's own helpers keep their (unmarked) environment and are never chosen."""
-    if _cgroup.containment().mode != "subreaper":
+    if not _cgroup.is_subreaper():
         return []
     own = os.getpid()
     launched = launched_pids()
@@ -347,7 +347,7 @@ def reap_adopted_zombies() -> list[int]:
     life). Only children this process did not launch and that sit in another session than
     its own: its own helpers (subprocess.run and the like) share its session, and their
     Popen must still see their exit status."""
-    if _cgroup.containment().mode != "subreaper":
+    if not _cgroup.is_subreaper():
         return []
     own_sid = os.getsid(0)
     launched = launched_pids()
@@ -401,6 +401,23 @@ def owning_run(pid: int) -> str | None:
         if found is not None:
             return found.run_id
     return None
+
+
+def adopted_runs() -> dict[int, str]:
+    """Subreaper fallback: pid -> run of each orphan this process adopted that `owning_run`
+    attributes (its marker, or the only run active here when its environment is wiped)."""
+    if not active_runs() or not _cgroup.is_subreaper():
+        return {}
+    table = ProcessTable.snapshot()
+    launched = launched_pids()
+    found: dict[int, str] = {}
+    for pid in table.children.get(os.getpid(), ()):
+        if pid in launched:
+            continue
+        run = owning_run(pid)
+        if run is not None:
+            found[pid] = run
+    return found
 
 
 def _marker_sweep(run_id: str, protected: set[int], table: ProcessTable) -> list[int]:
