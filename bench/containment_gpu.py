@@ -3,8 +3,10 @@ memory after the component crashed; airvisor must stop it before the relaunch an
 be free again before the preflight passes. Prints one JSON object (timings and checks); exit
 status 0 when every check holds.
 
-    pip install -e .            # airvisor from this tree (torch, nvidia-ml-py, psutil there)
-    python3 bench/containment_gpu.py [--gpu 0] [--gib 20] [--grace 5]
+    python3 bench/containment_gpu.py [--gpu 0] [--gib 20] [--grace 5]   # as root
+
+airvisor comes from this tree (installed with `pip install -e .`, or just the checkout); the
+machine needs psutil, pydantic, structlog, setproctitle, nvidia-ml-py and torch with CUDA.
 
 The holder is the issue's reproduction: the component runs
 `AIRVISOR_RUN_ID=gone setsid -f python -c '...torch holds N GiB...; setproctitle("holder")'`,
@@ -39,6 +41,13 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+# Runs from a checkout without installing it too (the GPU machine has no network): airvisor
+# from this tree; its imports here need psutil, pydantic, structlog, setproctitle, nvidia-ml-py
+# and torch.
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 GIB = 2**30
 
