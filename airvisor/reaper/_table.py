@@ -44,7 +44,7 @@ def format_candidates(candidates: Sequence[Candidate], *, command_width: int = 6
         ports = ",".join(str(p) for p in c.ports) or "-"
         rows.append((f"{indent}{c.pid}", _tree(c), c.user or "?", format_age(c.age), gpu,
                      ports, command))
-        reasons.append(c.blocked_by or c.reason)
+        reasons.append(f"{c.blocked_by}: {c.reason}" if c.blocked_by else c.reason)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     lines = []
     for n, row in enumerate(rows):
