@@ -1,6 +1,5 @@
 """The supervision engine: RunManager drives one RunSupervisor per run."""
 
-from airvisor.engine._checkpoints import scan_checkpoints
 from airvisor.engine._events import (
     Command,
     ComponentExited,
@@ -37,6 +36,5 @@ __all__ = [
     "default_hooks",
     "describe_exit",
     "new_run_id",
-    "scan_checkpoints",
     "supervisor_alive",
 ]

@@ -57,7 +57,9 @@ class UnknownRun(Exception):
 
 def new_run_id(name: str) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40]
+    # ASCII only, starting with a letter or digit: the API's run-id pattern accepts exactly these.
+    safe = "".join(c if (c.isascii() and c.isalnum()) or c in "-_" else "-"
+                   for c in name)[:40].lstrip("-_") or "run"
     return f"{safe}-{stamp}-{secrets.token_hex(2)}"
 
 

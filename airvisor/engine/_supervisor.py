@@ -27,6 +27,7 @@ from airvisor.engine._events import (
     ProbeFailed,
     TaskDone,
 )
+from airvisor.engine._members import launcher_members
 from airvisor.engine._probe import InferenceProber, inference_base_url
 from airvisor.engine._tail import LogTail
 from airvisor.policy import (
@@ -54,6 +55,7 @@ log = get_logger("airvisor.engine")
 PROCESS_ORDER = ("inference", "trainer", "orchestrator")
 VIEWED = ("inference", "trainer", "orchestrator")
 FINISH_TIMEOUT = 150.0  # seconds for the launcher to exit once training has finished
+MEMBER_SCAN_INTERVAL = 2.0  # seconds between looks into the launcher's tree
 # prime-rl's launchers name the child that failed first: v0.4 rl.py:798 and main's
 # utils/process.py monitor_process: f"{process_name.capitalize()} failed with exit code {code}".
 _CHILD_FAILED = re.compile(r"\b(Inference|Trainer|Orchestrator|Teacher_inference|Env[-_ ]server\S*)"
@@ -211,6 +213,8 @@ class Hooks:
     # policy tests that replay histories without processes.
     launch: Callable[..., LaunchedLike] = launch
     prober: Callable[..., ProberLike] = InferenceProber
+    # The components below prime-rl's launcher, by name (launcher mode).
+    members: Callable[[int], dict[str, int]] = launcher_members
 
 
 @dataclass
@@ -291,6 +295,8 @@ class RunSupervisor:
         self._final: RunState | None = None
         self._specs: dict[str, Any] = {}
         self._next_container_check = 0.0
+        self._next_member_scan = 0.0
+        self._members: dict[str, int] = {}
         self._container_recreates = 0
         self.finished = threading.Event()
 
@@ -392,6 +398,8 @@ class RunSupervisor:
         self._attempt_max_step = choice.step or 0
         self._finished = set()
         self._finished_at = None
+        self._members = {}
+        self._next_member_scan = 0.0
         metrics = self.layout.metrics_file()
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
         self._set_state(RunState.STARTING)
@@ -682,6 +690,8 @@ class RunSupervisor:
         for handle in self.components.values():
             handle.exited = True
             self.store.upsert_component(self.run_id, self.attempt, handle.name, state="stopped")
+        for name in self._members:  # stopped with the launcher's tree
+            self.store.upsert_component(self.run_id, self.attempt, name, state="stopped")
         self._record_containers()
         self._event("stopped_components", f"components stopped: {event.result or event.error}")
         final = self._final
@@ -729,6 +739,9 @@ class RunSupervisor:
             return
         self._poll_adopted()
         self._read_progress(now)
+        if self.mode == "launcher" and now >= self._next_member_scan:
+            self._next_member_scan = now + MEMBER_SCAN_INTERVAL
+            self._record_members()
         if self.state == RunState.STARTING:
             waited = now - self._attempt_started
             if waited > self.profile.health.ready_timeout:
@@ -829,6 +842,25 @@ class RunSupervisor:
             blamed, code = child_failure
             self._fail(f"{blamed} exited with status {code} (reported by prime-rl's launcher)",
                        blamed if blamed in self.views else LAUNCHER)
+
+    def _record_members(self) -> None:
+        """Record the components prime-rl's launcher started (pid, log, GPUs) as the run's
+        members, for status, `airvisor logs` and the run page. Not adopted or stopped one by one:
+        the launcher's tree (its process group and marker) is stopped as a whole."""
+        launcher = self.components.get(LAUNCHER)
+        if launcher is None or launcher.exited or self.layout is None:
+            return
+        found = self._hooks.members(launcher.identity.pid)
+        for name, pid in found.items():
+            if self._members.get(name) == pid:
+                continue
+            self._members[name] = pid
+            log_path = self.layout.log_file(name) if name in VIEWED else None  # type: ignore[arg-type]
+            gpus = list(getattr(self.profile.gpus, name, [])) if name in VIEWED else []
+            self.store.upsert_component(
+                self.run_id, self.attempt, name, kind="member", state="running", pid=pid,
+                pgid=launcher.pgid, argv=[], gpus=gpus,
+                log_path=str(log_path) if log_path is not None else None, exit_code=None)
 
     def _record_containers(self) -> None:
         if self._pool is None:

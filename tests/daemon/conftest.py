@@ -48,11 +48,20 @@ class FakeRunService:
         self.fail_with: Exception | None = None  # raised by the next request_restart
 
     def submit(self, profile: Profile, *, start_mode: str = "auto") -> RunRecord:
+        if profile.resolved is None:  # as RunManager.submit: the same checks as `start`
+            from airvisor.primerl import prepare_run
+            from airvisor.profile import ProfileError
+
+            prepared = prepare_run(profile, machine=False)
+            if prepared.problems:
+                raise ProfileError(prepared.problems)
+            profile = prepared.profile
         gpus = set(profile.gpus.inference) | set(profile.gpus.trainer)
         for run_id, used in self.live.items():
             if used & gpus:
                 raise RunConflict(f"GPUs {sorted(used & gpus)} are used by live run {run_id}")
         run_id = f"{profile.run.name}-{len(self.store.list_runs(1000)) + 1}"
+        assert profile.run.output_dir is not None
         run_dir = Path(profile.run.output_dir)
         record = self.store.create_run(
             run_id=run_id, name=profile.run.name,
@@ -120,12 +129,16 @@ class FakeRunService:
         return set(self.live)
 
 
-def fake_profile(tmp: Path, name: str = PROFILE_NAME, **run: Any) -> dict[str, Any]:
+def fake_profile(tmp: Path, name: str = PROFILE_NAME, **rl: Any) -> dict[str, Any]:
+    """A profile whose prime-rl v0.4 config (`rl` keys on top) is written to tmp/configs."""
+    config = tmp / "configs" / f"{name}-rl.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(tomli_w.dumps({"output_dir": str(tmp / "runs" / name), "max_steps": 20,
+                                     "inference_gpu_ids": [0], "trainer_gpu_ids": [1], **rl}))
     return {
-        "run": {"name": name, "output_dir": str(tmp / "runs" / name), "demo": True,
-                "on_existing": "replace", "max_steps": 20, **run},
-        "prime_rl": {"version": "0.4", "command_prefix": ["{python}", "-m", "airvisor.demo"]},
-        "gpus": {"inference": [0], "trainer": [1]},
+        "run": {"name": name, "on_existing": "replace"},
+        "prime_rl": {"version": "0.4", "python": [], "args": ["@", str(config)],
+                     "command_prefix": ["{python}", "-m", "airvisor.demo", "--prime-rl", "0.4"]},
         "reaper": {"enabled": False},
     }
 

@@ -14,7 +14,7 @@ import httpx
 import psutil
 import pytest
 
-from airvisor.engine import scan_checkpoints
+from airvisor.primerl import layout_for
 from airvisor.proc._marker import processes_with_marker
 
 from ..engine.conftest import demo_profile_dict
@@ -27,7 +27,7 @@ def demo_profile(tmp: Path) -> dict[str, Any]:
     # The engine tests' fast demo profile (reaper off: other stand-ins may run here), made long
     # and a little more patient.
     return demo_profile_dict(
-        tmp / "out", run={"name": PROFILE, "max_steps": 1000},
+        tmp / "out", rl={"max_steps": 1000}, run={"name": PROFILE},
         health={"ready_timeout": 30, "stall_timeout": 10, "first_step_grace": 30},
     )
 
@@ -125,8 +125,9 @@ def test_a_new_daemon_adopts_a_live_run_then_resumes_one_whose_components_died(
     daemons.run_ids.append(run_id)
     before = wait_for("step 4", lambda: (r := current(first))["state"] == "running"
                       and (r["step"] or 0) >= 4 and r)
-    pids = {c["name"]: c["pid"] for c in before["components"]}
-    assert set(pids) == {"inference", "trainer", "orchestrator"}
+    pids = wait_for("the launcher and the three components it started", lambda: (
+        found := {c["name"]: c["pid"] for c in current(first)["components"]}) and set(found) == {
+            "launcher", "inference", "trainer", "orchestrator"} and found)
     # systemctl status shows the run's state and step (STATUS= follows the main loop).
     statuses = wait_for("a STATUS= naming the run", lambda: [
         m for m in drain(notify) if m.startswith("STATUS=") and run_id in m and "step" in m])
@@ -159,7 +160,7 @@ def test_a_new_daemon_adopts_a_live_run_then_resumes_one_whose_components_died(
         proc.kill()
     psutil.wait_procs([psutil.Process(p) for p in pids.values() if psutil.pid_exists(p)],
                       timeout=10)
-    checkpoints = scan_checkpoints(Path(before["run_dir"]))
+    checkpoints = layout_for("0.4", {"output_dir": before["run_dir"]}).scan()
     newest_complete = max(step for step, c in checkpoints.items() if c.complete)
     third = daemons.start()
     resumed = wait_for("the resumed attempt to make progress", lambda: (
@@ -167,7 +168,7 @@ def test_a_new_daemon_adopts_a_live_run_then_resumes_one_whose_components_died(
         and r["resume_step"] is not None and (r["step"] or 0) > r["resume_step"] and r))
     assert resumed["id"] == run_id
     assert resumed["resume_step"] == newest_complete > step_at_kill
-    new_pids = {c["name"]: c["pid"] for c in resumed["components"]}
+    new_pids = {c["name"]: c["pid"] for c in resumed["components"] if c["pid"] is not None}
     assert not set(new_pids.values()) & set(pids.values())
     assert "boot_resume" in event_kinds(third, run_id)
 

@@ -38,7 +38,7 @@ def test_current_run_is_404_with_a_message_before_any_run(api: Api) -> None:
 
 
 def test_submit_then_read_the_run_every_way(api: Api) -> None:
-    response = submit(api, overrides={"run.max_steps": 7}, start_mode="fresh")
+    response = submit(api, overrides={"prime_rl.overrides.max_steps": 7}, start_mode="fresh")
     assert response.status_code == 201, response.text
     run = response.json()
     assert run["state"] == "running"

@@ -450,11 +450,6 @@ def test_override_keys_one_rule_in_schema_validation_and_profile_loader(
         assert by_schema
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine.new_run_id keeps any str.isalnum() character (Unicode) and may start with '-': a "
-    "run named 'ö' gets the id 'ö-<time>-<hex>', which GET/stop/restart /runs/{run_id} refuse "
-    "(422). Fix in the engine (ASCII letters and digits, an alphanumeric first character), "
-    "then drop this mark."))
 @settings(max_examples=200, deadline=None)
 @given(name=st.text(max_size=60))
 def test_every_run_id_the_engine_makes_is_one_the_api_accepts(name: str) -> None:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import docker
+import psutil
 import pytest
 
 from airvisor.cli._run import render_run
@@ -34,10 +35,9 @@ def test_run_with_containers_shows_them_and_leaves_none(
     harness: Harness, docker_client: docker.DockerClient
 ) -> None:
     profile = harness.profile(
-        run={"max_steps": 30},
+        rl={"max_steps": 30},
         containers={"enabled": True, "image": IMAGE, "count": 2, "health_interval": 0.5,
                     "exec_timeout": 5},
-        orchestrator={"config": {"env": [{"id": "air-mlgym", "args": {"task": "demo"}}]}},
     )
     record = harness.manager.submit(profile)
     harness.run_ids.append(record.id)
@@ -45,6 +45,7 @@ def test_run_with_containers_shows_them_and_leaves_none(
     assert supervisor is not None
     seen: dict[str, str] = {}
     status_text = ""
+    passed_names = ""
     deadline = time.monotonic() + 90
     while not supervisor.state.terminal and time.monotonic() < deadline:
         harness.manager.tick(0.1)
@@ -55,14 +56,19 @@ def test_run_with_containers_shows_them_and_leaves_none(
         if run is not None and run.state == "running" and not status_text:
             # What `airvisor status` prints for the live run.
             status_text = render_run(run, harness.store.components(record.id), [])
+        if run is not None and run.state == "running" and not passed_names:
+            # prime-rl's processes learn the names from the environment (the user's config is
+            # not edited): the launcher, and so every child it starts, carries them.
+            launcher = next(c for c in harness.store.components(record.id)
+                            if c.name == "launcher")
+            assert launcher.pid is not None
+            passed_names = psutil.Process(launcher.pid).environ().get(
+                "AIRVISOR_CONTAINER_NAMES", "")
     assert supervisor.state == RunState.SUCCEEDED
     # Both containers were recorded with the run's components, under names derived from the run.
     assert len(seen) == 2 and all("mlgym" in name for name in seen)
     assert set(seen.values()) >= {"running"}
     assert all(name in status_text for name in seen), status_text
-    # The orchestrator was told their names through its env args.
-    orch_toml = (Path(profile.run.output_dir) / "airvisor" / "attempt_1" /
-                 "orchestrator.toml").read_text()
-    assert all(name in orch_toml for name in seen)
+    assert sorted(passed_names.split(",")) == sorted(seen)
     left = docker_client.containers.list(all=True, filters={"label": f"airvisor.run={record.id}"})
     assert left == []

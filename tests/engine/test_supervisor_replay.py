@@ -8,6 +8,7 @@ backoff delays and crash loops are checked exactly and instantly.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -17,11 +18,14 @@ from typing import Any
 import pytest
 
 from airvisor.engine import InferenceReady, RunManager
+from airvisor.engine._supervisor import FINISH_TIMEOUT
 from airvisor.policy import RunState
+from airvisor.primerl import LAUNCHER
 from airvisor.proc import ProcessIdentity
 from airvisor.profile import Profile, load_profile
 from airvisor.store import Store
 
+from ..primerl.test_layout import v04_full_step
 from .conftest import demo_profile_dict, write_profile
 
 _pids = itertools.count(900_000)
@@ -89,7 +93,9 @@ class Replay:
         hooks.prober = FakeProber
         hooks.launch = self._launch
         hooks.stop_tree = self._stop_tree
-        data = demo_profile_dict(tmp_path / "run", **profile_extra)
+        hooks.members = lambda pid: {}
+        self.run_dir = tmp_path / "run"
+        data = demo_profile_dict(self.run_dir, **profile_extra)
         self.profile: Profile = load_profile(write_profile(tmp_path / "p.toml", data))
         self.run_id = self.manager.submit(self.profile).id
         supervisor = self.manager.supervisor(self.run_id)
@@ -110,6 +116,13 @@ class Replay:
 
     def current(self, component: str) -> FakeProcess:
         return next(p for p in reversed(self.processes) if p.component == component)
+
+    def say(self, component: str, line: str) -> None:
+        """A line in the log prime-rl v0.4's launcher writes for that child (rl.py:617,695,747)."""
+        log = self.run_dir / "logs" / f"{component}.stdout"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as handle:
+            handle.write(line + "\n")
 
     def settle(self, until: RunState | None = None, rounds: int = 50) -> None:
         """Let worker threads report back (real time, tiny) without moving the fake clock."""
@@ -150,27 +163,20 @@ def replay_factory(tmp_path: Path) -> Iterator[Any]:
         replay.close()
 
 
-def complete_checkpoint(run_dir: Path, step: int) -> None:
-    base = run_dir / "checkpoints" / f"step_{step}"
-    (base / "trainer").mkdir(parents=True)
-    (base / "trainer" / ".metadata").write_text("")
-    (base / "orchestrator").mkdir(parents=True)
-    (base / "orchestrator" / "progress.pt").write_text("")
-
-
-def test_orchestrator_waits_for_readiness_and_a_stall_triggers_resume(replay_factory: Any) -> None:
+def test_launcher_readiness_then_a_stall_triggers_resume(replay_factory: Any) -> None:
     r = replay_factory(health={"stall_timeout": 60, "first_step_grace": 300},
                        restart={"backoff_initial": 5, "backoff_factor": 2})
     r.settle(RunState.STARTING)
-    assert [p.component for p in r.processes] == ["inference", "trainer"]
+    # One process: prime-rl's own launcher, which starts the three components itself.
+    assert [p.component for p in r.processes] == [LAUNCHER]
     r.ready()
-    assert [p.component for p in r.processes][-1] == "orchestrator"
+    assert [p.component for p in r.processes] == [LAUNCHER]
 
-    r.current("trainer").say("\x1b[32mSUCCESS\x1b[0m Step 1 | Time: 1s | Loss: 0.1")
+    r.say("trainer", "\x1b[32mSUCCESS\x1b[0m Step 1 | Time: 1s | Loss: 0.1")
     r.advance(10)
     assert r.sup.step == 1
-    complete_checkpoint(Path(r.profile.run.output_dir), 2)
-    r.current("trainer").say("SUCCESS Step 2 | Time: 1s")
+    v04_full_step(r.run_dir, 2)
+    r.say("trainer", "SUCCESS Step 2 | Time: 1s")
     r.advance(10)
     # 59 s of silence is fine, 61 s is a hang.
     r.advance(59)
@@ -189,8 +195,19 @@ def test_orchestrator_waits_for_readiness_and_a_stall_triggers_resume(replay_fac
     # Reap + GPU preflight ran again between the failure and the relaunch.
     assert r.preflights == 2
     assert [a["resume_step"] for a in r.store.attempts(r.run_id)] == [None, 2]
-    trainer = next(c for c in r.store.components(r.run_id, 2) if c.name == "trainer")
-    assert trainer.argv[-2:] == ["--ckpt.resume-step", "2"]
+    launcher = next(c for c in r.store.components(r.run_id, 2) if c.name == LAUNCHER)
+    assert launcher.argv[-2:] == ["--ckpt.resume-step", "2"]
+
+
+def test_an_earlier_attempts_log_lines_never_count(replay_factory: Any) -> None:
+    r = replay_factory(health={"stall_timeout": 10, "first_step_grace": 100})
+    r.say("trainer", "SUCCESS Step 7 | Time: 1s")  # left by an earlier run
+    old = r.run_dir / "logs" / "trainer.stdout"
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.advance(50)
+    assert r.sup.step is None
 
 
 def test_first_step_grace_is_longer_than_stall_timeout(replay_factory: Any) -> None:
@@ -205,13 +222,28 @@ def test_first_step_grace_is_longer_than_stall_timeout(replay_factory: Any) -> N
         r.events("failure")[0].message
 
 
+def test_the_launchers_failure_line_is_acted_on_before_it_exits(replay_factory: Any) -> None:
+    r = replay_factory()
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.say("trainer", "Traceback (most recent call last): ... CUDA error")
+    # v0.4 rl.py:784-786 logs the first failed child, then spends up to 60 s per child stopping.
+    r.current(LAUNCHER).say("ERROR Error: Trainer failed with exit code 3")
+    r.advance(1)
+    assert r.sup.state == RunState.RECOVERING
+    failure = r.events("failure")[0]
+    assert failure.component == "trainer" and "trainer exited with status 3" in failure.message
+    assert any("CUDA error" in line for line in failure.data["last_lines"])
+
+
 def test_crash_loop_replay_ends_failed(replay_factory: Any) -> None:
     r = replay_factory(restart={"max_restarts": 2, "window": 600, "backoff_initial": 1,
                                 "backoff_factor": 2, "backoff_max": 10})
     delays = []
     for _ in range(3):
         r.settle(RunState.STARTING)
-        r.current("inference").exit(1)
+        r.current(LAUNCHER).say("Error: Inference failed with exit code 1")
+        r.current(LAUNCHER).exit(1)
         r.settle()
         scheduled = r.events("restart_scheduled")
         if r.sup.state == RunState.FAILED:
@@ -226,17 +258,31 @@ def test_crash_loop_replay_ends_failed(replay_factory: Any) -> None:
     assert "inference exited with status 1" in run.last_error
 
 
-def test_both_exiting_zero_is_success_and_stops_inference(replay_factory: Any) -> None:
+def test_launcher_exiting_zero_is_success(replay_factory: Any) -> None:
     r = replay_factory()
     r.settle(RunState.STARTING)
     r.ready()
-    r.current("trainer").exit(0)
-    r.settle()
-    assert r.sup.state == RunState.RUNNING  # the orchestrator is still working
-    r.current("orchestrator").exit(0)
+    r.say("trainer", "SUCCESS RL trainer finished!")
+    r.say("orchestrator", "SUCCESS Orchestrator finished.")
+    r.advance(1)
+    # Finished: no stall while the launcher stops the inference server (up to 60 s in v0.4).
+    r.advance(100)
+    assert r.sup.state == RunState.RUNNING
+    r.current(LAUNCHER).exit(0)
     r.settle(RunState.SUCCEEDED)
-    assert r.stops == 1  # the inference server was stopped
     assert r.events("success")
+
+
+def test_a_launcher_that_never_exits_after_finishing_is_stopped(replay_factory: Any) -> None:
+    r = replay_factory()
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.say("trainer", "SUCCESS RL trainer finished!")
+    r.say("orchestrator", "SUCCESS Orchestrator finished.")
+    r.advance(1)
+    r.advance(FINISH_TIMEOUT + 5)
+    r.settle(RunState.SUCCEEDED)
+    assert r.stops == 1
 
 
 def test_readiness_timeout_fails_the_attempt(replay_factory: Any) -> None:

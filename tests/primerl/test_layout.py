@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from airvisor.engine import scan_checkpoints
 from airvisor.policy import choose_resume_step
 from airvisor.primerl._layout import RULES, RunLayout, layout_for
 
@@ -311,15 +310,15 @@ def test_main_needs_a_run_dir() -> None:
 # The engine's scan and the table's citations
 
 
-def test_engine_scan_defaults_to_a_shared_checkpoint_dir(tmp_path: Path) -> None:
+def test_the_resume_choice_reads_each_versions_layout(tmp_path: Path) -> None:
     main_trainer_save(tmp_path, 4)
     main_orchestrator_save(tmp_path, 4)
     main_trainer_save(tmp_path, 8)
-    assert choose_resume_step(scan_checkpoints(tmp_path)).step == 4
+    main = layout_for("main", {"run_dir": str(tmp_path)})
+    assert choose_resume_step(main.scan()).step == 4
     out = tmp_path / "v04"
     v04_full_step(out, 3)
-    assert choose_resume_step(scan_checkpoints(out, layout=layout_for(
-        "0.4", {"output_dir": str(out)}))).step == 3
+    assert choose_resume_step(layout_for("0.4", {"output_dir": str(out)}).scan()).step == 3
 
 
 CITATION = re.compile(r"^(?P<file>[\w/.-]+\.py):(?P<lines>[\d,-]+)")
