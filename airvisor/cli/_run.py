@@ -177,6 +177,14 @@ def _run_foreground(profile: Any, mode: str) -> int:
     view = _ProgressView(store, record.id, live=sys.stdout.isatty())
     if profile.run.demo:
         click.echo("airvisor demo: the real supervisor over simulated prime-rl components")
+        for component, settings in sorted(profile.demo.items()):
+            faults = {k: v for k, v in settings.items()
+                      if k in ("crash_at_step", "hang_at_step", "half_checkpoint_at_step",
+                               "crash_after", "unhealthy_after") and v}
+            for fault, value in faults.items():
+                click.echo(f"  injected fault: the {component} {fault.replace('_', ' ')} "
+                           f"{value}; watch airvisor notice it, stop every process and resume "
+                           "from the newest complete checkpoint")
     click.echo(f"run {record.id}: output in {record.run_dir}")
     click.echo(f"state database {store.path}; `airvisor status` and `airvisor logs trainer` "
                "work from another terminal")
