@@ -63,9 +63,6 @@ def test_shipped_demo_completes_and_status_shows_it(
         assert component in status.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="bug: in launcher mode the store records a log path for "
-                                       "'launcher' only, so `airvisor logs trainer` says "
-                                       "\"known: launcher\"")
 def test_logs_of_a_component_inside_the_launcher(
         finished_demo: tuple[dict[str, str], subprocess.CompletedProcess[str]]) -> None:
     env, result = finished_demo

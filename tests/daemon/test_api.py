@@ -275,7 +275,7 @@ def test_bad_submissions_get_4xx_with_a_message(api: Api) -> None:
 def test_an_output_dir_that_cannot_be_created_is_a_conflict_not_a_crash(api: Api) -> None:
     blocker = api.tmp / "a-file"
     blocker.write_text("")
-    response = submit(api, overrides={"run.output_dir": str(blocker / "out")})
+    response = submit(api, overrides={"prime_rl.overrides.output_dir": str(blocker / "out")})
     assert response.status_code == 409
     assert "cannot prepare the run on this machine" in response.json()["detail"]
 
