@@ -33,7 +33,14 @@ EXIT_STOPPED = 3
 def _store() -> Store:
     from airvisor._paths import database_path
 
-    return Store(database_path())
+    path = database_path()
+    try:
+        return Store(path)
+    except OSError as err:  # e.g. a user without a writable home, and no daemon to ask
+        click.echo(f"airvisor: cannot open the state database {path}: "
+                   f"{err.strerror or err}. Set AIRVISOR_STATE_DIR to a writable directory, "
+                   "or ask the daemon (is it running?)", err=True)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 def _daemon(use_daemon: bool) -> Any:
