@@ -1,70 +1,37 @@
-"""configs/demo.toml through the real adapters: every argv and config file the engine would
-launch is one the stand-ins accept, in both prime-rl dialects, fresh and resumed."""
+"""configs/demo.toml through the real planning: the demo runs prime-rl's `rl` (its stand-in) with
+the demo's own prime-rl config, fresh and resumed, in both prime-rl versions. That the same
+config is valid for prime-rl's own parsers is tests/primerl/test_fidelity.py's."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from airvisor.demo import (
-    InferenceSettings,
-    OrchestratorSettings,
-    TrainerSettings,
-    parse_args,
-    parse_torchrun_argv,
-)
-from airvisor.primerl import get_adapter
+from airvisor.primerl import LAUNCHER, prepare_run
 from airvisor.profile import load_profile
 
-DEMO_PROFILE = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
-PREFIX_LENGTH = 3  # {python} -m airvisor.demo
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("version", ["0.4", "main"])
+@pytest.mark.parametrize(("version", "config", "flag"), [
+    ("0.4", "demo/rl.toml", ["--ckpt.resume-step", "10"]),
+    ("main", "demo/rl-main.toml", ["--resume.step", "10"]),
+])
 @pytest.mark.parametrize("resume_step", [None, 10])
-def test_demo_profile_launch_specs_parse(
-    tmp_path: Path, version: str, resume_step: int | None
-) -> None:
-    profile = load_profile(DEMO_PROFILE)
-    assert profile.run.demo and profile.prime_rl.command_prefix[1:] == ["-m", "airvisor.demo"]
-    profile = profile.model_copy(
-        update={"prime_rl": profile.prime_rl.model_copy(update={"version": version})}
-    )
-    run_dir = tmp_path / "run"
-    specs = get_adapter(version).launch_specs(
-        profile,
-        run_id="r1",
-        run_dir=run_dir,
-        attempt_dir=run_dir / "airvisor" / "attempt_1",
-        resume_step=resume_step,
-        container_names=[],
-    )
-    for spec in specs.values():
-        for path, text in spec.files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-
-    inference = parse_args("inference", specs["inference"].argv[PREFIX_LENGTH + 1 :])
-    assert isinstance(inference, InferenceSettings)
-    assert inference.server.port == profile.inference.port
-    assert inference.demo.engine_core_child is True
-
-    torchrun_argv = specs["trainer"].argv[PREFIX_LENGTH:]
-    assert torchrun_argv[0] == "torchrun"
-    torchrun = parse_torchrun_argv(torchrun_argv[1:])
-    assert torchrun.master_port == profile.trainer.rdzv_port
-    trainer = parse_args("trainer", list(torchrun.worker_args))
-    assert isinstance(trainer, TrainerSettings)
-
-    orchestrator = parse_args("orchestrator", specs["orchestrator"].argv[PREFIX_LENGTH + 1 :])
-    assert isinstance(orchestrator, OrchestratorSettings)
-    assert orchestrator.client.url == f"http://127.0.0.1:{profile.inference.port}/v1"
-
-    for settings in (trainer, orchestrator):
-        assert settings.output_dir == run_dir
-        assert settings.max_steps == profile.run.max_steps
-        assert settings.ckpt.interval == profile.checkpoint.interval
-        assert settings.ckpt.keep_newest == profile.checkpoint.keep
-        assert settings.resume_step == resume_step
-        assert settings.model.name == inference.model.name
+def test_demo_plan_runs_the_rl_stand_in_with_the_demo_config(
+        version: str, config: str, flag: list[str], resume_step: int | None) -> None:
+    profile = load_profile(CONFIGS / "demo.toml", {
+        "prime_rl.version": version, "prime_rl.args": ["@", config],
+        "prime_rl.command_prefix": ["{python}", "-m", "airvisor.demo", "--prime-rl", version]})
+    prepared = prepare_run(profile, resume_step=resume_step, machine=False)
+    assert prepared.ok, prepared.problems
+    assert prepared.plan is not None
+    argv = prepared.plan.processes[LAUNCHER].argv
+    assert argv[:7] == [sys.executable, "-m", "airvisor.demo", "--prime-rl", version, "rl", "@"]
+    assert argv[7] == str(CONFIGS / config)
+    assert (argv[-2:] == flag) == (resume_step is not None)
+    # The demo's faults reach the stand-ins through the environment, not the prime-rl config.
+    assert "crash_at_step" in prepared.plan.processes[LAUNCHER].env["AIRVISOR_DEMO"]
+    assert prepared.profile.gpus.inference == [] and prepared.profile.gpus.trainer == []
