@@ -23,7 +23,7 @@ python="${PYTHON:-.venv/bin/python}"
 rootfs="$(mktemp -d /tmp/airvisor-systemd-rootfs.XXXXXX)"
 trap 'rm -rf "$rootfs"' EXIT
 debootstrap --variant=minbase --include=systemd,systemd-sysv,python3,python3-venv,procps \
-  bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
+  bookworm "$rootfs" >/dev/null  # the default mirror
 # Units that make no sense in a container (and would only slow the boot or fail).
 for unit in getty.target console-getty.service systemd-udevd.service systemd-udev-trigger.service \
     systemd-firstboot.service systemd-remount-fs.service sys-kernel-debug.mount \
