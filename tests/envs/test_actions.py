@@ -127,3 +127,11 @@ def test_shell_then_special_is_noted() -> None:
 )
 def test_strip_thinking(reply: str, expected: str) -> None:
     assert strip_thinking(reply) == expected
+
+
+def test_crlf_replies_close_their_fences() -> None:
+    reply = "Let me look.\r\n```bash\r\nls -la\r\n```\r\nThen I will edit.\r\n"
+    command = extract_command(reply)
+    assert isinstance(command, Command) and command.text == "ls -la" and command.kind == "shell"
+    edit = extract_command("```\r\nedit 2:3\r\n    return 0\r\nend_of_edit\r\n```\r\n")
+    assert isinstance(edit, Command) and edit.kind == "edit" and edit.body == "    return 0"

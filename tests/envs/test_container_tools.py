@@ -128,3 +128,14 @@ def test_find_file_matches_patterns(work: Path) -> None:
     assert code == 0 and "deep.csv" in out
     code, out, _ = tool(work, "find_file", "missing.txt", ".")
     assert code == 0 and "No matches" in out
+
+
+def test_edit_keeps_the_bytes_of_untouched_lines(tmp_path: Path) -> None:
+    original = b"caf\xe9 = 1\r\n# \xff\xfe stray bytes\nkeep = 'ol\xe1'\nlast = 4\n"
+    (tmp_path / "latin.py").write_bytes(original)
+    (tmp_path / "payload").write_text("last = 5")
+    code, out, _ = tool(tmp_path, "edit", "latin.py", "4", "4", "payload", "10")
+    assert code == 0, out
+    assert (tmp_path / "latin.py").read_bytes() == original.replace(b"last = 4", b"last = 5")
+    code, out, _ = tool(tmp_path, "view", "latin.py", "1", "10")
+    assert code == 0 and "1:caf? = 1" in out  # shown (undecodable bytes as ?), not crashed

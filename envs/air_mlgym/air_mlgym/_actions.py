@@ -135,7 +135,9 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
 
 
 def extract_command(reply: str) -> Command | NoCommand:
-    text, unclosed = _split_thinking(reply or "")
+    # CRLF replies: fences and edit terminators are matched line by line.
+    reply = (reply or "").replace("\r\n", "\n")
+    text, unclosed = _split_thinking(reply)
     if not text.strip():
         if unclosed:
             return NoCommand(

@@ -25,9 +25,14 @@ def _state(path: str, line: int) -> None:
     print("@@AIR " + json.dumps({"file": os.path.abspath(path), "line": line}))
 
 
+# Files are read and written with surrogateescape and no newline translation, so an edit keeps
+# every byte of the lines it does not touch (Latin-1 data, CRLF line ends, stray bytes).
+ENCODING = {"encoding": "utf-8", "errors": "surrogateescape", "newline": ""}
+
+
 def _read_lines(path: str) -> list[str]:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.read().split("\n")
+    with open(path, **ENCODING) as handle:  # type: ignore[call-overload]
+        return str(handle.read()).split("\n")
 
 
 def _split_text(text: str) -> list[str]:
@@ -42,7 +47,7 @@ def _lines_of(path: str) -> list[str]:
 
 
 def _write(path: str, lines: list[str]) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
+    with open(path, "w", **ENCODING) as handle:  # type: ignore[call-overload]
         handle.write("\n".join(lines) + ("\n" if lines else ""))
 
 
@@ -82,6 +87,8 @@ def _python_error(path: str, lines: list[str]) -> str | None:
         compile("\n".join(lines) + "\n", path, "exec")
     except SyntaxError as e:
         return f"{e.msg} (line {e.lineno})"
+    except (UnicodeError, ValueError):  # undecodable bytes: Python could not run it either
+        return None
     return None
 
 
@@ -216,6 +223,8 @@ COMMANDS: dict[str, Callable[..., int]] = {
 
 
 def main(argv: list[str]) -> int:
+    # Undecodable bytes of a file are shown as "?": they never crash the output.
+    sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
     if not argv or argv[0] not in COMMANDS:
         return _fail(f"unknown tool command {argv[:1]}")
     try:
