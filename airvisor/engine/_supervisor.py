@@ -73,6 +73,12 @@ class PreparedAttempt:
     summary: str
 
 
+def _describe_containment() -> str:
+    from airvisor.proc import containment
+
+    return containment().describe()
+
+
 class AttemptError(Exception):
     """The attempt cannot be prepared (prime-rl refuses the config, a file cannot be written)."""
 
@@ -215,6 +221,9 @@ class Hooks:
     prober: Callable[..., ProberLike] = InferenceProber
     # The components below prime-rl's launcher, by name (launcher mode).
     members: Callable[[int], dict[str, int]] = launcher_members
+    # How this supervisor contains the processes it starts ("cgroup v2 (...)" or "subreaper
+    # fallback (...)"), shown in the run's events and so in `airvisor status`.
+    containment: Callable[[], str] = field(default=lambda: _describe_containment())
 
 
 @dataclass
@@ -297,6 +306,7 @@ class RunSupervisor:
         self._next_container_check = 0.0
         self._next_member_scan = 0.0
         self._members: dict[str, int] = {}
+        self._containment: str | None = None
         self._container_recreates = 0
         self.finished = threading.Event()
 
@@ -389,6 +399,10 @@ class RunSupervisor:
                     attempt=self.attempt, resume_step=choice.step,
                     skipped=[list(s) for s in choice.skipped],
                     checked_by=prepared.plan.resolution.source)
+        if self.attempt == 1 or self._containment is None:
+            self._containment = self._hooks.containment()
+            self._event("containment", f"processes contained by {self._containment}",
+                        mode=self._containment.split(" ", 1)[0])
         self._specs = dict(prepared.plan.processes)
         self.components = {}
         self.views = {}

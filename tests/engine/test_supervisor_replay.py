@@ -192,6 +192,9 @@ def test_launcher_readiness_then_a_stall_triggers_resume(replay_factory: Any) ->
     r.advance(0.2)
     r.settle(RunState.STARTING)
     assert r.sup.attempt == 2
+    # The containment mode is said once, with the first attempt.
+    assert len(r.events("containment")) == 1
+    assert r.events("containment")[0].data["mode"] in ("cgroup", "subreaper")
     # Reap + GPU preflight ran again between the failure and the relaunch.
     assert r.preflights == 2
     assert [a["resume_step"] for a in r.store.attempts(r.run_id)] == [None, 2]
