@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -109,6 +110,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(USAGE)
         return 0 if args else 2
     name, rest = args[0], args[1:]
+    if name == "env":
+        # `uv run env VAR=VALUE ... torchrun ...` (v0.4 rl.py:725-731): as coreutils' env, set the
+        # assignments, then run the rest as the stand-in command it names.
+        while rest and "=" in rest[0] and not rest[0].startswith("-"):
+            key, _, value = rest.pop(0).partition("=")
+            os.environ[key] = value
+        if not rest:
+            sys.stderr.write(f"{PROG} env: error: no command after the assignments\n")
+            return 2
+        name, rest = rest[0], rest[1:]
     if name not in (*SUBCOMMANDS, "engine-core"):
         sys.stderr.write(
             f"{PROG}: error: unknown component {name!r}; choose one of {', '.join(SUBCOMMANDS)}\n"

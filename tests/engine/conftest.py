@@ -34,6 +34,7 @@ def demo_rl_config(out: Path, **extra: Any) -> dict[str, Any]:
         "model": {"name": "demo/tiny"},
         "inference": {"server": {"port": port}},
         # v0.4: a list, and not derived from the server's port
+        "trainer": {},  # required by v0.4 RLConfig (no default)
         "orchestrator": {"client": {"base_url": [f"http://127.0.0.1:{port}/v1"]},
                          "sampling": {"max_tokens": 128}},
     }
