@@ -170,6 +170,11 @@ def base_environment(profile: Profile, environ: Mapping[str, str]) -> dict[str, 
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "PYTHONUNBUFFERED": "1",
     }
+    venv = profile.prime_rl.venv
+    if venv is not None:
+        # As an activated venv: main's `rl` starts `inference`, `orchestrator`, `env-server` and
+        # `torchrun` by bare name from PATH (entrypoints/rl.py:197,254,285,320).
+        env["PATH"] = os.pathsep.join([str(venv / "bin"), environ.get("PATH", os.defpath)])
     env.update(profile.prime_rl.env)
     has_key = "WANDB_API_KEY" in env or "WANDB_API_KEY" in environ
     if not has_key and "WANDB_MODE" not in env and "WANDB_MODE" not in environ:

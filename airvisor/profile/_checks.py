@@ -216,6 +216,14 @@ def _command_problems(profile: Profile, facts: MachineFacts) -> list[Problem]:
                 profile_where(profile, ("prime_rl",)),
                 f"prime-rl is not installed: {', '.join(missing)} not found on PATH and neither "
                 "[prime_rl] command_prefix nor [prime_rl] venv is set", install_hint))
+    if section.version == "0.4" and section.mode == "launcher" and section.venv is not None \
+            and facts.which("uv") is None:
+        # v0.4's `rl` starts every child through `uv run` (rl.py:613,686,725), whatever venv
+        # its own script came from.
+        problems.append(Problem(
+            profile_where(profile, ("prime_rl", "version")),
+            "prime-rl v0.4's launcher starts its children with `uv run`, and `uv` is not on PATH",
+            "install uv (pip install uv), or use mode = \"components\""))
     if section.workdir is not None and not section.workdir.is_dir():
         problems.append(Problem(
             profile_where(profile, ("prime_rl", "workdir")),

@@ -386,14 +386,18 @@ def executable(path: Path) -> None:
 def test_venv_must_hold_the_scripts_of_the_mode(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     launcher = machine_profile(tmp_path, prime_rl=f'venv = "{venv}"')
-    (problem,) = machine(launcher, at(tmp_path))
+    with_uv = MachineFacts(which=lambda name: f"/usr/bin/{name}")
+    (problem,) = machine(launcher, at(tmp_path), with_uv)
     assert problem.message == f"[prime_rl] venv {venv} has no bin/ directory"
     executable(venv / "bin" / "inference")
-    (problem,) = machine(launcher, at(tmp_path))
+    (problem,) = machine(launcher, at(tmp_path), with_uv)
     assert problem.message == (f"prime-rl is not installed in [prime_rl] venv: {venv / 'bin'} "
                                "lacks rl")
     executable(venv / "bin" / "rl")
-    assert machine(launcher, at(tmp_path)) == []
+    assert machine(launcher, at(tmp_path), with_uv) == []
+    # v0.4's launcher starts its children with `uv run` (rl.py:613,686,725), venv or not.
+    (problem,) = machine(launcher, at(tmp_path), MachineFacts(which=lambda name: None))
+    assert "starts its children with `uv run`, and `uv` is not on PATH" in problem.message
     components = machine_profile(tmp_path, prime_rl=f'venv = "{venv}"\nmode = "components"')
     (problem,) = machine(components, at(tmp_path))
     assert problem.message.endswith("lacks orchestrator, torchrun")
