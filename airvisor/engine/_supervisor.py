@@ -56,7 +56,7 @@ PROCESS_ORDER = ("inference", "trainer", "orchestrator")
 VIEWED = ("inference", "trainer", "orchestrator")
 FINISH_TIMEOUT = 150.0  # seconds for the launcher to exit once training has finished
 MEMBER_SCAN_INTERVAL = 2.0  # seconds between looks into the launcher's tree
-# prime-rl's launchers name the child that failed first: v0.4 rl.py:798 and main's
+# prime-rl's launchers name the child that failed first: v0.4 rl.py:539-552,782 and main's
 # utils/process.py monitor_process: f"{process_name.capitalize()} failed with exit code {code}".
 _CHILD_FAILED = re.compile(r"\b(Inference|Trainer|Orchestrator|Teacher_inference|Env[-_ ]server\S*)"
                            r" failed with exit code (-?\d+)")
@@ -590,7 +590,7 @@ class RunSupervisor:
     def _on_launcher_exit(self, handle: ComponentHandle, returncode: int | None,
                           what: str) -> None:
         """prime-rl's `rl` ended: 0 after trainer and orchestrator finished (v0.4 rl.py:800-806,
-        main rl.py:470-476); otherwise it names the child that failed first and stops the rest."""
+        main entrypoints/rl.py:401-407); otherwise it names the child that failed first and stops the rest."""
         if returncode == 0:
             self._event("success", "prime-rl's launcher finished (trainer and orchestrator "
                         "done): run complete", component=LAUNCHER)
@@ -767,7 +767,7 @@ class RunSupervisor:
                 return
         if {"trainer_finished", "orchestrator_finished"} <= self._finished:
             # Nothing more to train: no stall, but the launcher must end within its own
-            # clean-up time (v0.4 rl.py:505-513 waits 60 s per child) plus our grace.
+            # clean-up time (v0.4 rl.py:529-536 waits 60 s per child) plus our grace.
             self._finished_at = self._finished_at or now
             if now - self._finished_at > FINISH_TIMEOUT + self.profile.restart.stop_grace:
                 self._event("success", "trainer and orchestrator finished; prime-rl's launcher "
@@ -852,7 +852,7 @@ class RunSupervisor:
             self.store.update_run(self.run_id, step=self.step)
         if child_failure is not None and self.state in (RunState.STARTING, RunState.RUNNING):
             # prime-rl's launcher names the child that failed, then spends up to a minute per
-            # child stopping the rest (v0.4 rl.py:505-513): act on its line, not on its exit.
+            # child stopping the rest (v0.4 rl.py:529-536): act on its line, not on its exit.
             blamed, code = child_failure
             self._fail(f"{blamed} exited with status {code} (reported by prime-rl's launcher)",
                        blamed if blamed in self.views else LAUNCHER)
