@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airvisor.policy import milestone_from_log_line, step_from_log_line
-from airvisor.proc import ProcessIdentity, terminate_tree
+from airvisor.primerl import LAUNCHER, run_layout
+from airvisor.proc import ProcessIdentity, read_marker, terminate_tree
 from airvisor.profile._schema import Profile
-from airvisor.store import RunRecord, Store
+from airvisor.store import ComponentRecord, RunRecord, Store
 
 # The end of a log is where a run's last step and its "finished" lines are.
 LOG_TAIL_BYTES = 4 << 20
@@ -27,6 +28,9 @@ ACCEPTED_KIND = "command_accepted"
 # What the supervisor records when it acts on a command.
 CARRIED_OUT_KINDS = {"stop": "stop_requested", "restart": "restart_requested"}
 FINISH_MILESTONES = {"trainer": "trainer_finished", "orchestrator": "orchestrator_finished"}
+# Processes that may still run after training finished: the inference server (the supervisor
+# stops it on success), and prime-rl's launcher while it cleans up (see finish_if_completed).
+OUTLIVE_TRAINING = frozenset({"inference"})
 
 
 @dataclass(frozen=True)
@@ -92,10 +96,8 @@ def _process_logs(store: Store, run: RunRecord, profile: Profile | None = None
     """The logs of the run's processes; in launcher mode (prime-rl's `rl` started the trainer
     and orchestrator) theirs are where that prime-rl version writes them."""
     logs = {c.name: Path(c.log_path) for c in store.components(run.id, run.attempt)
-            if c.kind == "process" and c.log_path}
+            if c.kind in ("process", "member") and c.log_path}
     if profile is not None and profile.resolved is not None:
-        from airvisor.primerl import run_layout
-
         try:
             layout = run_layout(profile)
         except Exception:  # an unknown layout: the recorded logs are all there is
@@ -107,22 +109,31 @@ def _process_logs(store: Store, run: RunRecord, profile: Profile | None = None
     return logs
 
 
+def _alive(comp: ComponentRecord, run_id: str) -> bool:
+    if not comp.pid:
+        return False
+    if comp.create_time:
+        return ProcessIdentity(comp.pid, comp.create_time).alive()
+    marker = read_marker(comp.pid)  # a launcher's member: recorded without its start time
+    return marker is not None and marker.run_id == run_id
+
+
 def finish_if_completed(store: Store, run: RunRecord, profile: Profile) -> bool:
-    """At boot, before relaunching a run whose supervisor died: when its trainer and
-    orchestrator are gone and their logs show the run completed, stop what is left of it (the
-    inference server, by the run's marker), record it as succeeded at its real step and
-    return True."""
-    comps = [c for c in store.components(run.id, run.attempt) if c.kind == "process"]
-    for comp in comps:
-        # The inference server outlives a finished trainer and orchestrator (prime-rl's
-        # launcher, when it ran them, ends only after them).
-        if comp.name != "inference" and comp.pid and comp.create_time and \
-                ProcessIdentity(comp.pid, comp.create_time).alive():
-            return False
+    """At boot, before adopting or relaunching a run whose supervisor died: when its logs show
+    the run completed and its trainer and orchestrator are gone, stop what is left of it (the
+    inference server; prime-rl's launcher in its clean-up once both said they finished), by
+    the run's marker, record it as succeeded at its real step and return True."""
+    comps = [c for c in store.components(run.id, run.attempt)
+             if c.kind in ("process", "member")]
     facts = read_log_facts(_process_logs(store, run, profile))
     step = completed_step(facts, profile.run.max_steps)
     if step is None:
         return False
+    both_finished = set(FINISH_MILESTONES) <= facts.finished
+    for comp in comps:
+        cleaning_up = comp.name in OUTLIVE_TRAINING or (comp.name == LAUNCHER and both_finished)
+        if not cleaning_up and _alive(comp, run.id):
+            return False
     report = terminate_tree([], pgids=[], marker_run_id=run.id,
                             grace=profile.restart.stop_grace, identities={})
     for comp in comps:

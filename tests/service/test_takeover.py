@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import psutil
+import pytest
 
 from airvisor.engine._event_levels import event_log_level
 from airvisor.engine._takeover import (
@@ -11,14 +18,17 @@ from airvisor.engine._takeover import (
     LogFacts,
     completed_step,
     facts_from_lines,
+    finish_if_completed,
     pending_commands,
     read_log_facts,
     record_accepted,
     refresh_adopted,
     unfinished_commands,
 )
+from airvisor.profile import load_profile
 from airvisor.store import Store
 
+DEMO_PROFILE = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
 TRAINER_DONE = "\x1b[32mSUCCESS\x1b[0m RL trainer finished!"
 
 
@@ -102,3 +112,69 @@ def test_adoption_refresh_writes_the_logged_step_and_its_time(tmp_path: Path) ->
     refreshed = store.get_run(run_id)
     assert refreshed is not None and refreshed.step == 12
     assert refreshed.last_progress_at == log.stat().st_mtime
+
+
+def _marked_sleeper(run_id: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "AIRVISOR_RUN_ID": run_id, "AIRVISOR_COMPONENT": "launcher"}
+    return subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+
+
+def _finished_run(tmp_path: Path, sleepers: list[subprocess.Popen[bytes]], *,
+                  trainer_alive: bool) -> tuple[Store, str]:
+    """A run recorded as running whose launcher (a marked `sleep`) is still alive and whose
+    trainer and orchestrator logs say they finished; with `trainer_alive`, a marked process
+    is still recorded as its trainer."""
+    run_id = f"takeover-{uuid.uuid4().hex[:8]}"
+    store = Store(tmp_path / "state.sqlite3")
+    store.create_run(run_id=run_id, name="demo", profile_path=None, profile={},
+                     run_dir=str(tmp_path / "out"), gpus=[], supervisor_pid=None)
+    store.update_run(run_id, state="running", step=3)
+    launcher = _marked_sleeper(run_id)
+    sleepers.append(launcher)
+    trainer, orchestrator = tmp_path / "trainer.log", tmp_path / "orchestrator.log"
+    trainer.write_text(f"Step 6 | x\nStep 7 | x\n{TRAINER_DONE}\n")
+    orchestrator.write_text("Step 7 | x\nOrchestrator finished.\n")
+    store.upsert_component(run_id, 0, "launcher", kind="process", state="running",
+                           pid=launcher.pid, create_time=psutil.Process(launcher.pid).create_time(),
+                           log_path=str(tmp_path / "launcher.log"))
+    trainer_pid = None
+    if trainer_alive:
+        sleepers.append(_marked_sleeper(run_id))
+        trainer_pid = sleepers[-1].pid
+    for name, path, pid in (("trainer", trainer, trainer_pid),
+                            ("orchestrator", orchestrator, None)):
+        store.upsert_component(run_id, 0, name, kind="member", state="running", pid=pid,
+                               log_path=str(path))
+    return store, run_id
+
+
+@pytest.fixture
+def sleepers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_finished_run_whose_launcher_is_cleaning_up_is_recorded_not_relaunched(
+        tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]) -> None:
+    store, run_id = _finished_run(tmp_path, sleepers, trainer_alive=False)
+    run = store.get_run(run_id)
+    assert run is not None
+    assert finish_if_completed(store, run, load_profile(DEMO_PROFILE))
+    assert sleepers[0].wait(timeout=30) is not None  # stopped by the run's marker
+    ended = store.get_run(run_id)
+    assert ended is not None and ended.state == "succeeded" and ended.step == 7
+    assert [e.kind for e in store.events(run_id)][-1] == "finished_unsupervised"
+
+
+def test_a_run_whose_trainer_still_runs_is_not_finished(
+        tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]) -> None:
+    store, run_id = _finished_run(tmp_path, sleepers, trainer_alive=True)
+    run = store.get_run(run_id)
+    assert run is not None
+    assert not finish_if_completed(store, run, load_profile(DEMO_PROFILE))
+    assert all(proc.poll() is None for proc in sleepers)  # nothing stopped
+    still = store.get_run(run_id)
+    assert still is not None and still.state == "running"
