@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import structlog
 
 from airvisor._logging import configure_logging, get_logger, is_journal_stream, journal_line
 from airvisor._paths import SYSTEM_STATE_DIR, choose_state_dir
@@ -85,15 +86,18 @@ def test_journal_lines_carry_priorities_on_every_line() -> None:
 def test_journal_format_under_systemd_console_elsewhere(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     st = os.fstat(2)
-    configure_logging(env={"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"})
-    get_logger("t").warning("component failed", component="trainer", run=None)
-    err = capfd.readouterr().err
-    assert err == "<4>component failed component=trainer\n"
-    configure_logging(env={})
-    get_logger("t").warning("component failed", component="trainer")
-    err = capfd.readouterr().err
-    assert "<4>" not in err and "component failed" in err and "warning" in err
-    assert err[:4].isdigit()  # the console format keeps its ISO timestamp
+    try:
+        configure_logging(env={"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"})
+        get_logger("t").warning("component failed", component="trainer", run=None)
+        err = capfd.readouterr().err
+        assert err == "<4>component failed component=trainer\n"
+        configure_logging(env={})
+        get_logger("t").warning("component failed", component="trainer")
+        err = capfd.readouterr().err
+        assert "<4>" not in err and "component failed" in err and "warning" in err
+        assert err[:4].isdigit()  # the console format keeps its ISO timestamp
+    finally:
+        structlog.reset_defaults()  # the configuration holds pytest's capture stream
 
 
 def test_exec_start_names_the_venvs_python(tmp_path: Path) -> None:
