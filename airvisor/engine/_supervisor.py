@@ -590,7 +590,8 @@ class RunSupervisor:
     def _on_launcher_exit(self, handle: ComponentHandle, returncode: int | None,
                           what: str) -> None:
         """prime-rl's `rl` ended: 0 after trainer and orchestrator finished (v0.4 rl.py:800-806,
-        main entrypoints/rl.py:401-407); otherwise it names the child that failed first and stops the rest."""
+        main entrypoints/rl.py:401-407); otherwise it names the child that failed first and
+        stops the rest."""
         if returncode == 0:
             self._event("success", "prime-rl's launcher finished (trainer and orchestrator "
                         "done): run complete", component=LAUNCHER)

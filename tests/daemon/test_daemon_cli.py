@@ -184,7 +184,7 @@ def test_client_against_the_api(api: Api, monkeypatch: pytest.MonkeyPatch) -> No
     client = DaemonClient.connect(api.url)
     assert client is not None
     with client:
-        run = client.submit(PROFILE_NAME, {"run.max_steps": 9}, "auto")
+        run = client.submit(PROFILE_NAME, {"prime_rl.overrides.max_steps": 9}, "auto")
         assert client.get_run("current")["id"] == run["id"]
         assert client.get_run(run["id"])["max_steps"] == 9
         assert [e["kind"] for e in client.events("current")] == ["submitted"]
