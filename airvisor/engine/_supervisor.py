@@ -567,8 +567,8 @@ class RunSupervisor:
         handle.exited = True
         self._read_progress(self._clock())  # the last lines may hold its final step
         returncode = event.returncode
-        if returncode is None and handle.finished:
-            returncode = 0
+        if returncode is None and (handle.finished or self._training_done()):
+            returncode = 0  # adopted (not our child): its end is read from the logs
         handle.exit_code = returncode
         self.store.upsert_component(self.run_id, self.attempt, handle.name, state="exited",
                                     exit_code=returncode)
@@ -586,6 +586,16 @@ class RunSupervisor:
                 self._stop_everything(final=RunState.SUCCEEDED)
             return
         self._fail(f"{event.component} {what}", event.component)
+
+    def _training_done(self) -> bool:
+        """The logs say training ended: both "finished" lines, or the trainer's last step
+        (max_steps - 1 + the version's first step number) reached."""
+        if {"trainer_finished", "orchestrator_finished"} <= self._finished:
+            return True
+        max_steps = self.profile.run.max_steps
+        if max_steps is None or self.step is None or self.layout is None:
+            return False
+        return self.step >= max_steps - 1 + self.layout.step_base
 
     def _on_launcher_exit(self, handle: ComponentHandle, returncode: int | None,
                           what: str) -> None:

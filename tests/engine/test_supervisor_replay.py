@@ -294,3 +294,29 @@ def test_readiness_timeout_fails_the_attempt(replay_factory: Any) -> None:
     r.advance(31)
     assert r.sup.state == RunState.RECOVERING
     assert "not ready after 31 s" in r.events("failure")[0].message
+
+
+def test_an_adopted_launcher_gone_after_the_last_step_is_a_success(replay_factory: Any) -> None:
+    """A launcher adopted from an earlier daemon is not our child: its exit status is unknowable,
+    so its end is read from the logs (v0.4 counts from 0: max_steps 12 ends at `Step 11`)."""
+    r = replay_factory()
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.say("trainer", "SUCCESS Step 11 | Time: 1s")
+    r.advance(1)
+    r.sup.components[LAUNCHER].launched = None  # as after adoption
+    r.advance(1)  # its pid is gone: exit status unknown
+    r.settle(RunState.SUCCEEDED)
+    assert not r.events("failure")
+
+
+def test_an_adopted_launcher_gone_before_the_end_is_a_failure(replay_factory: Any) -> None:
+    r = replay_factory()
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.say("trainer", "SUCCESS Step 5 | Time: 1s")
+    r.advance(1)
+    r.sup.components[LAUNCHER].launched = None
+    r.advance(1)
+    r.settle(RunState.RECOVERING)
+    assert "exited (status unknown" in r.events("failure")[0].message
