@@ -58,7 +58,8 @@ def _fmt_time(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).strftime("%H:%M:%S") if ts else "-"
 
 
-def render_run(run: RunRecord, components: list[ComponentRecord], events: list[Any]) -> str:
+def render_run(run: RunRecord, components: list[ComponentRecord], events: list[Any],
+               containment: str | None = None) -> str:
     max_steps = run.profile.get("run", {}).get("max_steps")
     step = "-" if run.step is None else str(run.step)
     if max_steps:
@@ -73,6 +74,8 @@ def render_run(run: RunRecord, components: list[ComponentRecord], events: list[A
         f"resumed    {'from step ' + str(run.resume_step) if run.resume_step is not None else '-'}",
         f"output     {run.run_dir}",
     ]
+    if containment:
+        lines.append(f"contained  {containment}")
     if run.last_error:
         lines.append(f"last error {run.last_error}")
     if components:
@@ -340,7 +343,9 @@ def status(run_id: str | None, as_json: bool, local: bool) -> None:
         }
         click.echo(json.dumps(payload, indent=2, default=str))
         return
-    click.echo(render_run(record, components, events))
+    from airvisor.daemon._views import containment_of
+
+    click.echo(render_run(record, components, events, containment_of(store, record)))
 
 
 # -- logs --------------------------------------------------------------------------------------

@@ -254,6 +254,8 @@ def render_run(run: dict[str, Any], *, now: float | None = None) -> str:
         lines.append(f"gpus     {_cell(run['gpus'])}")
     if run.get("run_dir"):
         lines.append(f"dir      {run['run_dir']}")
+    if run.get("containment"):
+        lines.append(f"contain  {run['containment']}")
     components = run.get("components") or []
     if components:
         header = ("COMPONENT", "STATE", "PID", "GPUS", "RESTARTS", "HEALTH", "CONTAINER")

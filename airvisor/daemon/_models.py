@@ -157,6 +157,9 @@ class RunOut(RunSummaryOut):
     resume_step: int | None = Field(description="Checkpoint step chosen for the last resume.")
     last_error: str | None
     supervisor_pid: int | None
+    containment: str | None = Field(
+        description="How the supervisor contains the run's processes: 'cgroup v2 (...)' or "
+                    "'subreaper fallback (...)'; None before the first attempt.")
     updated_at: float
     components: list[ComponentOut]
     recent_events: list[EventOut]

@@ -46,6 +46,12 @@ def _max_steps(run: RunRecord) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def containment_of(store: Store, run: RunRecord) -> str | None:
+    """The containment the run's supervisor announced (its "containment" event)."""
+    event = store.latest_event(run.id, "containment")
+    return event.message.removeprefix("processes contained by ") if event else None
+
+
 def detail_of(store: Store, run: RunRecord, *, now: float | None = None) -> RunOut:
     now = time.time() if now is None else now
     since = None if run.last_progress_at is None else max(0.0, now - run.last_progress_at)
@@ -53,7 +59,8 @@ def detail_of(store: Store, run: RunRecord, *, now: float | None = None) -> RunO
         **summary_of(run).model_dump(),
         run_dir=run.run_dir, max_steps=_max_steps(run), seconds_since_progress=since,
         resume_step=run.resume_step, last_error=run.last_error,
-        supervisor_pid=run.supervisor_pid, updated_at=run.updated_at,
+        supervisor_pid=run.supervisor_pid, containment=containment_of(store, run),
+        updated_at=run.updated_at,
         components=[component_of(c) for c in store.components(run.id)],
         recent_events=[event_of(e) for e in store.recent_events(run.id, RECENT_EVENTS)],
         generated_at=now,

@@ -383,6 +383,12 @@ class Store:
             for r in rows
         ]
 
+    def latest_event(self, run_id: str, kind: str) -> EventRecord | None:
+        row = self._conn().execute(
+            "SELECT id FROM events WHERE run_id = ? AND kind = ? ORDER BY id DESC LIMIT 1",
+            (run_id, kind)).fetchone()
+        return None if row is None else self.events(run_id, after_id=row["id"] - 1, limit=1)[0]
+
     def recent_events(self, run_id: str, limit: int = 20) -> list[EventRecord]:
         rows = self._conn().execute(
             "SELECT id FROM events WHERE run_id = ? ORDER BY id DESC LIMIT ?", (run_id, limit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -59,6 +60,9 @@ def test_shipped_demo_completes_and_status_shows_it(
     status = airvisor("status", env=env)
     assert status.returncode == 0
     assert "succeeded" in status.stdout
+    # Which containment the supervisor used (issue 11): cgroup v2 here, or the fallback.
+    assert re.search(r"^contained  (cgroup v2|subreaper fallback) \(", status.stdout, re.M), \
+        status.stdout
     for component in ("inference", "trainer", "orchestrator"):
         assert component in status.stdout
 
