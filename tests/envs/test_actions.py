@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from air_mlgym import Command, NoCommand, extract_command, strip_thinking
+from air_mlgym._actions import blocked_command
 
 # (reply, expected kind, expected text) — text None means "don't check".
 CASES: list[tuple[str, str, str | None]] = [
@@ -42,7 +43,8 @@ CASES: list[tuple[str, str, str | None]] = [
     ("```\ninsert 3\nx = 1\nend_of_insert\n```", "insert", None),
     ("```bash\ncd data\nls -la\n```", "shell", "cd data\nls -la"),
     # a shell block followed by validate runs only the shell part
-    ("```bash\npython train.py\nvalidate\n```", "shell", "python train.py"),
+    # validate/submit are shell functions: they run after the shell lines (MLGym)
+    ("```bash\npython train.py\nvalidate\n```", "shell", "python train.py\nvalidate"),
     ("```console\n$ nvidia-smi\n```", "shell", "nvidia-smi"),
     ("<THINK>caps</THINK>```bash\nls\n```", "shell", "ls"),
     ("```bash\nls\n", "shell", "ls"),  # unclosed fence (reply cut off)
@@ -110,9 +112,21 @@ def test_extra_lines_after_special_command_are_noted() -> None:
 
 
 def test_shell_then_special_is_noted() -> None:
-    parsed = extract_command("```bash\nls\nsubmit\n```")
-    assert isinstance(parsed, Command)
-    assert parsed.note is not None and "submit" in parsed.note
+    parsed = extract_command("```bash\nls\nopen x.py\n```")
+    assert isinstance(parsed, Command) and parsed.text == "ls"
+    assert parsed.note is not None and "open" in parsed.note
+    # validate / submit are shell functions: they run with the shell lines, no note
+    submitted = extract_command("```bash\nls\nsubmit\n```")
+    assert isinstance(submitted, Command) and submitted.text == "ls\nsubmit"
+    assert submitted.note is None
+
+
+def test_blocklist() -> None:
+    assert blocked_command("vim strategy.py") == "vim"
+    assert blocked_command("git status") == "git"
+    assert blocked_command("python3") == "python3"  # interactive when alone
+    assert blocked_command("python3 train.py") is None
+    assert blocked_command("nano") == "nano" and blocked_command("ls -la") is None
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,7 @@ def env_args(kind: str, checkout: Path, tmp_path: Path, name: str, **extra: Any)
         "num_examples": 1,
         "short_timeout": 10,
         "container_wait": 1,
+        "footer": False,  # observations compared as the commands print them
         **extra,
     }
     # v1 reserves `task` for the per-task config: the MLGym task goes in `tasks` there.
@@ -183,6 +184,7 @@ def test_turn_limit_ends_with_a_final_evaluation(
     trajectory = saved_trajectory(tmp_path)
     assert trajectory["submitted"] is False and trajectory["best"] == pytest.approx(1.98)
     if kind == "vf03":
-        assert result["error"] is None and result["stop_condition"] == "max_turns_reached"
+        # the episode counts its steps and ends itself with a final response
+        assert result["error"] is None and result["stop_condition"] == "has_final_env_response"
     else:
         assert result["ok"] is True and result["num_turns"] == 3

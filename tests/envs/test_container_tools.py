@@ -102,12 +102,16 @@ def test_insert_past_the_end_is_an_error(work: Path, tmp_path: Path) -> None:
     assert code == 1 and "past the end" in out
 
 
-def test_create_makes_an_empty_file_and_refuses_existing(work: Path) -> None:
-    code, _, state = tool(work, "create", "new/train.py", "100")
-    assert code == 0 and (work / "new" / "train.py").read_text() == ""
+def test_create_makes_a_one_line_file_and_opens_an_existing_one(work: Path) -> None:
+    # MLGym's create (tools/defaults.sh): `printf "\n"` into a new file, then open it; an
+    # existing file is reported and opened
+    code, out, state = tool(work, "create", "new/train.py", "100")
+    assert code == 0 and (work / "new" / "train.py").read_text() == "\n"
+    assert "(1 lines total)" in out
     assert state is not None and state["file"] == str(work / "new" / "train.py")
-    code, out, _ = tool(work, "create", "code.py", "100")
-    assert code == 1 and "already exists" in out
+    code, out, state = tool(work, "create", "code.py", "100")
+    assert code == 1 and "already exists" in out and "1:x1 = 1" in out
+    assert state is not None and state["file"] == str(work / "code.py")
 
 
 def test_search_file(work: Path) -> None:

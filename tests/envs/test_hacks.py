@@ -53,6 +53,7 @@ class Bench:
             "trajectory_dir": None,
             "short_timeout": 20,
             "container_wait": 30,
+            "footer": False,  # observations compared as the commands print them
             **overrides,
         }
         runner = MLGymRunner(EnvArgs.from_kwargs(**args))

@@ -50,6 +50,19 @@ SHELL_WORDS = frozenset(
     }
 )  # fmt: skip
 
+# Special commands that are also shell functions in the agent's shell (MLGym's tools define
+# them the same way): they may appear anywhere in a shell command.
+IN_SHELL_COMMANDS = frozenset({"validate", "submit"})
+
+# MLGym's blocklist (mlgym/tools/tools.py, ToolsConfig): interactive programs and editors that
+# would hang or make no sense; the standalone ones only when they are the whole command.
+BLOCKLIST = frozenset({"vim", "vi", "emacs", "nano", "nohup", "git"})
+BLOCKLIST_STANDALONE = frozenset(
+    {"python", "python3", "ipython", "bash", "sh", "exit", "/bin/bash", "/bin/sh", "nohup",
+     "vi", "vim", "emacs", "nano", "su"}
+)  # fmt: skip
+BLOCKLIST_MESSAGE = "Interactive operation '{name}' is not supported by this environment"
+
 SHELL_LANGUAGES = frozenset({"", "bash", "sh", "shell", "console", "zsh", "terminal", "text"})
 
 USAGE = {
@@ -98,6 +111,20 @@ _FENCE_OPEN = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n", re.MULTILINE)
 _FENCE_CLOSE = re.compile(r"^[ \t]*```[ \t]*$", re.MULTILINE)
 _EDIT_HEADER = re.compile(r"^edit\s+(\d+)\s*:\s*(\d+)\s*$")
 _INSERT_HEADER = re.compile(r"^insert\s+(\d+)\s*$")
+
+
+def blocked_command(text: str) -> str | None:
+    """The blocklisted program `text` starts with (MLGym's rule as intended: its own check
+    compares only the first character of the first word, so it never blocks), or None."""
+    words = text.strip().split()
+    if not words:
+        return None
+    name = words[0]
+    if name in BLOCKLIST:
+        return name
+    if name in BLOCKLIST_STANDALONE and name == text.strip():
+        return name
+    return None
 
 
 def strip_thinking(reply: str) -> str:
@@ -191,10 +218,17 @@ def _parse_command_text(text: str, *, fenced: bool) -> Command | NoCommand:
     if not fenced:
         return Command(kind="shell", text=_clean_line(lines[start]))
     # A fenced shell block: every line up to the first special command (one command per turn).
+    # `validate` and `submit` are shell functions in the agent's shell (as in MLGym), so they
+    # may follow shell lines: `python train.py && validate` evaluates after training.
     shell_lines: list[str] = []
     rest: list[str] = []
     for i, line in enumerate(lines[start:]):
-        if not line.startswith((" ", "\t")) and _first_word(line) in SPECIAL_COMMANDS:
+        word = _first_word(line)
+        if (
+            not line.startswith((" ", "\t"))
+            and word in SPECIAL_COMMANDS
+            and word not in IN_SHELL_COMMANDS
+        ):
             rest = lines[start + i :]
             break
         shell_lines.append(line)

@@ -67,6 +67,8 @@ class EnvArgs:
     reward_mode: str = "final"  # or "per_validate" (README "Reward")
     failure_reward: float = -1.0
     evaluate_on_exit: bool = True
+    footer: bool = True  # MLGym's step / open file / cwd footer on observations
+    format_error_limit: int = 3
     admin_python: str = "/usr/bin/python3"  # root-owned interpreter in the task image
     setup_commands: list[str] = field(default_factory=list)
     conda_env: str | None = "mlgym_generic"
@@ -114,7 +116,10 @@ class EnvArgs:
                 '([containers] enabled in the profile) or pass image = "<docker image>" to '
                 "start containers here",
             )
-        for name in ("max_turns", "num_examples", "containers", "window", "max_observation_chars"):
+        for name in (
+            "max_turns", "num_examples", "containers", "window", "max_observation_chars",
+            "format_error_limit",
+        ):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 fail(name, f"must be a positive integer, got {value!r}")
@@ -163,6 +168,9 @@ class EnvArgs:
             reward_scale=float(self.reward_scale),
             reward_mode="per_validate" if self.reward_mode == "per_validate" else "final",
             failure_reward=float(self.failure_reward),
+            max_steps=self.max_turns,
+            format_error_limit=self.format_error_limit,
+            footer=self.footer,
             evaluate_on_exit=self.evaluate_on_exit,
             trajectory_dir=Path(self.trajectory_dir).expanduser() if self.trajectory_dir else None,
         )
@@ -297,6 +305,12 @@ class MLGymRunner:
             self.episode_config,
             meta=dict(meta or {}),
         )
+
+    @property
+    def max_model_turns(self) -> int:
+        """Model turns an episode can take: every step, each after up to
+        `format_error_limit - 1` replies without a usable command."""
+        return self.args.max_turns * self.args.format_error_limit
 
     def prompts(self, task_id: str) -> tuple[str, str]:
         task = self.tasks[task_id]

@@ -18,7 +18,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from air_mlgym._actions import Command, NoCommand, extract_command
+from air_mlgym._actions import (
+    BLOCKLIST_MESSAGE,
+    Command,
+    NoCommand,
+    blocked_command,
+    extract_command,
+)
 from air_mlgym._containers import ContainerUnavailable
 from air_mlgym._reward import MetricSpec, RewardConfig, RewardMode, ScoreTracker, baseline_score
 from air_mlgym._session import Evaluation, TaskSession
@@ -28,6 +34,11 @@ from air_mlgym._tasks import TaskSpec
 logger = logging.getLogger(__name__)
 
 TRAIN_WORDS = re.compile(r"\b(python3?|torchrun|accelerate|deepspeed)\b")
+# MLGym drops tqdm progress-bar lines from observations (mlgym/environment/utils.py).
+TQDM_PATTERN = re.compile(r"(?:.*?:\s*)?(\d+%\|.*?\|.*\[.*?\])")
+# What MLGym's `validate` / `submit` shell functions print (tools/validate.sh, submit.sh).
+VALIDATION_RE = re.compile(r"<<VALIDATION\|\|.*?\|\|VALIDATION>>\n?", re.DOTALL)
+SUBMISSION_RE = re.compile(r"<<SUBMISSION\|\|.*?\|\|SUBMISSION>>\n?", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,9 @@ class EpisodeConfig:
     failure_reward: float = -1.0  # no valid score; also the floor of valid ones
     evaluate_on_exit: bool = True  # evaluate once more when the episode ends without submit
     trajectory_dir: Path | None = None
+    max_steps: int | None = None  # commands per episode; format errors do not count
+    format_error_limit: int = 3  # consecutive replies without a usable command (MLGym: 3)
+    footer: bool = True  # MLGym's "(Current Step ..., Open file ..., Current directory ...)"
 
     def reward_config(self) -> RewardConfig:
         return RewardConfig(
@@ -93,6 +107,10 @@ class Episode:
         self.steps: list[dict[str, Any]] = []
         self.events: list[str] = []
         self._editor = _Editor()
+        self.steps_used = 0
+        self.format_errors = 0  # consecutive
+        self._finished = False
+        self._cwd = session.config.workspace
         self._started = time.time()
         self._ready = False
         self._trajectory_path: Path | None = None
@@ -127,10 +145,22 @@ class Episode:
                 result = StepResult(self._unavailable_message(), 0.0, True)
             else:
                 parsed = extract_command(reply)
-                if isinstance(parsed, NoCommand):
-                    result = StepResult(parsed.message, 0.0, False, {"kind": "no_command"})
+                blocked = (
+                    blocked_command(parsed.text)
+                    if isinstance(parsed, Command) and parsed.kind == "shell"
+                    else None
+                )
+                if isinstance(parsed, NoCommand) or blocked is not None:
+                    message = (
+                        parsed.message
+                        if isinstance(parsed, NoCommand)
+                        else BLOCKLIST_MESSAGE.format(name=blocked)
+                    )
+                    result = self._format_error(message)
                 else:
-                    result = self._run_command(parsed)
+                    self.format_errors = 0
+                    self.steps_used += 1
+                    result = self._with_footer(self._run_command(parsed))
         except Exception as e:  # a bug here must end the episode, not error the rollout
             logger.exception("episode %s: internal error on reply %r", self.episode_id, reply)
             self.events.append(f"internal error: {type(e).__name__}: {e}")
@@ -140,6 +170,38 @@ class Episode:
             )
         self._record(reply, parsed if isinstance(parsed, Command) else None, result, began)
         return result
+
+    def _format_error(self, message: str) -> StepResult:
+        """A reply without a usable command: answered without using a step, as MLGym re-asks
+        the model; `format_error_limit` in a row end the episode (MLGym's exit_format)."""
+        self.format_errors += 1
+        info = {"kind": "no_command", "format_error": True}
+        if self.format_errors >= self.config.format_error_limit:
+            self._end("format_error_limit")
+            return StepResult(
+                f"{message}\n{self.format_errors} replies in a row had no usable command; "
+                "the episode ends here.",
+                0.0,
+                True,
+                info,
+            )
+        return StepResult(message, 0.0, False, info)
+
+    def _with_footer(self, result: StepResult) -> StepResult:
+        limit = self.config.max_steps
+        if limit is not None and self.steps_used >= limit and not self.done:
+            self._end("max_steps")  # finish() evaluates, as MLGym's autosubmission
+            result = StepResult(result.observation, result.reward, True, result.info)
+        if not self.config.footer or self.done:
+            return result
+        remaining = "unlimited" if limit is None else str(max(limit - self.steps_used, 0))
+        footer = (
+            f"(Current Step: {self.steps_used}, Remaining Steps: {remaining})\n"
+            f"(Open file: {self._editor.file or 'n/a'})\n"
+            f"(Current directory: {self._cwd})\n"
+            "bash-$"
+        )
+        return StepResult(f"{result.observation}\n{footer}", result.reward, False, result.info)
 
     def _run_command(self, command: Command) -> StepResult:
         try:
@@ -155,8 +217,18 @@ class Episode:
     def finish(self, reason: str | None = None) -> float:
         """End the episode (evaluating once more unless it was submitted) and save the
         trajectory; returns the final reward of that last evaluation."""
+        if self._finished:
+            return 0.0
+        self._finished = True
         final_reward = 0.0
-        if not self.done and self._ready and self.config.evaluate_on_exit and not self.submitted:
+        # Without a submit, the episode's end evaluates once more (MLGym's autosubmission at
+        # the step limit, the format-error limit or any other end), unless the container failed.
+        if (
+            self._ready
+            and self.config.evaluate_on_exit
+            and not self.submitted
+            and self.end_reason not in {"container_unavailable", "internal_error"}
+        ):
             try:
                 evaluation = self._run_evaluation()
                 outcome = self.tracker.observe(evaluation.metrics, "final")
@@ -188,7 +260,9 @@ class Episode:
             else:
                 timeout = self.session.config.short_timeout
             result, notes = self.session.run(command.text, timeout=timeout)
-            return self._observe(result, notes, {"kind": kind, "exit_code": result.exit_code})
+            if result.cwd:
+                self._cwd = result.cwd
+            return self._shell_result(result, notes)
         return self._file_command(command)
 
     def _file_command(self, command: Command) -> StepResult:
@@ -249,6 +323,29 @@ class Episode:
             notes,
             {"kind": command.kind, "exit_code": result.exit_code},
         )
+
+    def _shell_result(self, result: RunResult, notes: list[str]) -> StepResult:
+        """A shell command's observation; `validate` / `submit` anywhere in it (MLGym's shell
+        functions print a marker) evaluate after it ran."""
+        info: dict[str, Any] = {"kind": "shell", "exit_code": result.exit_code}
+        output = result.output
+        action = None
+        if SUBMISSION_RE.search(output):
+            action = "submit"
+        elif VALIDATION_RE.search(output):
+            action = "validate"
+        output = SUBMISSION_RE.sub("", VALIDATION_RE.sub("", output))
+        lines = [line for line in output.splitlines() if not _is_progress_bar(line)]
+        cleaned = RunResult(
+            output="\n".join(lines), exit_code=result.exit_code, timed_out=result.timed_out
+        )
+        if action is None:
+            return self._observe(cleaned, notes, info)
+        evaluated = self._evaluate(submit=action == "submit")
+        before = cleaned.output.rstrip("\n")
+        text = f"{before}\n{evaluated.observation}" if before.strip() else evaluated.observation
+        merged = {**info, **evaluated.info, "in_shell": True}
+        return StepResult(text, evaluated.reward, evaluated.done, merged)
 
     def _take_editor_state(self, output: str) -> str:
         kept: list[str] = []
@@ -398,6 +495,11 @@ class Episode:
             return None
         self._trajectory_path = path
         return path
+
+
+def _is_progress_bar(line: str) -> bool:
+    # MLGym's pattern backtracks quadratically on long lines: test only plausible ones.
+    return "%|" in line and len(line) < 2000 and TQDM_PATTERN.search(line) is not None
 
 
 def _clip(text: str, limit: int) -> str:

@@ -223,6 +223,13 @@ class TaskSession:
                 f"command -v conda >/dev/null 2>&1 && conda activate {env} || true",
                 timeout=60,
             )
+        # MLGym's `validate` and `submit` are shell functions printing a marker the episode
+        # acts on, so they work anywhere in a command (`python train.py && validate`).
+        self._shell.run(
+            "validate() { printf '<<VALIDATION||\\nvalidating file\\n||VALIDATION>>\\n'; }; "
+            "submit() { printf '<<SUBMISSION||\\nsubmitting file\\n||SUBMISSION>>\\n'; }",
+            timeout=10,
+        )
         for command in self.config.setup_commands:
             self._shell.run(command, timeout=self.config.short_timeout)
         probe = self._shell.run(

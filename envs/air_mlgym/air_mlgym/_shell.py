@@ -1,11 +1,11 @@
-"""One long-lived bash in a container, reached through a docker exec with stdin attached.
+"""One bash in a container (a fresh one per episode), reached through a docker exec with stdin.
 
 The protocol is MLGym's: after each command the shell echoes an end marker with the exit status
 and output is read up to that marker, with an overall timeout and a no-output timeout. Three
 hardenings over MLGym: the marker carries a fresh random nonce per command
-(`///PROCESS-DONE:$?:<nonce>///`), so output that merely prints a marker (or an old one) cannot
-end a command early and shift every later observation; the command travels inside a quoted
-here-document and runs through
+(`///PROCESS-DONE:$?:<nonce>:<cwd>///`, the cwd feeds the observation footer), so output that
+merely prints a marker (or an old one) cannot end a command early and shift every later
+observation; the command travels inside a quoted here-document and runs through
 `eval ... < /dev/null`, so an unclosed quote cannot swallow the sentinel and an interactive
 program (`python` with no script, `cat` with no file) reads end-of-file instead of the protocol.
 
@@ -34,7 +34,9 @@ import requests.exceptions
 
 def sentinel_re(nonce: str) -> re.Pattern[bytes]:
     """The end marker of the command sent with `nonce` (and only that command)."""
-    return re.compile(rb"\n///PROCESS-DONE:(-?\d+):" + re.escape(nonce.encode()) + rb"///\n")
+    return re.compile(
+        rb"\n///PROCESS-DONE:(-?\d+):" + re.escape(nonce.encode()) + rb":([^\n]*)///\n"
+    )
 
 
 def new_nonce() -> str:
@@ -68,6 +70,7 @@ class RunResult:
     timed_out: bool = False
     no_output_timeout: bool = False
     truncated: bool = False
+    cwd: str | None = None  # the shell's working directory after the command
 
 
 class FrameDecoder:
@@ -93,7 +96,8 @@ def wrap_command(command: str, nonce: str) -> bytes:
     delimiter = f"AIR_MLGYM_EOF_{nonce}"
     return (
         f"eval \"$(cat <<'{delimiter}'\n{command}\n{delimiter}\n)\" < /dev/null\n"
-        f"__air_rc=$?; printf '\\n///PROCESS-DONE:%s:{nonce}///\\n' \"$__air_rc\"\n"
+        f"__air_rc=$?; printf '\\n///PROCESS-DONE:%s:{nonce}:%s///\\n' \"$__air_rc\" "
+        "\"${PWD//$'\\n'/?}\"\n"
     ).encode()
 
 
@@ -268,6 +272,7 @@ class DockerShell:
                     output=_decode(bytes(buffer[1 : match.start()]), dropped),
                     exit_code=int(match.group(1)),
                     truncated=dropped > 0,
+                    cwd=match.group(2).decode("utf-8", errors="replace"),
                 )
             now = self._clock()
             if now - start >= timeout or now - last_output >= no_output_timeout:

@@ -81,7 +81,9 @@ class MLGymMultiTurnEnv(vf.MultiTurnEnv):  # type: ignore[misc]
         super().__init__(
             dataset=Dataset.from_list(rows),
             rubric=rubric,
-            max_turns=runner.args.max_turns,
+            # The episode counts its steps itself (format errors do not use one, as in
+            # MLGym) and ends with a final response; this only bounds the model turns.
+            max_turns=runner.max_model_turns,
             **kwargs,
         )
 

@@ -51,6 +51,8 @@ class MLGymTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
     failure_reward: float = -1.0
     admin_python: str = "/usr/bin/python3"
     evaluate_on_exit: bool = True
+    footer: bool = True
+    format_error_limit: int = 3
     user: str = "agent"
     home: str = "/home/agent"
     mlgym_mount: str | None = None
@@ -127,7 +129,9 @@ class MLGymEnv(vf.Env[MLGymEnvConfig]):  # type: ignore[misc]
                     if episode is None:
                         break  # no container free: the one model turn ends the exchange
                     result = await asyncio.to_thread(episode.step, segment.last_reply)
-                    if result.done or turns >= runner.args.max_turns:
+                    # The episode counts its steps (format errors do not use one, as in
+                    # MLGym); the turn cap only bounds a run of format errors.
+                    if result.done or turns >= runner.max_model_turns:
                         break  # finish() below evaluates an unsubmitted episode once more
                     segment = await interaction.turn(result.observation)
                     turns += 1

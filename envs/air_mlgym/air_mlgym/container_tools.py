@@ -80,11 +80,51 @@ def _check_file(path: str) -> str | None:
     return None
 
 
-def _python_error(path: str, lines: list[str]) -> str | None:
+# MLGym's edit check (tools/edit_linting.sh): these flake8 errors, when the edit adds them.
+FLAKE8 = ["flake8", "--isolated", "--select=F821,F822,F831,E111,E112,E113,E999,E902"]
+
+
+def _flake8(path: str, text: str) -> list[str] | None:
+    """flake8's findings on `text` as `code message` (line numbers dropped, so errors the file
+    had before an edit are recognised after it), or None without flake8."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if shutil.which(FLAKE8[0]) is None:
+        return None
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".py", delete=False, encoding="utf-8", errors="surrogateescape", newline=""
+    ) as handle:
+        handle.write(text)
+    try:
+        done = subprocess.run(
+            [*FLAKE8, handle.name], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    finally:
+        os.unlink(handle.name)
+    findings = []
+    for line in done.stdout.splitlines():
+        parts = line.split(":", 3)  # path:line:col: CODE message
+        if len(parts) == 4:
+            findings.append(f"line {parts[1]}: {parts[3].strip()}")
+    return findings
+
+
+def _python_error(path: str, lines: list[str], before: list[str]) -> str | None:
     if not path.endswith(".py"):
         return None
+    text = "\n".join(lines) + "\n"
+    after_findings = _flake8(path, text)
+    if after_findings is not None:
+        before_findings = _flake8(path, "\n".join(before) + "\n") or []
+        known = {f.split(": ", 1)[1] for f in before_findings}
+        new = [f for f in after_findings if f.split(": ", 1)[1] not in known]
+        return "\n".join(new) if new else None
     try:
-        compile("\n".join(lines) + "\n", path, "exec")
+        compile(text, path, "exec")
     except SyntaxError as e:
         return f"{e.msg} (line {e.lineno})"
     except (UnicodeError, ValueError):  # undecodable bytes: Python could not run it either
@@ -100,11 +140,17 @@ def cmd_view(path: str, line: str, window: str) -> int:
 
 
 def cmd_create(path: str, window: str) -> int:
+    """MLGym's `create`: a new file with one empty line, opened; an existing file is reported
+    and opened instead (tools/defaults.sh)."""
     if os.path.exists(path):
-        return _fail(f"Error: File '{path}' already exists; use `open {path}` instead.")
+        print(f"Error: File '{path}' already exists.")
+        if os.path.isdir(path):
+            return 1
+        _window(path, 1, int(window))
+        return 1
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    _write(path, [])
+    _write(path, [""])
     return _window(path, 1, int(window))
 
 
@@ -115,7 +161,7 @@ def _replace(path: str, first: int, last: int, new: list[str], window: str, what
         return _fail(f"Error: line {first} is past the end of the file ({total} lines).")
     last = min(last, total)
     updated = lines[: first - 1] + new + lines[last:]
-    error = _python_error(path, updated)
+    error = _python_error(path, updated, lines)
     if error is not None:
         print(f"Your proposed {what} has introduced a syntax error: {error}")
         print("This is how the file would have looked (the edit was NOT applied):")
