@@ -23,7 +23,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,8 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
-import tomli_w
+from _demo_profile import free_port, write_demo_profile
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs" / "benchmarks.md"
@@ -46,29 +46,12 @@ STEP_TIME = 0.5  # trainer and orchestrator, as configs/demo.toml
 ON_SCHEDULE_RATIO = 0.9
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
-
-def demo_profile(out: Path) -> dict[str, Any]:
-    demo = {"step_time": STEP_TIME}
-    return {
-        "run": {"name": "api_bench", "output_dir": str(out), "max_steps": 100_000,
-                "demo": True, "on_existing": "replace"},
-        "prime_rl": {"version": "0.4", "command_prefix": ["{python}", "-m", "airvisor.demo"]},
-        "inference": {"port": free_port(), "config": {"model": {"name": "demo/tiny"},
-                                                      "demo": {"startup_delay": 1.0}}},
-        "trainer": {"rdzv_port": free_port(), "min_free_gib": 0,
-                    "config": {"model": {"name": "demo/tiny"}, "demo": demo}},
-        "orchestrator": {"config": {"model": {"name": "demo/tiny"}, "demo": demo,
-                                    "seq_len": 2048, "sampling": {"max_tokens": 512}}},
-        "health": {"ready_timeout": 60, "probe_interval": 1.0, "stall_timeout": 30,
-                   "first_step_grace": 60},
-        "checkpoint": {"interval": 5, "keep": 3, "size_gib": 0},
-        "reaper": {"enabled": False},
-    }
+def demo_profile(directory: Path) -> Path:
+    return write_demo_profile(
+        directory, name="api_bench", max_steps=100_000, step_time=STEP_TIME,
+        health={"ready_timeout": 60, "probe_interval": 1.0, "stall_timeout": 30,
+                "first_step_grace": 60})
 
 
 @dataclass
@@ -195,9 +178,7 @@ def main() -> int:
     host_info = machine()
 
     tmp = Path(tempfile.mkdtemp(prefix="airvisor-api-bench-"))
-    profile = tmp / "profiles" / "api_bench.toml"
-    profile.parent.mkdir(parents=True)
-    profile.write_text(tomli_w.dumps(demo_profile(tmp / "out")))
+    profile = demo_profile(tmp / "profiles")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "AIRVISOR_STATE_DIR": str(tmp / "state"),

@@ -56,6 +56,7 @@ PROCESS_ORDER = ("inference", "trainer", "orchestrator")
 VIEWED = ("inference", "trainer", "orchestrator")
 FINISH_TIMEOUT = 150.0  # seconds for the launcher to exit once training has finished
 MEMBER_SCAN_INTERVAL = 2.0  # seconds between looks into the launcher's tree
+MEMBER_RESCAN_INTERVAL = 60.0  # once inference, trainer and orchestrator are found
 # prime-rl's launchers name the child that failed first: v0.4 rl.py:539-552,782 and main's
 # utils/process.py monitor_process: f"{process_name.capitalize()} failed with exit code {code}".
 _CHILD_FAILED = re.compile(r"\b(Inference|Trainer|Orchestrator|Teacher_inference|Env[-_ ]server\S*)"
@@ -344,6 +345,11 @@ class RunSupervisor:
             self._post(TaskDone(self.run_id, attempt, name, result=result))
 
         threading.Thread(target=work, name=f"{name}-{self.run_id}", daemon=True).start()
+
+    @property
+    def members(self) -> dict[str, int]:
+        """Launcher mode: the components found in prime-rl's launcher's tree, name -> pid."""
+        return dict(self._members)
 
     def _live_processes(self) -> list[ComponentHandle]:
         return [h for h in self.components.values() if not h.exited]
@@ -765,8 +771,12 @@ class RunSupervisor:
         self._poll_adopted()
         self._read_progress(now)
         if self.mode == "launcher" and now >= self._next_member_scan:
-            self._next_member_scan = now + MEMBER_SCAN_INTERVAL
             self._record_members()
+            # A look into the tree reads the whole process table: often until the three are
+            # found, then rarely (a relaunch inside prime-rl is not a thing; this only refreshes).
+            found = set(VIEWED) <= set(self._members)
+            self._next_member_scan = now + (MEMBER_RESCAN_INTERVAL if found
+                                            else MEMBER_SCAN_INTERVAL)
         if self.state == RunState.STARTING:
             waited = now - self._attempt_started
             if waited > self.profile.health.ready_timeout:
