@@ -92,7 +92,13 @@ def default_hooks(manager: RunManager) -> Hooks:
     def prepare_machine(profile: Profile, run_id: str, live: set[str]) -> str:
         from airvisor.reaper import prepare_machine as reaper_prepare
 
-        report = reaper_prepare(profile, run_id=run_id, live_run_ids=live)
+        def on_log(kind: str, data: dict[str, Any]) -> None:
+            if kind == "preflight.waiting":
+                # The run's page and the gpu_wait notification read this event.
+                manager.store.add_event(run_id, "gpu_wait", str(data.get("message", "")),
+                                        data={k: v for k, v in data.items() if k != "message"})
+
+        report = reaper_prepare(profile, run_id=run_id, live_run_ids=live, log=on_log)
         return str(getattr(report, "summary", report))
 
     def stop_tree(identities: list[ProcessIdentity], pgids: list[int], run_id: str,

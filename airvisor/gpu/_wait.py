@@ -38,11 +38,15 @@ def wait_until_free(
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     poll_interval: float = 0.5,
+    on_short: Callable[[dict[int, int]], None] | None = None,
 ) -> MemoryWait:
     """Poll `read_free` until every GPU's free memory covers its requirement, at most `timeout`
-    seconds by `clock`. Memory is released a moment after its holder dies, hence the wait."""
+    seconds by `clock`. Memory is released a moment after its holder dies, hence the wait.
+    `on_short` is called once, with GPU -> bytes missing, when the wait starts (the first
+    reading is short), so a person can be told while it waits, not only when it gives up."""
     started = clock()
     polls = 0
+    told = False
     while True:
         free = dict(read_free())
         polls += 1
@@ -50,6 +54,9 @@ def wait_until_free(
         waited = clock() - started
         if not short:
             return MemoryWait(True, waited, free, {}, polls)
+        if on_short is not None and not told:
+            told = True
+            on_short(short)
         if waited >= timeout:
             return MemoryWait(False, waited, free, short, polls)
         sleep(min(poll_interval, max(timeout - waited, 0.0)))
@@ -63,11 +70,13 @@ def wait_for_free_memory(
     *,
     backend: NVMLBackend | None = None,
     poll_interval: float = 0.5,
+    on_short: Callable[[dict[int, int]], None] | None = None,
 ) -> MemoryWait:
     """`wait_until_free` over NVML. Raises GPUUnavailable."""
     nvml = backend or default_backend()
     return wait_until_free(requirements, lambda: free_memory(nvml), timeout=timeout,
-                           clock=clock, sleep=sleep, poll_interval=poll_interval)
+                           clock=clock, sleep=sleep, poll_interval=poll_interval,
+                           on_short=on_short)
 
 
 def format_gpu_table(gpus: list[GPUInfo]) -> str:
@@ -121,7 +130,8 @@ def format_memory_shortfall(
     by_index = {g.index: g for g in gpus}
     free = {g.index: g.free_bytes for g in gpus}
     short = shortfall(requirements, free)
-    lines = [f"GPU memory is still held after waiting {waited:.0f} s:"]
+    lines = [f"GPU memory is still held after waiting {waited:.0f} s:" if waited > 0 else
+             "GPU memory is still held: waiting for it to be freed:"]
     for index, missing in short.items():
         g = by_index.get(index)
         if g is None:

@@ -7,8 +7,10 @@ reads them, so the engine needs no notification code. Mapping:
                                                  holds the crash-loop verdict when it gave up)
 - `state` "run succeeded"                    -> succeeded
 - `failure` whose reason starts with "hung:" -> stalled
-- `failure` "preflight failed: GPU memory is still held ..." -> gpu_wait (holders parsed from
-                                                 the preflight's table)
+- `gpu_wait` (the preflight starts waiting for GPU memory held by others) -> gpu_wait
+  (holders parsed from the preflight's table); the preflight's failure after that wait,
+  `failure` "preflight failed: GPU memory is still held ...", is one only when no `gpu_wait`
+  of the same attempt came first
 - `state` "run running" right after an attempt that followed a failure -> recovered (the
   failure's reason and the new attempt's resume step); a restart a person asked for is not a
   recovery.
@@ -44,6 +46,15 @@ class Notification:
     @property
     def key(self) -> str:
         return f"{self.run_id}:{self.event_id}:{self.kind}"
+
+
+def _last_attempt_id(earlier: Sequence[EventRecord]) -> int:
+    """The id of the newest `attempt` or `preflight`-starting state event (the current wait's
+    attempt begins after it); 0 when none."""
+    for event in reversed(earlier):
+        if event.kind == "attempt" or (event.kind == "state" and event.message == "run preflight"):
+            return event.id
+    return 0
 
 
 def parse_holders(message: str) -> list[dict[str, Any]]:
@@ -103,7 +114,10 @@ def decide(event: EventRecord, earlier: Sequence[EventRecord], run: RunRecord | 
     if event.kind == "failure" and event.message.startswith("hung:"):
         return new("stalled", f"run {name} stalled: {event.message}",
                             reason=event.message, attempt=event.data.get("attempt"))
-    if event.kind == "failure" and GPU_HELD in event.message:
+    if (event.kind == "gpu_wait" and GPU_HELD in event.message) or (
+            event.kind == "failure" and GPU_HELD in event.message
+            and not any(e.kind == "gpu_wait" for e in earlier[-50:]
+                        if e.id > _last_attempt_id(earlier))):
         holders = parse_holders(event.message)
         who = ", ".join(f"pid {h['pid']} ({h['user']}, {h['memory']} on GPU {h['gpu']})"
                         for h in holders[:5]) or "holders unknown"

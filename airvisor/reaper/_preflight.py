@@ -177,9 +177,24 @@ def prepare_machine(
     if gpus_used:
         totals = {g.index: g.total_bytes for g in gpus}
         requirements, who = memory_requirements(profile, totals)
+        def waiting(short: dict[int, int]) -> None:
+            # Said once when the wait starts, with the holders, so the run's page and its
+            # notifications can name them while airvisor waits (not only when it gives up).
+            if log is None:
+                return
+            try:
+                now = list_gpus(backend)
+            except GPUUnavailable:
+                return
+            notes = holder_notes(now, left_alone, reaped, set(live_run_ids) - {run_id})
+            log("preflight.waiting", {
+                "message": format_memory_shortfall(now, requirements, who, 0.0, notes=notes),
+                "short": {str(k): v for k, v in short.items()},
+                "timeout": profile.reaper.gpu_free_timeout})
+
         try:
             result = wait_for_free_memory(requirements, profile.reaper.gpu_free_timeout,
-                                          clock, sleep, backend=backend)
+                                          clock, sleep, backend=backend, on_short=waiting)
             gpus = list_gpus(backend)
         except GPUUnavailable as err:
             raise PreflightError(str(err)) from err

@@ -133,3 +133,19 @@ def test_the_real_backend_without_a_driver_says_so_plainly() -> None:
         assert "driver" in text.lower() and "\n" not in text and "Traceback" not in text
     else:
         assert all(g.total > 0 for g in gpus)  # raw readings
+
+
+def test_the_wait_says_once_when_it_starts_what_is_short() -> None:
+    clock = FakeClock()
+    nvml = FakeNVML(clock, holders={0: {4242: 70 * GIB}, 1: {}})
+    told: list[dict[int, int]] = []
+    result = wait_for_free_memory({0: 72 * GIB}, 3.0, clock, clock.sleep, backend=nvml,
+                                  poll_interval=1.0, on_short=told.append)
+    assert not result.ok and result.polls > 1
+    assert len(told) == 1 and set(told[0]) == {0}  # once, at the start of the wait
+    message = format_memory_shortfall(list_gpus(nvml), {0: 72 * GIB}, {0: "trainer"}, 0.0)
+    assert message.startswith("GPU memory is still held: waiting for it to be freed:")
+    told.clear()
+    free = wait_until_free({0: GIB}, lambda: {0: 80 * GIB}, timeout=5, clock=clock,
+                           sleep=clock.sleep, on_short=told.append)
+    assert free.ok and told == []  # no wait, nothing said

@@ -113,3 +113,19 @@ def test_gpu_memory_held_by_others_names_the_holders() -> None:
     n = h.decide_last(run_record())
     assert n is not None and n.kind == "gpu_wait" and n.holders == holders
     assert "pid 4242 (alice, 60.0 GiB on GPU 1)" in n.title
+
+
+def test_a_wait_for_gpu_memory_is_told_when_it_starts_and_only_once() -> None:
+    gpus = [GPUInfo(index=1, name="H100", uuid="GPU-1", total_bytes=80 * GIB,
+                    used_bytes=70 * GIB, free_bytes=10 * GIB, utilization=0,
+                    processes=(GPUProcess(4242, 60 * GIB, "alice", "python train_other.py"),))]
+    waiting = format_memory_shortfall(gpus, {1: 40 * GIB}, {1: "trainer"}, 0.0)
+    h = History()
+    h.first_attempt()
+    h.add("gpu_wait", waiting)
+    n = h.decide_last(run_record())
+    assert n is not None and n.kind == "gpu_wait" and n.holders[0]["pid"] == 4242
+    # The preflight then gives up: the same wait, not a second notification.
+    h.add("failure", "preflight failed: " + format_memory_shortfall(
+        gpus, {1: 40 * GIB}, {1: "trainer"}, 60.0), attempt=1)
+    assert h.decide_last(run_record()) is None
