@@ -188,3 +188,23 @@ def test_turn_limit_ends_with_a_final_evaluation(
         assert result["error"] is None and result["stop_condition"] == "has_final_env_response"
     else:
         assert result["ok"] is True and result["num_turns"] == 3
+
+
+def test_vf04_model_turns_need_no_program_process() -> None:
+    """The v1 path's slowness (95 s for 8 episodes against 16 s): the null harness started a
+    chat-program process per model turn. The env's agent uses MLGymChatHarness instead."""
+    python = venv_python("vf04")
+    code = (
+        "import verifiers.v1 as vf\n"
+        "from verifiers.v1.utils.loaders import harness_class\n"
+        "from air_mlgym._vf04 import MLGymChatHarness, MLGymEnvConfig\n"
+        "config = MLGymEnvConfig.model_fields['agent'].default\n"
+        "assert harness_class(config.harness.id) is MLGymChatHarness, config.harness\n"
+        "assert not MLGymChatHarness.EXECUTES_CODE and MLGymChatHarness.SUPPORTS_RESUME\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

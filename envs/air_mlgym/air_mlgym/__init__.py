@@ -24,7 +24,14 @@ from air_mlgym._tasks import DatasetSpec, TaskConfigError, TaskSpec, list_tasks,
 
 # The v1 (verifiers 0.4) classes, imported on first access: verifiers' taskset loader looks
 # for exactly one Taskset and one Env subclass among the names in __all__.
-_V1_EXPORTS = {"MLGymEnv", "MLGymEnvConfig", "MLGymTask", "MLGymTaskset", "MLGymTasksetConfig"}
+_V1_EXPORTS = {
+    "MLGymChatHarness",
+    "MLGymEnv",
+    "MLGymEnvConfig",
+    "MLGymTask",
+    "MLGymTaskset",
+    "MLGymTasksetConfig",
+}
 _V03_EXPORTS = {"MLGymMultiTurnEnv"}
 
 
@@ -65,6 +72,7 @@ __all__ = [
     "EnvArgsError",
     "Episode",
     "EpisodeConfig",
+    "MLGymChatHarness",
     "MLGymEnv",
     "MLGymEnvConfig",
     "MLGymRunner",

@@ -2,7 +2,8 @@
 loads: a taskset package whose `__all__` exports one `Taskset` and one `Env` subclass.
 
 The env plays MLGym host-side, like verifiers' own TextArena env: the model is the run's
-agent (tool-less `null` chat harness, program in a local subprocess), `interaction.turn()`
+agent (a tool-less chat harness whose one request per turn is made in this process,
+`MLGymChatHarness`), `interaction.turn()`
 carries each observation back as the next user turn, and the episode's summed metric improvement
 is recorded as the trace's reward. Container trouble ends the exchange with an observation; the
 run itself never raises for it (a failed episode is dropped from training).
@@ -17,6 +18,9 @@ from typing import Any
 
 import verifiers.v1 as vf
 from pydantic import Field
+from verifiers.v1.dialects.chat import message_to_wire
+from verifiers.v1.harness import Harness
+from verifiers.v1.runtimes import ProgramResult
 
 from air_mlgym._core import EnvArgs, MLGymRunner
 
@@ -106,10 +110,78 @@ class MLGymTaskset(vf.Taskset[MLGymTask, MLGymTasksetConfig]):  # type: ignore[m
                 )
 
 
+MODEL_TRANSPORT_ERROR_EXIT_CODE = 97  # verifiers.v1.errors: "model connection failed"
+
+
+class MLGymChatHarnessConfig(vf.HarnessConfig):  # type: ignore[misc]
+    pass
+
+
+class MLGymChatHarness(Harness[MLGymChatHarnessConfig]):  # type: ignore[misc]
+    """The model's side of an episode: one chat completion per segment, made in this process.
+
+    verifiers runs one harness segment per `interaction.turn()`; the `null` harness's segment
+    is a fresh chat-program process (python + openai/httpx/mcp imports, ~1.3 s on the
+    development VM), which made the v1 path ~5x slower than the 0.3 one (README
+    "Performance"). This harness sends the same request (the conversation so far, streamed,
+    through the rollout's interception endpoint, so the trace records it exactly as the
+    null harness's would) from the environment's own process, and resumes by replaying the
+    conversation (verifiers' default `resume`)."""
+
+    APPENDS_SYSTEM_PROMPT = True
+    SUPPORTS_RESUME = True
+    EXECUTES_CODE = False
+    NEEDS_CONTAINER = False
+
+    async def setup(self, runtime: Any) -> None:
+        return None
+
+    async def launch(
+        self,
+        ctx: Any,
+        trace: Any,
+        runtime: Any,
+        endpoint: str,
+        secret: str,
+        mcp_urls: dict[str, str],
+        data: Any,
+        tool_interception_url: str | None = None,
+    ) -> ProgramResult:
+        from openai import AsyncOpenAI, OpenAIError
+
+        system_prompt, prompt = self.resolve_prompt(data)
+        messages: list[Any] = []
+        if system_prompt:
+            messages.append({"role": "system", "content": system_prompt})
+        if isinstance(prompt, str):
+            messages.append({"role": "user", "content": prompt})
+        elif prompt is not None:
+            messages.extend(message_to_wire(message) for message in prompt)
+        client = AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=2)
+        try:
+            stream = await client.chat.completions.create(
+                model=ctx.model,
+                messages=messages,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            async for _ in stream:
+                pass
+        except OpenAIError as e:
+            return ProgramResult(
+                exit_code=MODEL_TRANSPORT_ERROR_EXIT_CODE, stdout="", stderr=str(e)
+            )
+        finally:
+            await client.close()
+        return ProgramResult(exit_code=0, stdout="", stderr="")
+
+
 class MLGymEnvConfig(vf.EnvConfig):  # type: ignore[misc]
-    # The policy: a plain chat loop (no tools, no code run by the harness itself); its program
-    # runs as a local subprocess, the task container is ours.
-    agent: vf.AgentConfig = vf.AgentConfig(harness={"id": "null"}, runtime={"type": "subprocess"})
+    # The policy: a plain chat exchange (no tools, no code run by the harness itself), the
+    # request made in this process (MLGymChatHarness); the task container is ours.
+    agent: vf.AgentConfig = vf.AgentConfig(
+        harness={"id": "air-mlgym"}, runtime={"type": "subprocess"}
+    )
 
 
 class MLGymEnv(vf.Env[MLGymEnvConfig]):  # type: ignore[misc]
