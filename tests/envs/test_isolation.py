@@ -101,3 +101,59 @@ def test_a_container_that_cannot_be_restored_is_replaced(
     finally:
         lease.release()
         runner.close()
+
+
+def test_an_unrestorable_pool_container_is_killed_and_its_replacement_used(
+    docker_client: Any, make_task_container: Callable[[], str], task_image: str,
+    real_checkout: Path, tmp_path: Path,
+) -> None:  # fmt: skip
+    """airvisor's containers are not ours to recreate: one that cannot be restored is killed,
+    so the pool's health check recreates it under the same name, and the next reset uses the
+    new one (the pool is played here by a thread that recreates the killed container)."""
+    import threading
+    import time
+
+    name = make_task_container()
+    runner = MLGymRunner(
+        EnvArgs.from_kwargs(
+            mlgym_path=str(real_checkout), task="titanic", container_names=[name],
+            lock_dir=str(tmp_path / "locks"), trajectory_dir=None, evaluate_on_exit=False,
+            container_wait=30,
+        )
+    )  # fmt: skip
+    old = docker_client.containers.get(name)
+    labels = old.labels
+
+    def pool() -> None:  # what airvisor's pool does with an exited container
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            old.reload()
+            if old.status != "running":
+                old.remove(force=True)
+                docker_client.containers.run(
+                    task_image, ["/bin/bash", "-l"], name=name, detach=True, stdin_open=True,
+                    user="agent", working_dir="/home/agent", network_mode="none",
+                    labels=labels,
+                )  # fmt: skip
+                return
+            time.sleep(0.2)
+
+    lease = runner.acquire_blocking(timeout=10)
+    assert lease is not None
+    try:
+        first = runner.new_episode("titanicSurvival", lease)
+        assert first.reset()
+        first.finish()
+        old.exec_run(["rm", "-rf", "/var/lib/air-mlgym/home"], user="root")  # unrestorable
+        watcher = threading.Thread(target=pool, daemon=True)
+        watcher.start()
+        second = runner.new_episode("titanicSurvival", lease)
+        assert second.reset(), second.events
+        watcher.join(timeout=60)
+        assert docker_client.containers.get(name).id != old.id
+        assert second.session.replacements == 1
+        assert "evaluate.py" in second.step("ls").observation
+        second.finish()
+    finally:
+        lease.release()
+        runner.close()
