@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from driving import drive, venv_python
-from mlgym_scripts import TASK_IDS, expected_reward, replies
+from mlgym_scripts import BASELINES, TASK_IDS, expected_reward, replies
 
 pytestmark = pytest.mark.docker
 
@@ -52,7 +52,9 @@ def test_improving_agents_gain_and_worse_ones_lose(
     for task_id in TASK_IDS:
         better, worse = rewards[(task_id, True)], rewards[(task_id, False)]
         assert better > 0 > worse, (task_id, better, worse)
-        # the Monte Carlo scores of the game tasks vary a little between evaluations
-        assert better == pytest.approx(expected_reward(task_id, True), abs=0.03), task_id
-        assert worse == pytest.approx(expected_reward(task_id, False), abs=0.03), task_id
+        # the Monte Carlo scores of the game tasks vary a little between evaluations (a few
+        # thousandths of a score; 0.015 is ~5 standard deviations), relative to the baseline
+        tolerance = max(0.03, 0.015 / abs(BASELINES[task_id]))
+        assert better == pytest.approx(expected_reward(task_id, True), abs=tolerance), task_id
+        assert worse == pytest.approx(expected_reward(task_id, False), abs=tolerance), task_id
     assert len(list((tmp_path / "trajectories").glob("*.json"))) == len(episodes)
