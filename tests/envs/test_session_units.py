@@ -182,3 +182,20 @@ def test_load_environment_without_verifiers_says_what_to_do(checkout: Path) -> N
 
     with pytest.raises(ImportError, match=r"\[env.taskset\] id = \"air-mlgym\""):
         air_mlgym.load_environment(mlgym_path=str(checkout), task="battleOfSexes", image="x")
+
+
+def test_duplicate_task_ids_and_missing_evaluation_files_are_refused(tmp_path: Path) -> None:
+    import shutil
+
+    from air_mlgym._core import MLGymRunner
+
+    checkout = tmp_path / "mlgym"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "mlgym", checkout)
+    base = {"mlgym_path": str(checkout), "container_names": ["c"], "trajectory_dir": None}
+    with pytest.raises(EnvArgsError, match="names task id 'battleOfSexes' twice"):
+        MLGymRunner(EnvArgs.from_kwargs(task=["battleOfSexes", "battleOfSexes.yaml"], **base))
+    config = checkout / "configs" / "tasks" / "battleOfSexes.yaml"
+    config.write_text(config.read_text().replace("  - data/battleOfSexes/target.py\n", ""))
+    missing = r"\[battleOfSexes\] names evaluation_files \['target.py'\]"
+    with pytest.raises(EnvArgsError, match=missing):
+        MLGymRunner(EnvArgs.from_kwargs(task="battleOfSexes", **base))

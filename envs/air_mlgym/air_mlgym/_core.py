@@ -234,6 +234,16 @@ class MLGymRunner:
                 )
             self.tasks[spec.id] = spec
         self.protection = protection_table()
+        for task_id, spec in self.tasks.items():
+            wanted = self.protection.get(task_id)
+            starter = {p.name for p in spec.starter_code}
+            missing = [] if wanted is None else sorted(set(wanted.evaluation_files) - starter)
+            if missing:
+                raise EnvArgsError(
+                    f"air-mlgym: metrics.toml row [{task_id}] names evaluation_files {missing} "
+                    f"that are not in {spec.config_path}'s starter_code ({sorted(starter)}); "
+                    "fix the row or the task config"
+                )
         self.metrics = {task_id: args.metric_for(task_id) for task_id in self.tasks}
         self.session_config = args.session_config()
         self.episode_config = args.episode_config()

@@ -472,6 +472,8 @@ class Episode:
             "total_reward": self.tracker.total_reward,
             "submitted": self.submitted,
             "end_reason": self.end_reason,
+            "reward_mode": self.config.reward_mode,
+            "steps_used": self.steps_used,
             "started_at": self._started,
             "ended_at": time.time(),
             "events": self.events,
