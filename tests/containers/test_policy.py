@@ -155,7 +155,8 @@ def test_image_reference_split_for_pull(image: str, expected: tuple[str, str | N
 
 
 def test_container_gpus_default_to_the_profiles_gpu_split() -> None:
-    base = {"run": {"name": "r", "output_dir": "/tmp/r"}, "prime_rl": {"version": "main"}}
+    base = {"run": {"name": "r", "output_dir": "/tmp/r"},
+            "prime_rl": {"version": "main", "args": ["@", "rl.toml"]}}
     split = Profile.model_validate({**base, "gpus": {"containers": [7]}})
     assert container_gpus(split) == [7]
     own = Profile.model_validate({**base, "gpus": {"containers": [7]}, "containers": {"gpus": [5]}})
