@@ -12,7 +12,7 @@ fi
 command -v debootstrap >/dev/null || { echo "debootstrap is missing: apt-get install -y debootstrap" >&2; exit 1; }
 rootfs="$(mktemp -d /tmp/airvisor-rootfs.XXXXXX)"
 trap 'rm -rf "$rootfs"' EXIT
-debootstrap --variant=minbase --include=python3,procps bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
+debootstrap --variant=minbase --include=python3,procps bookworm "$rootfs" >/dev/null
 chroot "$rootfs" useradd --create-home --shell /bin/bash --uid 1000 agent
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
 tar -C "$rootfs" -c . | docker import \
