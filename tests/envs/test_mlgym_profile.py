@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from airvisor.primerl import LAUNCHER, prepare_run
 from airvisor.profile import load_profile
 
@@ -32,3 +34,16 @@ def test_the_container_names_reach_prime_rls_processes_unchanged_config() -> Non
     # No GPU of the containers is one prime-rl uses (inference 0, trainer 1-5 by [deployment]).
     assert prepared.profile.gpus.inference == [0]
     assert prepared.profile.gpus.trainer == [1, 2, 3, 4, 5]
+
+
+def test_air_mlgym_takes_airvisors_containers_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from air_mlgym import EnvArgs
+
+    mlgym = str(Path(__file__).resolve().parents[3] / "shared" / "third_party" / "MLGym")
+    monkeypatch.setenv("AIRVISOR_CONTAINER_NAMES", "airvisor-a-0,airvisor-a-1")
+    args = EnvArgs.from_kwargs(mlgym_path=mlgym, task="battleOfSexes")
+    assert args.container_names == ["airvisor-a-0", "airvisor-a-1"]
+    # Names given in the env args win (a user who runs air_mlgym without airvisor's pool).
+    own = EnvArgs.from_kwargs(mlgym_path=mlgym, task="battleOfSexes", container_names=["mine"])
+    assert own.container_names == ["mine"]

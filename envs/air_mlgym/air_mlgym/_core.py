@@ -29,6 +29,10 @@ class EnvArgsError(ValueError):
     """Bad environment args; the message names the argument and the fix."""
 
 
+# The containers airvisor started for the run (comma-separated), when the env args name none.
+AIRVISOR_CONTAINERS_ENV = "AIRVISOR_CONTAINER_NAMES"
+
+
 def _default_trajectory_dir() -> str:
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return os.environ.get("AIR_MLGYM_TRAJECTORY_DIR") or os.path.join(
@@ -92,6 +96,11 @@ class EnvArgs:
                     "env args (mlgym_path = absolute path of the MLGym checkout, task = config "
                     'name such as "battleOfSexes")'
                 )
+        if not kwargs.get("container_names") and os.environ.get(AIRVISOR_CONTAINERS_ENV):
+            # airvisor started the task containers for this run and names them here (it never
+            # edits the user's prime-rl config; `rl` passes its environment to every child).
+            kwargs["container_names"] = [
+                name for name in os.environ[AIRVISOR_CONTAINERS_ENV].split(",") if name]
         args = cls(**kwargs)
         args._check()
         return args
