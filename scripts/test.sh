@@ -49,4 +49,4 @@ step "lint and types"
 .venv/bin/mypy --config-file envs/air_mlgym/pyproject.toml envs/air_mlgym/air_mlgym
 
 step "tests"
-.venv/bin/python -m pytest -ra "$@"
+.venv/bin/python -m pytest -ra --durations=30 "$@"
