@@ -39,6 +39,7 @@ from airvisor.demo._inference import RUN_DIR_ENV
 from airvisor.demo._layout import DemoVersion, list_steps, remove_steps_after
 from airvisor.demo._log import StandinLogger
 from airvisor.demo._process import set_title
+from airvisor.primerl._resolve import last_json_object
 from airvisor.profile._configs import deep_merge
 
 PRIMERL_PYTHON_ENV = "AIRVISOR_DEMO_PRIMERL_PYTHON"
@@ -244,7 +245,7 @@ def resolve_with_prime_rl(
         )
     except FileNotFoundError:
         raise LaunchRefused(f"{PRIMERL_PYTHON_ENV}={python}: no such interpreter") from None
-    payload = _last_json(done.stdout)
+    payload = last_json_object(done.stdout)
     if done.returncode == 0 and payload is not None and payload.get("ok"):
         components = payload.get("components") or {}
         return Resolved(rl=dict(payload.get("rl") or {}), components=dict(components),
@@ -269,17 +270,6 @@ def _refusal_lines(payload: Mapping[str, Any]) -> list[str]:
     if not lines and payload.get("message"):
         lines.append(str(payload["message"]))
     return lines
-
-
-def _last_json(text: str) -> dict[str, Any] | None:
-    lines = (text or "").strip().splitlines()
-    for start in [0, *reversed([i for i, line in enumerate(lines) if line.startswith("{")])]:
-        try:
-            value = json.loads("\n".join(lines[start:]))
-        except ValueError:
-            continue
-        return value if isinstance(value, dict) else None
-    return None
 
 
 # ---------------------------------------------------------------------------------------------

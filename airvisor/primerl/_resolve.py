@@ -112,7 +112,7 @@ def resolve(
                                                    f"over {RESOLVE_TIMEOUT:g} s",
                                             "check that prime-rl's environment works")]) from None
             else:
-                payload = _last_json(done.stdout)
+                payload = last_json_object(done.stdout)
                 if done.returncode == 0 and payload is not None and payload.get("ok"):
                     facts = facts_from_resolved(version, payload.get("facts") or {}, cwd=cwd,
                                                 environ=environ, rl=payload.get("rl"))
@@ -147,7 +147,7 @@ def resolve(
     return Resolution(source="airvisor", facts=facts, note=note)
 
 
-def _last_json(text: str) -> dict[str, Any] | None:
+def last_json_object(text: str) -> dict[str, Any] | None:
     """The JSON object the resolver printed: the whole of stdout, or (when prime-rl printed
     something before it) the text from the last line that opens an object."""
     text = (text or "").strip()
