@@ -79,7 +79,8 @@ def _check(ref: str, overrides: dict[str, Any], *, show_config: bool, as_json: b
         click.echo(_render_plan(prepared.profile, prepared.plan, show_config=show_config),
                    nl=False)
     if prepared.problems:
-        click.echo("")
+        if prepared.plan is not None:
+            click.echo("")
         _print_problems(ref, prepared.problems)
         return EXIT_PROBLEMS
     click.echo("\nNo problems found: `airvisor start "

@@ -97,7 +97,8 @@ def prepare_run(
 
         problems += semantic_problems(bound, facts)
     plan: AttemptPlan | None = None
-    if not problems:
+    if not component_mode_problems(bound, resolution):
+        # Planned even when the machine has problems: `check` shows what would run.
         try:
             plan = plan_attempt(
                 bound, resolution,
