@@ -143,8 +143,17 @@ class KeyLocator:
                 value.feed(stripped, equals + 1)
 
     def position(self, loc: Sequence[str | int]) -> tuple[int, int] | None:
-        """Position of `loc`, else of its longest recorded prefix; None if nothing matches."""
+        """Position of `loc`, else the first line that defines something inside it (a table
+        only sub-table headers define: `[trainer.config.optim]` for `trainer.config`), else of
+        its longest recorded prefix; None if nothing matches."""
         key = tuple(loc)
+        found = self._positions.get(key)
+        if found is not None:
+            return found
+        inside = [pos for path, pos in self._positions.items()
+                  if len(path) > len(key) and path[:len(key)] == key]
+        if inside:
+            return min(inside)
         while key:
             found = self._positions.get(key)
             if found is not None:

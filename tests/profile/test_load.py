@@ -197,8 +197,6 @@ def test_an_old_style_nested_component_table_is_refused(tmp_path: Path) -> None:
     assert problem.message.startswith("[trainer] config: component configs now live in your own")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: KeyLocator.where finds no line for a table that "
-                                       "only sub-table headers define ([trainer.config.optim])")
 def test_an_old_style_nested_component_table_is_located(tmp_path: Path) -> None:
     path = write(tmp_path / "p.toml", MINIMAL + "\n[trainer.config.optim]\nlr = 1e-6\n")
     (problem,) = problems_of(path)
