@@ -1,7 +1,14 @@
 """Persistent state of runs, attempts, components and events (SQLite), plus the run page's
 time series and webhook deliveries."""
 
-from airvisor.store._db import LIVE_STATES, ComponentRecord, EventRecord, RunRecord, Store
+from airvisor.store._db import (
+    LIVE_STATES,
+    ComponentRecord,
+    EventRecord,
+    RestartRecord,
+    RunRecord,
+    Store,
+)
 from airvisor.store._deliveries import DELIVERED, FAILED, PENDING, DeliveryRecord, DeliveryStore
 from airvisor.store._series import SeriesRead, SeriesStore, merge_pairs
 
@@ -14,6 +21,7 @@ __all__ = [
     "DeliveryRecord",
     "DeliveryStore",
     "EventRecord",
+    "RestartRecord",
     "RunRecord",
     "SeriesRead",
     "SeriesStore",

@@ -107,7 +107,34 @@ CREATE TABLE IF NOT EXISTS cursors (
     name TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+-- Every restart of a run and why (crash, hang, operator, boot): the crash-loop limit counts the
+-- crashes and hangs in here, so it holds across daemon restarts.
+CREATE TABLE IF NOT EXISTS restarts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    at REAL NOT NULL,
+    attempt INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    counted INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS restarts_by_run ON restarts(run_id, id);
 """
+
+# Columns added after the first release: a state directory written by an older airvisor gets
+# them on open (SQLite's ALTER TABLE ADD COLUMN; nothing is rewritten or lost).
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    # The state machine's fine-grained phase (airvisor.policy.Phase); `state` is its public face.
+    ("runs", "phase", "TEXT"),
+    # Who supervises the run: "daemon" (with its address) or "foreground" (an `airvisor start`).
+    ("runs", "supervisor_kind", "TEXT"),
+    ("runs", "supervisor_address", "TEXT"),
+    # Facts of a run beyond one box (Slurm: job id, nodes, Slurm state), as JSON.
+    ("runs", "details_json", "TEXT NOT NULL DEFAULT '{}'"),
+    # Why the attempt was started (first, crash, hang, operator, boot) and its own facts.
+    ("attempts", "cause", "TEXT"),
+    ("attempts", "details_json", "TEXT NOT NULL DEFAULT '{}'"),
+)
 
 LIVE_STATES = frozenset({"pending", "preflight", "starting", "running", "recovering", "stopping"})
 
@@ -152,10 +179,24 @@ class RunRecord:
     created_at: float
     updated_at: float
     ended_at: float | None
+    phase: str | None = None
+    supervisor_kind: str | None = None
+    supervisor_address: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def live(self) -> bool:
         return self.state in LIVE_STATES
+
+
+@dataclass(frozen=True)
+class RestartRecord:
+    run_id: str
+    at: float  # wall-clock time (it must survive a daemon restart)
+    attempt: int  # the attempt that ended
+    kind: str  # crash | hang | operator | boot
+    reason: str
+    counted: bool  # toward the crash-loop limit (crashes and hangs only)
 
 
 @dataclass(frozen=True)
@@ -172,7 +213,7 @@ class EventRecord:
 _RUN_COLUMNS = (
     "id, name, profile_path, profile_json, run_dir, state, attempt, step, last_progress_at, "
     "resume_step, last_error, restarts, gpus_json, supervisor_pid, supervisor_started, created_at, "
-    "updated_at, ended_at"
+    "updated_at, ended_at, phase, supervisor_kind, supervisor_address, details_json"
 )
 _COMPONENT_COLUMNS = (
     "run_id, attempt, name, kind, state, pid, pgid, create_time, argv_json, gpus_json, log_path, "
@@ -180,12 +221,23 @@ _COMPONENT_COLUMNS = (
 )
 _RUN_FIELDS = {
     "state", "attempt", "step", "last_progress_at", "resume_step", "last_error", "restarts",
-    "supervisor_pid", "supervisor_started", "ended_at",
+    "supervisor_pid", "supervisor_started", "ended_at", "phase", "supervisor_kind",
+    "supervisor_address",
 }
 _COMPONENT_FIELDS = {
     "kind", "state", "pid", "pgid", "create_time", "argv", "gpus", "log_path", "exit_code",
     "restarts", "container_id", "health",
 }
+
+
+def _merged(current: str | None, fields: dict[str, Any]) -> str:
+    details: dict[str, Any] = json.loads(current or "{}")
+    for key, value in fields.items():
+        if value is None:
+            details.pop(key, None)
+        else:
+            details[key] = value
+    return json.dumps(details, default=str)
 
 
 def _run_from_row(row: sqlite3.Row) -> RunRecord:
@@ -197,6 +249,9 @@ def _run_from_row(row: sqlite3.Row) -> RunRecord:
         gpus=json.loads(row["gpus_json"]), supervisor_pid=row["supervisor_pid"],
         supervisor_started=row["supervisor_started"],
         created_at=row["created_at"], updated_at=row["updated_at"], ended_at=row["ended_at"],
+        phase=row["phase"], supervisor_kind=row["supervisor_kind"],
+        supervisor_address=row["supervisor_address"],
+        details=json.loads(row["details_json"] or "{}"),
     )
 
 
@@ -219,6 +274,14 @@ class Store:
         self._local = threading.local()
         # executescript manages its own transaction.
         self._conn().executescript(SCHEMA)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        with self._tx() as db:
+            for table, column, decl in ADDED_COLUMNS:
+                present = {r["name"] for r in db.execute(f"PRAGMA table_info({table})")}
+                if column not in present:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     # -- plumbing -------------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -269,6 +332,16 @@ class Store:
         with self._tx() as db:
             db.execute(f"UPDATE runs SET {sets} WHERE id = ?", (*fields.values(), run_id))
 
+    def merge_run_details(self, run_id: str, **fields: Any) -> None:
+        """Merge fields into the run's details (JSON object; a None value removes a key)."""
+        with self._tx() as db:
+            row = db.execute("SELECT details_json FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                return
+            details = _merged(row["details_json"], fields)
+            db.execute("UPDATE runs SET details_json = ?, updated_at = ? WHERE id = ?",
+                       (details, time.time(), run_id))
+
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._conn().execute(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,)
@@ -298,11 +371,12 @@ class Store:
         return runs[0] if runs else None
 
     # -- attempts -------------------------------------------------------------------------
-    def start_attempt(self, run_id: str, number: int, resume_step: int | None) -> None:
+    def start_attempt(self, run_id: str, number: int, resume_step: int | None,
+                      cause: str | None = None) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO attempts (run_id, number, started_at, resume_step) "
-                "VALUES (?, ?, ?, ?)", (run_id, number, time.time(), resume_step),
+                "INSERT OR REPLACE INTO attempts (run_id, number, started_at, resume_step, cause) "
+                "VALUES (?, ?, ?, ?, ?)", (run_id, number, time.time(), resume_step, cause),
             )
             db.execute(
                 "UPDATE runs SET attempt = ?, resume_step = ?, updated_at = ? WHERE id = ?",
@@ -316,11 +390,46 @@ class Store:
                 "WHERE run_id = ? AND number = ?", (time.time(), outcome, reason, run_id, number),
             )
 
+    def merge_attempt_details(self, run_id: str, number: int, **fields: Any) -> None:
+        """Merge fields into an attempt's details (JSON object; None removes a key)."""
+        with self._tx() as db:
+            row = db.execute("SELECT details_json FROM attempts WHERE run_id = ? AND number = ?",
+                             (run_id, number)).fetchone()
+            if row is None:
+                return
+            db.execute("UPDATE attempts SET details_json = ? WHERE run_id = ? AND number = ?",
+                       (_merged(row["details_json"], fields), run_id, number))
+
     def attempts(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's attempts, oldest first; `details` is the parsed details object."""
         rows = self._conn().execute(
             "SELECT * FROM attempts WHERE run_id = ? ORDER BY number", (run_id,)
         ).fetchall()
-        return [dict(r) for r in rows]
+        out = []
+        for row in rows:
+            item = dict(row)
+            item["details"] = json.loads(item.pop("details_json", None) or "{}")
+            out.append(item)
+        return out
+
+    # -- restart history ----------------------------------------------------------------------
+    def add_restart(self, run_id: str, *, attempt: int, kind: str, reason: str, counted: bool,
+                    at: float | None = None) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO restarts (run_id, at, attempt, kind, reason, counted) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, time.time() if at is None else at, attempt, kind, reason, int(counted)))
+            db.execute("UPDATE runs SET restarts = (SELECT COUNT(*) FROM restarts WHERE "
+                       "run_id = ?), updated_at = ? WHERE id = ?", (run_id, time.time(), run_id))
+
+    def restart_history(self, run_id: str) -> list[RestartRecord]:
+        rows = self._conn().execute(
+            "SELECT run_id, at, attempt, kind, reason, counted FROM restarts WHERE run_id = ? "
+            "ORDER BY id", (run_id,)).fetchall()
+        return [RestartRecord(run_id=r["run_id"], at=r["at"], attempt=r["attempt"],
+                              kind=r["kind"], reason=r["reason"], counted=bool(r["counted"]))
+                for r in rows]
 
     # -- components -----------------------------------------------------------------------
     def upsert_component(self, run_id: str, attempt: int, name: str, **fields: Any) -> None:
