@@ -7,7 +7,6 @@ the others read the box's state database (the system service's when this user ma
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -16,12 +15,12 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
 
 from airvisor.cli import main
+from airvisor.cli._foreground import _run_foreground
 from airvisor.store import ComponentRecord, RunRecord, Store
 
 EXIT_OK = 0
@@ -112,7 +111,13 @@ def render_run(run: RunRecord, components: list[ComponentRecord], events: list[A
 @click.option("--follow", is_flag=True, help="With a daemon: follow progress until the run ends.")
 def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], foreground: bool,
           follow: bool) -> None:
-    """Validate PROFILE (a name in configs/ or a path), launch the run and supervise it."""
+    """Validate PROFILE (a name in configs/ or a path), launch the run and supervise it.
+
+    In the foreground (no daemon, or --foreground): Ctrl-C stops the run cleanly (SIGTERM,
+    grace, SIGKILL); Ctrl-C again kills every process of the run at once. Closing the
+    terminal (SIGHUP) does not stop it: airvisor keeps supervising and writes its output to
+    <state dir>/runs/<run id>/foreground.log; `airvisor stop` ends it from any terminal.
+    """
     from airvisor.profile import ProfileError, load_profile
 
     mode = start_mode or "auto"
@@ -158,69 +163,6 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
     if prepared.resolution is not None and not prepared.resolution.checked_by_prime_rl:
         click.echo(f"airvisor: note: {prepared.resolution.note}", err=True)
     sys.exit(_run_foreground(prepared.profile, mode))
-
-
-class _StopFlag:
-    """Signal handlers only set flags; the loop acts on them."""
-
-    def __init__(self) -> None:
-        self.requested = 0
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        self.requested += 1
-
-
-def _run_foreground(profile: Any, mode: str) -> int:
-    from airvisor.engine import RunConflict, RunManager
-    from airvisor.policy import RunState
-
-    store = _store()
-    manager = RunManager(store, foreground=True)
-    try:
-        record = manager.submit(profile, start_mode=mode)  # type: ignore[arg-type]
-    except RunConflict as exc:
-        click.echo(f"airvisor: {exc}", err=True)
-        return EXIT_BAD_INPUT
-    flag = _StopFlag()
-    signal.signal(signal.SIGINT, flag)
-    signal.signal(signal.SIGTERM, flag)
-    view = _ProgressView(store, record.id, live=sys.stdout.isatty())
-    if profile.run.demo:
-        click.echo("airvisor demo: the real supervisor over simulated prime-rl components")
-        for component, settings in sorted(profile.demo.items()):
-            faults = {k: v for k, v in settings.items()
-                      if k in ("crash_at_step", "hang_at_step", "half_checkpoint_at_step",
-                               "crash_after", "unhealthy_after") and v}
-            for fault, value in faults.items():
-                click.echo(f"  injected fault: the {component} {fault.replace('_', ' ')} "
-                           f"{value}; watch airvisor notice it, stop every process and resume "
-                           "from the newest complete checkpoint")
-    click.echo(f"run {record.id}: output in {record.run_dir}")
-    click.echo(f"state database {store.path}; `airvisor status` and `airvisor logs trainer` "
-               "work from another terminal")
-    asked = 0
-    supervisor = manager.supervisor(record.id)
-    assert supervisor is not None
-    while not supervisor.state.terminal:
-        manager.tick(0.2)
-        if flag.requested > asked:
-            asked = flag.requested
-            view.note("stop requested: stopping every component (Ctrl-C again is ignored "
-                      "until they are down)")
-            with contextlib.suppress(RunConflict):
-                manager.request_stop(record.id)
-        view.refresh()
-    view.refresh(final=True)
-    state = supervisor.state
-    final = store.get_run(record.id)
-    if state == RunState.SUCCEEDED:
-        click.echo(f"run {record.id} succeeded at step {final.step if final else '?'}")
-        return EXIT_OK
-    if state == RunState.STOPPED:
-        click.echo(f"run {record.id} stopped")
-        return EXIT_STOPPED
-    click.echo(f"run {record.id} failed: {final.last_error if final else '?'}", err=True)
-    return EXIT_RUN_FAILED
 
 
 class _ProgressView:
