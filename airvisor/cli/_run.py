@@ -7,13 +7,10 @@ the others read the box's state database (the system service's when this user ma
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +18,7 @@ import click
 
 from airvisor.cli import main
 from airvisor.cli._foreground import _run_foreground
-from airvisor.store import ComponentRecord, RunRecord, Store
+from airvisor.store import Store
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
@@ -53,48 +50,10 @@ def _daemon(use_daemon: bool) -> Any:
     return DaemonClient.connect()
 
 
-def _fmt_time(ts: float | None) -> str:
-    return datetime.fromtimestamp(ts).strftime("%H:%M:%S") if ts else "-"
+def _console() -> Any:
+    from rich.console import Console
 
-
-def render_run(run: RunRecord, components: list[ComponentRecord], events: list[Any],
-               containment: str | None = None) -> str:
-    max_steps = run.profile.get("run", {}).get("max_steps")
-    step = "-" if run.step is None else str(run.step)
-    if max_steps:
-        step += f"/{max_steps}"
-    since = f"{time.time() - run.last_progress_at:.0f} s ago" if run.last_progress_at else "-"
-    lines = [
-        f"run        {run.id}" + ("  (demo: the real supervisor over simulated components)"
-                                   if run.profile.get("run", {}).get("demo") else ""),
-        f"state      {run.state}",
-        f"attempt    {run.attempt}   restarts {run.restarts}",
-        f"step       {step}   last progress {since}",
-        f"resumed    {'from step ' + str(run.resume_step) if run.resume_step is not None else '-'}",
-        f"output     {run.run_dir}",
-    ]
-    if containment:
-        lines.append(f"contained  {containment}")
-    if run.last_error:
-        lines.append(f"last error {run.last_error}")
-    if components:
-        lines.append("")
-        lines.append(f"{'COMPONENT':<40} {'STATE':<10} {'PID':>8} {'GPUS':<12} {'EXIT':>5} "
-                     f"{'RESTARTS':>8}  CONTAINER")
-        for comp in components:
-            gpus = ",".join(str(g) for g in comp.gpus) or "-"
-            exit_code = "-" if comp.exit_code is None else str(comp.exit_code)
-            health = f" {comp.health}" if comp.health else ""
-            container = (comp.container_id or "")[:12] + health
-            lines.append(f"{comp.name:<40} {comp.state:<10} {comp.pid or '-':>8} {gpus:<12} "
-                         f"{exit_code:>5} {comp.restarts:>8}  {container}")
-    if events:
-        lines.append("")
-        lines.append("recent events:")
-        for event in events:
-            where = f" [{event.component}]" if event.component else ""
-            lines.append(f"  {_fmt_time(event.at)}{where} {event.message}")
-    return "\n".join(lines)
+    return Console(highlight=False)
 
 
 # -- start -------------------------------------------------------------------------------------
@@ -165,88 +124,28 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
     sys.exit(_run_foreground(prepared.profile, mode))
 
 
-class _ProgressView:
-    """Events as plain lines; on a terminal also one status line redrawn in place."""
+def _ProgressView(store: Store, run_id: str, *, live: bool) -> Any:
+    """The foreground run's view (airvisor.view.ProgressView over the store)."""
+    from airvisor.view import ProgressView, StoreSource
 
-    def __init__(self, store: Store, run_id: str, *, live: bool) -> None:
-        self.store = store
-        self.run_id = run_id
-        self.live = live
-        self._last_event = 0
-        self._last_status = ""
-        self._status_shown = False
-        self._next = 0.0
-
-    def _clear(self) -> None:
-        if self._status_shown:
-            sys.stdout.write("\r\x1b[2K")
-            self._status_shown = False
-
-    def note(self, text: str) -> None:
-        self._clear()
-        click.echo(f"{time.strftime('%H:%M:%S')} {text}")
-
-    def refresh(self, *, final: bool = False) -> None:
-        now = time.monotonic()
-        if not final and now < self._next:
-            return
-        self._next = now + 0.25
-        events = self.store.events(self.run_id, after_id=self._last_event)
-        for event in events:
-            self._last_event = event.id
-            if event.kind == "milestone" and not self.live:
-                continue
-            comp = f"[{event.component}] " if event.component else ""
-            self._clear()
-            click.echo(f"{_fmt_time(event.at)} {comp}{event.message}")
-            for line in event.data.get("last_lines", [])[-5:]:
-                click.echo(f"           | {_strip(line)}")
-        run = self.store.get_run(self.run_id)
-        if run is None:
-            return
-        comps = self.store.components(self.run_id)
-        states = " ".join(f"{c.name}={c.state}" for c in comps if c.kind == "process")
-        max_steps = run.profile.get("run", {}).get("max_steps")
-        step = "-" if run.step is None else str(run.step)
-        if max_steps:
-            step += f"/{max_steps}"
-        status = f"[{run.state}] attempt {run.attempt} step {step} | {states}"
-        if self.live and not final:
-            sys.stdout.write("\r\x1b[2K" + status[: _width()])
-            sys.stdout.flush()
-            self._status_shown = True
-        elif status != self._last_status and run.step is not None and not final:
-            click.echo(f"{time.strftime('%H:%M:%S')} {status}")
-        self._last_status = status
-        if final:
-            self._clear()
-
-
-def _width() -> int:
-    try:
-        return os.get_terminal_size().columns - 1
-    except OSError:
-        return 120
-
-
-def _strip(line: str) -> str:
-    from airvisor.policy import strip_ansi
-
-    return strip_ansi(line)
+    return ProgressView(StoreSource(store, run_id), live=live)
 
 
 def _follow_daemon(client: Any, run_id: str) -> int:
-    after = 0
-    while True:
-        for event in client.events(run_id, after):
-            after = max(after, int(event["id"]))
-            comp = f"[{event['component']}] " if event.get("component") else ""
-            click.echo(f"{_fmt_time(event['at'])} {comp}{event['message']}")
-        run = client.get_run(run_id)
-        if run["state"] in ("succeeded", "failed", "stopped"):
-            return {"succeeded": EXIT_OK, "stopped": EXIT_STOPPED}.get(run["state"],
-                                                                        EXIT_RUN_FAILED)
-        time.sleep(0.5)
+    """`start --follow`: the foreground view of a run the daemon supervises."""
+    from airvisor.view import ApiSource, ProgressView
+
+    view = ProgressView(ApiSource(client, run_id), live=sys.stdout.isatty())
+    try:
+        while True:
+            run = view.refresh()
+            if run is not None and not run.live:
+                view.refresh(final=True)
+                return {"succeeded": EXIT_OK, "stopped": EXIT_STOPPED}.get(run.state,
+                                                                            EXIT_RUN_FAILED)
+            time.sleep(0.1)
+    finally:
+        view.close()
 
 
 # -- status ------------------------------------------------------------------------------------
@@ -255,39 +154,38 @@ def _follow_daemon(client: Any, run_id: str) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--local", is_flag=True, help="Read the state database even if a daemon runs.")
 def status(run_id: str | None, as_json: bool, local: bool) -> None:
-    """Show the current run (or RUN_ID): state, step, attempt, components, recent events."""
+    """Show the current run (or RUN_ID): state, step, attempt, components, recent events.
+
+    The same view, text or JSON, whether a daemon answers or the state database is read."""
+    from airvisor.view import RunView, build_run_view, find_run, render_run
+
+    view: RunView | None = None
     client = _daemon(not local)
     if client is not None:
-        try:
-            run = client.get_run(run_id or "current")
-        except Exception as exc:
-            click.echo(f"airvisor: {exc}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
-        if as_json:
-            click.echo(json.dumps(run, indent=2, default=str))
-        else:
-            from airvisor.daemon import render_run as render_remote
+        from airvisor.daemon import DaemonError
 
-            click.echo(render_remote(run))
-        return
-    store = _store()
-    record = store.get_run(run_id) if run_id else store.current_run()
-    if record is None:
+        with client:
+            try:
+                view = RunView.model_validate(client.get_run(run_id or "current"))
+            except DaemonError as exc:
+                if exc.status != 404:
+                    click.echo(f"airvisor: {exc}", err=True)
+                    sys.exit(EXIT_BAD_INPUT)
+            except Exception as exc:  # e.g. the daemon went away, or answers another format
+                click.echo(f"airvisor: the daemon at {client.url} did not answer: {exc}",
+                           err=True)
+                sys.exit(EXIT_BAD_INPUT)
+    else:
+        store = _store()
+        record = find_run(store, run_id)
+        view = None if record is None else build_run_view(store, record)
+    if view is None:
         click.echo("no runs yet" if not run_id else f"no run with id {run_id!r}", err=bool(run_id))
         sys.exit(EXIT_BAD_INPUT if run_id else EXIT_OK)
-    components = store.components(record.id)
-    events = store.recent_events(record.id, limit=10)
     if as_json:
-        payload = {
-            **{k: v for k, v in record.__dict__.items()},
-            "components": [c.__dict__ for c in components],
-            "events": [e.__dict__ for e in events],
-        }
-        click.echo(json.dumps(payload, indent=2, default=str))
-        return
-    from airvisor.daemon._views import containment_of
-
-    click.echo(render_run(record, components, events, containment_of(store, record)))
+        click.echo(view.model_dump_json(indent=2))
+    else:
+        _console().print(render_run(view))
 
 
 # -- logs --------------------------------------------------------------------------------------
@@ -310,10 +208,13 @@ def logs(component: str, follow: bool, lines: int, run_id: str | None, local: bo
             click.echo(f"airvisor: {exc}", err=True)
             sys.exit(EXIT_BAD_INPUT)
         return
+    from airvisor.view import find_run, log_lines
+
     store = _store()
-    record = store.get_run(run_id) if run_id else store.current_run()
+    record = find_run(store, run_id)
     if record is None:
-        click.echo("airvisor: no runs yet", err=True)
+        click.echo("airvisor: no runs yet" if not run_id else f"airvisor: no run with id "
+                   f"{run_id!r}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     comps = {c.name: c for c in store.components(record.id) if c.log_path}
     if component not in comps:
@@ -322,28 +223,18 @@ def logs(component: str, follow: bool, lines: int, run_id: str | None, local: bo
                    f"(known: {known})", err=True)
         sys.exit(EXIT_BAD_INPUT)
     path = Path(comps[component].log_path or "")
-    try:
-        for line in _tail_file(path, lines, follow):
-            click.echo(line)
-    except KeyboardInterrupt:
-        return
 
-
-def _tail_file(path: Path, count: int, follow: bool) -> Iterator[str]:
-    from collections import deque
+    def still_live() -> bool:
+        now = store.get_run(record.id)
+        return now is not None and now.live
 
     try:
-        with open(path, "rb") as handle:
-            for raw in deque(handle, maxlen=max(count, 0)):
-                yield raw.decode("utf-8", "replace").rstrip("\n")
-            while follow:
-                chunk = handle.readline()
-                if chunk:
-                    yield chunk.decode("utf-8", "replace").rstrip("\n")
-                else:
-                    time.sleep(0.25)
+        for line in log_lines(path, lines, follow=follow, still_live=still_live):
+            click.echo(line.rstrip("\n"))
     except FileNotFoundError:
         raise click.ClickException(f"log file {path} does not exist (yet)") from None
+    except KeyboardInterrupt:
+        return
 
 
 # -- stop --------------------------------------------------------------------------------------

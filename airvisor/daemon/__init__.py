@@ -2,7 +2,7 @@
 
 from airvisor.daemon._app import ApiContext, create_app
 from airvisor.daemon._auth import AuthConfigError, decide_auth, is_loopback_host
-from airvisor.daemon._client import DaemonClient, DaemonError, read_token, render_run
+from airvisor.daemon._client import DaemonClient, DaemonError, read_token
 from airvisor.daemon._notify import Notifier, watchdog_interval
 from airvisor.daemon._profiles import ProfileCatalog
 from airvisor.daemon._server import (
@@ -34,7 +34,6 @@ __all__ = [
     "decide_auth",
     "is_loopback_host",
     "read_token",
-    "render_run",
     "render_unit",
     "systemctl_commands",
     "watchdog_interval",

@@ -36,7 +36,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from airvisor._logging import get_logger
 from airvisor._version import __version__
 from airvisor.daemon._auth import token_matches
-from airvisor.daemon._logs import LogFollower, tail_lines
 from airvisor.daemon._machine import CachedGPUs, FeatureMissing, plain, read_gpus
 from airvisor.daemon._metrics import metrics_registry, render_metrics
 from airvisor.daemon._models import (
@@ -61,6 +60,7 @@ from airvisor.daemon._service import RunService
 from airvisor.daemon._views import CurrentRunSnapshot, detail_of, event_of, summary_of
 from airvisor.engine import RunConflict, UnknownRun
 from airvisor.store import ComponentRecord, RunRecord, Store
+from airvisor.view import LogFollower, tail_lines
 
 log = get_logger("airvisor.daemon.api")
 

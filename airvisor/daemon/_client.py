@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,19 +186,6 @@ class DaemonClient:
                 raise DaemonError(response.status_code, _message(response))
             yield from response.iter_lines()
 
-    def follow(self, run_id: str, *, interval: float = 1.0) -> Iterator[dict[str, Any]]:
-        """New events of a run as they happen, until the run is no longer live."""
-        after = 0
-        while True:
-            batch = self.events(run_id, after)
-            for event in batch:
-                after = max(after, int(event["id"]))
-                yield event
-            if not batch and not self.get_run(run_id)["live"]:
-                return
-            if not batch:
-                time.sleep(interval)
-
 
 def daemon_live_run_ids() -> tuple[set[str], str | None]:
     """The runs the box's daemon supervises, and its URL; (set(), None) when no daemon
@@ -214,70 +200,3 @@ def daemon_live_run_ids() -> tuple[set[str], str | None]:
         except httpx.HTTPError as err:
             raise DaemonError(0, f"the daemon at {client.url} did not list its runs: {err}"
                               ) from err
-
-
-# -- rendering ----------------------------------------------------------------------------------
-def _ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f}s ago"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f}m ago"
-    return f"{seconds / 3600:.1f}h ago"
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value) or "-"
-    return str(value)
-
-
-def render_run(run: dict[str, Any], *, now: float | None = None) -> str:
-    """A run's status as a small text table (what `airvisor status` prints)."""
-    now = time.time() if now is None else now
-    since = None if run.get("last_progress_at") is None else now - run["last_progress_at"]
-    step = _cell(run.get("step"))
-    if run.get("max_steps"):
-        step = f"{step}/{run['max_steps']}"
-    lines = [
-        f"run      {run['id']}  (profile {run.get('profile_name') or run.get('name')})",
-        f"state    {run['state']}   attempt {run.get('attempt', 0)}   step {step}   "
-        f"last progress {_ago(since)}   restarts {run.get('restarts', 0)}",
-    ]
-    if run.get("resume_step") is not None:
-        lines.append(f"resumed  from checkpoint step {run['resume_step']}")
-    if run.get("gpus"):
-        lines.append(f"gpus     {_cell(run['gpus'])}")
-    if run.get("run_dir"):
-        lines.append(f"dir      {run['run_dir']}")
-    if run.get("containment"):
-        lines.append(f"contain  {run['containment']}")
-    components = run.get("components") or []
-    if components:
-        header = ("COMPONENT", "STATE", "PID", "GPUS", "RESTARTS", "HEALTH", "CONTAINER")
-        rows = [header] + [
-            (c["name"], c["state"], _cell(c.get("pid")), _cell(c.get("gpus")),
-             _cell(c.get("restarts")), _cell(c.get("health")),
-             _cell((c.get("container_id") or "")[:12] or None))
-            for c in components
-        ]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        lines.append("")
-        lines.extend("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)
-                               ).rstrip() for row in rows)
-    if run.get("last_error"):
-        lines.append("")
-        lines.append(f"last error: {run['last_error']}")
-    events = run.get("recent_events") or []
-    if events:
-        lines.append("")
-        lines.append("recent events:")
-        for event in events:
-            stamp = time.strftime("%H:%M:%S", time.localtime(event["at"]))
-            who = f" [{event['component']}]" if event.get("component") else ""
-            lines.append(f"  {stamp} {event['kind']}{who}: {event['message']}")
-    return "\n".join(lines)

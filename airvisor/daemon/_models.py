@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
+from airvisor.view import ComponentView, EventView, RunSummaryView, RunView
+
 # Identifiers that may appear in URLs: no '/', no '..', bounded length.
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 COMPONENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -108,61 +110,18 @@ class HealthOut(_Out):
     state_dir: str
 
 
-class ComponentOut(_Out):
-    name: str
-    kind: str
-    attempt: int
-    state: str
-    pid: int | None
-    pgid: int | None
-    gpus: list[int]
-    restarts: int
-    exit_code: int | None
-    container_id: str | None
-    health: str | None
-    log_path: str | None
-    updated_at: float
+# A run as the API serves it: the view model `airvisor status` renders (airvisor.view), so the
+# CLI shows the same run with and without a daemon.
+ComponentOut = ComponentView
+EventOut = EventView
+RunSummaryOut = RunSummaryView
 
 
-class EventOut(_Out):
-    id: int
-    at: float
-    kind: str
-    component: str | None
-    message: str
-    data: dict[str, Any]
+class RunOut(RunView):
+    """A run's view, plus what holds at the time of this answer."""
 
-
-class RunSummaryOut(_Out):
-    id: str
-    name: str
-    profile_name: str
-    profile_path: str | None
-    state: str
-    live: bool
-    attempt: int
-    step: int | None
-    last_progress_at: float | None
-    restarts: int
-    gpus: list[int]
-    created_at: float
-    ended_at: float | None
-
-
-class RunOut(RunSummaryOut):
-    run_dir: str
-    max_steps: int | None
     seconds_since_progress: float | None = Field(
         description="At the time of the snapshot; None before the first step.")
-    resume_step: int | None = Field(description="Checkpoint step chosen for the last resume.")
-    last_error: str | None
-    supervisor_pid: int | None
-    containment: str | None = Field(
-        description="How the supervisor contains the run's processes: 'cgroup v2 (...)' or "
-                    "'subreaper fallback (...)'; None before the first attempt.")
-    updated_at: float
-    components: list[ComponentOut]
-    recent_events: list[EventOut]
     generated_at: float
 
 

@@ -1,70 +1,31 @@
-"""Store records -> API bodies, and the pre-encoded snapshot behind GET /runs/current."""
+"""Store records -> API bodies (the run's view model, airvisor.view), and the pre-encoded
+snapshot behind GET /runs/current."""
 
 from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
-from airvisor.daemon._models import ComponentOut, ErrorOut, EventOut, RunOut, RunSummaryOut
-from airvisor.store import ComponentRecord, EventRecord, RunRecord, Store
+from airvisor.daemon._models import ErrorOut, RunOut
+from airvisor.store import RunRecord, Store
+from airvisor.view import build_run_view, containment_of, profile_name
+from airvisor.view import event_view as event_of
+from airvisor.view import summary_view as summary_of
 
-RECENT_EVENTS = 5
+__all__ = ["CurrentRunSnapshot", "containment_of", "detail_of", "event_of", "profile_name",
+           "summary_of"]
+
 NO_CURRENT_RUN = (
     "no run yet: start one with `airvisor start PROFILE` or POST /runs {\"profile\": NAME}"
 )
 
 
-def profile_name(run: RunRecord) -> str:
-    return Path(run.profile_path).stem if run.profile_path else run.name
-
-
-def summary_of(run: RunRecord) -> RunSummaryOut:
-    return RunSummaryOut(
-        id=run.id, name=run.name, profile_name=profile_name(run), profile_path=run.profile_path,
-        state=run.state, live=run.live, attempt=run.attempt, step=run.step,
-        last_progress_at=run.last_progress_at, restarts=run.restarts, gpus=run.gpus,
-        created_at=run.created_at, ended_at=run.ended_at,
-    )
-
-
-def component_of(c: ComponentRecord) -> ComponentOut:
-    return ComponentOut(
-        name=c.name, kind=c.kind, attempt=c.attempt, state=c.state, pid=c.pid, pgid=c.pgid,
-        gpus=c.gpus, restarts=c.restarts, exit_code=c.exit_code, container_id=c.container_id,
-        health=c.health, log_path=c.log_path, updated_at=c.updated_at,
-    )
-
-
-def event_of(e: EventRecord) -> EventOut:
-    return EventOut(id=e.id, at=e.at, kind=e.kind, component=e.component, message=e.message,
-                    data=e.data)
-
-
-def _max_steps(run: RunRecord) -> int | None:
-    value = run.profile.get("run", {}).get("max_steps")
-    return value if isinstance(value, int) else None
-
-
-def containment_of(store: Store, run: RunRecord) -> str | None:
-    """The containment the run's supervisor announced (its "containment" event)."""
-    event = store.latest_event(run.id, "containment")
-    return event.message.removeprefix("processes contained by ") if event else None
-
-
 def detail_of(store: Store, run: RunRecord, *, now: float | None = None) -> RunOut:
+    """The run's view as the store has it, with the time of this answer."""
     now = time.time() if now is None else now
     since = None if run.last_progress_at is None else max(0.0, now - run.last_progress_at)
-    return RunOut(
-        **summary_of(run).model_dump(),
-        run_dir=run.run_dir, max_steps=_max_steps(run), seconds_since_progress=since,
-        resume_step=run.resume_step, last_error=run.last_error,
-        supervisor_pid=run.supervisor_pid, containment=containment_of(store, run),
-        updated_at=run.updated_at,
-        components=[component_of(c) for c in store.components(run.id)],
-        recent_events=[event_of(e) for e in store.recent_events(run.id, RECENT_EVENTS)],
-        generated_at=now,
-    )
+    return RunOut(**dict(build_run_view(store, run)), seconds_since_progress=since,
+                  generated_at=now)
 
 
 class CurrentRunSnapshot:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from airvisor._logging import get_logger
-from airvisor.daemon._logs import LogFollower
 from airvisor.daemon._machine import GPUReport
 from airvisor.notify import EventWatcher
 from airvisor.policy import step_from_log_line, strip_ansi
 from airvisor.store import RunRecord, SeriesStore, Store
+from airvisor.view import LogFollower
 
 log = get_logger("airvisor.web")
 

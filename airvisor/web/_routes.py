@@ -21,7 +21,6 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from airvisor._logging import get_logger
-from airvisor.daemon._logs import tail_lines
 from airvisor.daemon._models import RUN_ID_PATTERN, error_responses
 from airvisor.daemon._views import detail_of, event_of
 from airvisor.notify import (
@@ -33,6 +32,7 @@ from airvisor.notify import (
 )
 from airvisor.profile._schema import NotifySection
 from airvisor.store import DeliveryStore, RunRecord, SeriesStore, Store
+from airvisor.view import tail_lines
 from airvisor.web._collector import STEP_SERIES, Background, layout_sources
 from airvisor.web._models import AttemptOut, DeliveryOut, LogOut, LogsOut, PageOut
 

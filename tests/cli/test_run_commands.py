@@ -61,7 +61,7 @@ def test_shipped_demo_completes_and_status_shows_it(
     assert status.returncode == 0
     assert "succeeded" in status.stdout
     # Which containment the supervisor used (issue 11): cgroup v2 here, or the fallback.
-    assert re.search(r"^contained  (cgroup v2|subreaper fallback) \(", status.stdout, re.M), \
+    assert re.search(r"^contained +(cgroup v2|subreaper fallback) \(", status.stdout, re.M), \
         status.stdout
     for component in ("inference", "trainer", "orchestrator"):
         assert component in status.stdout

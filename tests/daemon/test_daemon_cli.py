@@ -27,10 +27,10 @@ from airvisor.daemon import (
     decide_auth,
     is_loopback_host,
     read_token,
-    render_run,
     render_unit,
 )
 from airvisor.daemon._auth import load_or_create_token, token_matches
+from airvisor.view import RunView, render_run, to_text
 
 from .conftest import PROFILE_NAME, TOKEN, Api, DaemonProcess
 
@@ -197,30 +197,13 @@ def test_client_against_the_api(api: Api, monkeypatch: pytest.MonkeyPatch) -> No
             client.submit(PROFILE_NAME)
         assert conflict.value.status == 409
         assert client.stop("current")["action"] == "stop"
-        text = render_run(client.get_run(run["id"]))
+        text = to_text(render_run(RunView.model_validate(client.get_run(run["id"]))))
     assert run["id"] in text and "stopped" in text
     assert "trainer" in text and "102" in text  # the component table
     monkeypatch.setenv("AIRVISOR_TOKEN", "wrong")
     with DaemonClient(api.url, token="wrong") as wrong, pytest.raises(DaemonError) as denied:
         wrong.submit(PROFILE_NAME)
     assert denied.value.status == 401
-
-
-def test_render_run_shows_resume_error_and_events() -> None:
-    run = {
-        "id": "demo-1", "profile_name": "demo", "state": "recovering", "attempt": 2, "step": 17,
-        "max_steps": 30, "last_progress_at": 1000.0, "restarts": 1, "resume_step": 15,
-        "gpus": [0, 1], "run_dir": "/out/demo", "last_error": "trainer exited with code 1",
-        "components": [{"name": "trainer", "state": "exited", "pid": 12, "gpus": [1],
-                        "restarts": 1, "health": None, "container_id": None}],
-        "recent_events": [{"at": 990.0, "kind": "exit", "component": "trainer",
-                           "message": "exited with code 1"}],
-    }
-    text = render_run(run, now=1030.0)
-    assert "step 17/30" in text and "30s ago" in text
-    assert "resumed  from checkpoint step 15" in text
-    assert "last error: trainer exited with code 1" in text
-    assert "exit [trainer]: exited with code 1" in text
 
 
 def test_checked_in_unit_matches_what_install_service_writes() -> None:

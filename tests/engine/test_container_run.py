@@ -10,8 +10,8 @@ import docker
 import psutil
 import pytest
 
-from airvisor.cli._run import render_run
 from airvisor.policy import RunState
+from airvisor.view import build_run_view, render_run, to_text
 
 from .conftest import Harness
 
@@ -55,7 +55,7 @@ def test_run_with_containers_shows_them_and_leaves_none(
         run = harness.store.get_run(record.id)
         if run is not None and run.state == "running" and not status_text:
             # What `airvisor status` prints for the live run.
-            status_text = render_run(run, harness.store.components(record.id), [])
+            status_text = to_text(render_run(build_run_view(harness.store, run)))
         if run is not None and run.state == "running" and not passed_names:
             # prime-rl's processes learn the names from the environment (the user's config is
             # not edited): the launcher, and so every child it starts, carries them.

@@ -1,8 +1,14 @@
-"""Reading component log files: the last N lines, and following a file as it grows."""
+"""Reading component log files: the last N lines, and following a file as it grows.
+
+The one log reader of `airvisor logs` (with and without a daemon: the API's log endpoint uses
+it too) and of the run page.
+"""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 BLOCK = 64 * 1024
@@ -65,3 +71,25 @@ class LogFollower:
             lines.append(self._partial.decode("utf-8", errors="replace") + "\n")
             self._partial = b""
         return lines
+
+
+def log_lines(path: Path, count: int, *, follow: bool = False,
+              still_live: Callable[[], bool] = lambda: False,
+              poll: float = 0.25) -> Iterator[str]:
+    """The last `count` lines of a log (with their newlines); with `follow`, then each line
+    appended to it, until `still_live()` says the run has ended. FileNotFoundError when the
+    file is missing."""
+    lines, end = tail_lines(path, count)
+    yield from lines
+    if not follow:
+        return
+    follower = LogFollower(path, end)
+    while True:
+        new = follower.read_new()
+        if new:
+            yield from new
+        elif still_live():
+            time.sleep(poll)
+        else:
+            yield from follower.rest()
+            return

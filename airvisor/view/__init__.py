@@ -1,0 +1,52 @@
+"""How a run is shown: one view model (built from the store, served by the API as JSON), one
+rich renderer for the terminal, and the log reader behind `airvisor logs` and the API."""
+
+from airvisor.view._model import (
+    RECENT_EVENTS,
+    AttemptView,
+    ComponentView,
+    EventView,
+    RestartView,
+    RunSummaryView,
+    RunView,
+    SlurmView,
+    build_run_view,
+    containment_of,
+    event_view,
+    find_run,
+    profile_name,
+    run_view,
+    summary_view,
+)
+from airvisor.view._progress import ApiSource, ProgressView, RunSource, StoreSource
+from airvisor.view._render import event_line, progress_line, render_run, to_text
+from airvisor.view._tail import LogFollower, log_lines, tail_lines
+
+__all__ = [
+    "RECENT_EVENTS",
+    "ApiSource",
+    "AttemptView",
+    "ComponentView",
+    "EventView",
+    "LogFollower",
+    "ProgressView",
+    "RestartView",
+    "RunSource",
+    "RunSummaryView",
+    "RunView",
+    "SlurmView",
+    "StoreSource",
+    "build_run_view",
+    "containment_of",
+    "event_line",
+    "event_view",
+    "find_run",
+    "log_lines",
+    "profile_name",
+    "progress_line",
+    "render_run",
+    "run_view",
+    "summary_view",
+    "tail_lines",
+    "to_text",
+]

@@ -1,0 +1,277 @@
+"""The run's view model, its renderer, the progress view and the log reader."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from airvisor.daemon._models import RunOut
+from airvisor.store import ComponentRecord, EventRecord, RestartRecord, RunRecord, Store
+from airvisor.view import (
+    ProgressView,
+    RunView,
+    StoreSource,
+    build_run_view,
+    event_line,
+    find_run,
+    log_lines,
+    progress_line,
+    render_run,
+    run_view,
+    to_text,
+)
+
+NOW = 1_000_000.0
+
+
+def record(**changes: Any) -> RunRecord:
+    base: dict[str, Any] = dict(
+        id="demo-1", name="demo", profile_path="/etc/airvisor/profiles/demo.toml",
+        profile={"run": {"max_steps": 30, "demo": True}}, run_dir="/out/demo",
+        state="recovering", attempt=2, step=17, last_progress_at=NOW - 30, resume_step=15,
+        last_error="trainer exited with code 1", restarts=1, gpus=[0, 1], supervisor_pid=4242,
+        supervisor_started=NOW - 500, created_at=NOW - 600, updated_at=NOW - 5, ended_at=None,
+        phase="backoff", supervisor_kind="daemon", supervisor_address="http://127.0.0.1:8765",
+        details={"slurm_job_id": 981, "slurm_nodes": ["gpu01", "gpu02"],
+                 "slurm_state": "RUNNING", "other": 1})
+    base.update(changes)
+    return RunRecord(**base)
+
+
+def sample(**changes: Any) -> RunView:
+    trainer = ComponentRecord(run_id="demo-1", attempt=2, name="trainer", kind="process",
+                              state="exited", pid=12, gpus=[1], exit_code=1, restarts=1,
+                              log_path="/out/demo/trainer.log", updated_at=NOW - 31)
+    box = ComponentRecord(run_id="demo-1", attempt=2, name="mlgym-0", kind="container",
+                          state="running", container_id="0123456789abcdef0", health="healthy")
+    events = [EventRecord(id=7, run_id="demo-1", at=NOW - 40, kind="exit", component="trainer",
+                          message="exited with code 1 [rank 0]", data={"last_lines": [
+                              "\x1b[31mTraceback\x1b[0m", "RuntimeError: boom"]}),
+              EventRecord(id=8, run_id="demo-1", at=NOW - 35, kind="backoff", component=None,
+                          message="restarting in 5 s", data={})]
+    attempts = [
+        {"number": 1, "started_at": NOW - 590, "ended_at": NOW - 40, "resume_step": None,
+         "cause": "first", "outcome": "failed", "reason": "trainer exited with code 1",
+         "details": {}},
+        {"number": 2, "started_at": NOW - 30, "ended_at": None, "resume_step": 15,
+         "cause": "crash", "outcome": None, "reason": None, "details": {"note": "x"}},
+    ]
+    restarts = [RestartRecord(run_id="demo-1", at=NOW - 40, attempt=1, kind="crash",
+                              reason="trainer exited with code 1", counted=True)]
+    return run_view(record(**changes), components=[trainer, box], events=events,
+                    attempts=attempts, restarts=restarts,
+                    containment="cgroup v2 (/sys/fs/cgroup/airvisor)")
+
+
+def test_the_view_carries_every_record() -> None:
+    view = sample()
+    assert (view.profile_name, view.max_steps, view.demo, view.phase) == (
+        "demo", 30, True, "backoff")
+    assert view.slurm is not None
+    assert (view.slurm.job_id, view.slurm.nodes, view.slurm.state) == (
+        "981", ["gpu01", "gpu02"], "RUNNING")
+    assert view.details["other"] == 1
+    assert [a.cause for a in view.attempts] == ["first", "crash"]
+    assert view.restart_history[0].counted is True
+    assert [c.name for c in view.components] == ["trainer", "mlgym-0"]
+    assert view.live is True  # "recovering" is live
+
+
+def test_no_slurm_facts_no_slurm_view() -> None:
+    assert sample(details={}).slurm is None
+    assert sample(details={"slurm_nodes": "gpu[01-02]"}).slurm.nodes == [  # type: ignore[union-attr]
+        "gpu[01-02]"]
+
+
+def test_the_api_answer_reads_back_as_the_same_view() -> None:
+    """The daemon path of `status` validates the API's JSON (RunOut: the view plus snapshot
+    fields) into the view: nothing is lost or changed on the way."""
+    view = sample()
+    answer = RunOut(**dict(view), seconds_since_progress=30.0, generated_at=NOW)
+    back = RunView.model_validate_json(answer.model_dump_json())
+    assert back == view
+    assert back.model_dump_json() == view.model_dump_json()
+
+
+def test_status_text_of_a_live_run() -> None:
+    text = to_text(render_run(sample(), now=NOW))
+    lines = text.splitlines()
+    assert lines[0].split() == ["run", "demo-1", "(profile", "demo)", "demo:", "the", "real",
+                                "supervisor", "over", "simulated", "components"]
+    assert "recovering  (phase backoff)" in text
+    assert "restarts 1 (1 crash; 1 toward the crash-loop limit)" in text
+    assert "17/30   last progress 30s ago" in text
+    assert "from step 15" in text
+    assert "daemon at http://127.0.0.1:8765 (pid 4242)" in text
+    assert "cgroup v2 (/sys/fs/cgroup/airvisor)" in text
+    assert "job 981 on gpu01,gpu02 (RUNNING)" in text
+    assert "trainer exited with code 1" in text
+    trainer_row = next(line for line in lines if line.startswith("trainer "))
+    assert trainer_row.split() == ["trainer", "exited", "12", "1", "1", "1", "-", "-"]
+    box_row = next(line for line in lines if line.startswith("mlgym-0"))
+    assert box_row.split() == ["mlgym-0", "running", "-", "-", "-", "0", "healthy",
+                               "0123456789ab"]
+    # Two attempts: the table says why each started and where it resumed.
+    attempt_row = next(line for line in lines if line.lstrip().startswith("2 "))
+    assert attempt_row.split()[:4] == ["2", time.strftime("%H:%M:%S", time.localtime(NOW - 30)),
+                                       "crash", "15"]
+    # A message's brackets are text, not markup.
+    stamp = time.strftime("%H:%M:%S", time.localtime(NOW - 40))
+    assert f"  {stamp} [trainer] exited with code 1 [rank 0]" in lines
+
+
+def test_status_text_of_an_ended_run_does_not_depend_on_now() -> None:
+    view = sample(state="failed", phase=None, ended_at=NOW - 1, details={},
+                  supervisor_kind="foreground", supervisor_address=None)
+    first = to_text(render_run(view, now=NOW))
+    assert first == to_text(render_run(view, now=NOW + 3600))
+    stamp = time.strftime("%H:%M:%S", time.localtime(NOW - 30))
+    assert f"last progress at {stamp}" in first
+    assert "foreground `airvisor start` (pid 4242)" in first
+    assert "slurm" not in first and "phase" not in first
+
+
+def test_a_run_without_steps_or_components() -> None:
+    view = run_view(record(step=None, last_progress_at=None, profile={}, details={},
+                           resume_step=None, last_error=None, supervisor_kind=None,
+                           supervisor_pid=None),
+                    components=[], events=[], attempts=[], restarts=[], containment=None)
+    text = to_text(render_run(view, now=NOW))
+    assert "-   last progress -" in text
+    assert "COMPONENT" not in text and "recent events" not in text
+    assert "supervisor" not in text and "last error" not in text
+
+
+def test_progress_line() -> None:
+    line = progress_line(sample(state="running")).plain
+    assert line == "[running] attempt 2 step 17/30 | trainer=exited"  # containers left out
+
+
+def test_event_line() -> None:
+    event = sample().recent_events[1]
+    stamp = time.strftime("%H:%M:%S", time.localtime(NOW - 35))
+    assert event_line(event).plain == f"{stamp} restarting in 5 s"
+
+
+# -- against a real store ------------------------------------------------------------------------
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "state.sqlite3")
+
+
+def make_run(store: Store, run_id: str = "r-1") -> RunRecord:
+    return store.create_run(run_id=run_id, name="r", profile_path=None,
+                            profile={"run": {"max_steps": 4}}, run_dir="/out/r", gpus=[0],
+                            supervisor_pid=None)
+
+
+def test_build_run_view_reads_everything_the_store_records(store: Store) -> None:
+    run = make_run(store)
+    store.start_attempt(run.id, 1, None, cause="first")
+    store.merge_attempt_details(run.id, 1, node="gpu01")
+    store.end_attempt(run.id, 1, "failed", "trainer exited with code 1")
+    store.add_restart(run.id, attempt=1, kind="crash", reason="trainer exited", counted=True)
+    store.add_restart(run.id, attempt=2, kind="operator", reason="POST /restart",
+                      counted=False)
+    store.start_attempt(run.id, 2, 3, cause="operator")
+    store.upsert_component(run.id, 2, "trainer", state="running", pid=99, gpus=[0])
+    store.update_run(run.id, state="running", phase="running", step=3,
+                     supervisor_kind="foreground")
+    store.merge_run_details(run.id, slurm_job_id="77", slurm_state="RUNNING")
+    store.add_event(run.id, "containment", "processes contained by subreaper fallback (x)")
+    for i in range(15):
+        store.add_event(run.id, "progress", f"step {i}")
+    current = find_run(store, None)
+    assert current is not None and find_run(store, "current") == current
+    view = build_run_view(store, current)
+    assert (view.state, view.attempt, view.step, view.resume_step, view.restarts) == (
+        "running", 2, 3, 3, 2)
+    assert view.containment == "subreaper fallback (x)"
+    assert [m.message for m in view.recent_events] == [f"step {i}" for i in range(5, 15)]
+    assert [(a.number, a.cause, a.details) for a in view.attempts] == [
+        (1, "first", {"node": "gpu01"}), (2, "operator", {})]
+    assert [(r.kind, r.counted) for r in view.restart_history] == [
+        ("crash", True), ("operator", False)]
+    assert view.slurm is not None and view.slurm.job_id == "77"
+    assert [c.pid for c in view.components] == [99]
+    text = to_text(render_run(view))
+    assert "restarts 2 (1 crash, 1 operator; 1 toward the crash-loop limit)" in text
+
+
+def test_progress_view_prints_events_and_the_status_line(store: Store) -> None:
+    run = make_run(store)
+    store.start_attempt(run.id, 1, None)
+    store.upsert_component(run.id, 1, "trainer", state="running", pid=5)
+    store.add_event(run.id, "milestone", "inference ready")
+    store.add_event(run.id, "exit", "exited with code 1", component="trainer",
+                    data={"last_lines": [f"line {i}" for i in range(8)]})
+    out = io.StringIO()
+    view = ProgressView(StoreSource(store, run.id), live=False,
+                        console=Console(file=out, width=120, color_system=None))
+    view.refresh()
+    store.update_run(run.id, state="running", step=2)
+    view.refresh(final=False)  # throttled: nothing new yet
+    time.sleep(0.3)
+    view.refresh()
+    view.refresh(final=True)
+    lines = out.getvalue().splitlines()
+    assert not any("inference ready" in line for line in lines)  # milestones: terminal only
+    assert lines[0].endswith("[trainer] exited with code 1")
+    assert [line.strip() for line in lines[1:6]] == [f"| line {i}" for i in range(3, 8)]
+    assert lines[6].endswith("[running] attempt 1 step 2/4 | trainer=running")
+    assert len(lines) == 7
+
+
+def test_progress_view_on_a_terminal_keeps_one_line_below_the_events(store: Store) -> None:
+    run = make_run(store)
+    store.start_attempt(run.id, 1, None)
+    store.update_run(run.id, state="running", step=1)
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=True, color_system=None)
+    view = ProgressView(StoreSource(store, run.id), live=True, console=console)
+    view.refresh()
+    store.add_event(run.id, "milestone", "trainer ready")
+    time.sleep(0.3)
+    view.refresh()
+    view.refresh(final=True)
+    raw = out.getvalue()
+    assert "[running] attempt 1 step 1/4" in raw and "trainer ready" in raw
+    # The progress line was drawn and taken away again (a transient Live display).
+    assert "\x1b[2K" in raw
+
+
+# -- logs --------------------------------------------------------------------------------------
+def test_log_lines_tail_then_follow_until_the_run_ends(tmp_path: Path) -> None:
+    path = tmp_path / "trainer.log"
+    path.write_text("".join(f"line {i}\n" for i in range(1, 101)))
+    assert list(log_lines(path, 3)) == ["line 98\n", "line 99\n", "line 100\n"]
+    assert list(log_lines(path, 0)) == []
+    live = threading.Event()
+    live.set()
+
+    def writer() -> None:
+        time.sleep(0.2)
+        with path.open("a") as f:
+            f.write("line 101\nline 1")
+            f.flush()
+            time.sleep(0.2)
+            f.write("02\npartial")
+        time.sleep(0.2)
+        live.clear()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    got = list(log_lines(path, 1, follow=True, still_live=live.is_set, poll=0.02))
+    thread.join()
+    assert got == ["line 100\n", "line 101\n", "line 102\n", "partial\n"]
+
+
+def test_log_lines_of_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        list(log_lines(tmp_path / "nope.log", 5))
