@@ -160,6 +160,11 @@ def layout_extras(version: Version, rl: Mapping[str, Any] | None) -> dict[str, A
         ckpt_dir = _get(rl, "ckpt", "output_dir")
         if ckpt_dir is not None:
             extras["ckpt_output_dir"] = ckpt_dir
+        # Slurm mode (airvisor.slurm): prime-rl's resolved [slurm] (project_dir, partition,
+        # exclude, pre_run_command, ...) and [deployment] (nodes), as prime-rl computed them.
+        if isinstance(rl.get("slurm"), Mapping):
+            extras["slurm_settings"] = dict(rl["slurm"])
+            extras["deployment"] = dict(rl.get("deployment") or {})
     else:
         log_file = _get(rl, "log", "file")
         if log_file is not None:

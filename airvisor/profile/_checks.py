@@ -117,13 +117,17 @@ def _port_problems(profile: Profile) -> list[Problem]:
 
 def _deployment_problems(profile: Profile, facts: RunFacts) -> list[Problem]:
     # v0.4 has no [deployment]: its `rl` is always local (the resolver says "local").
-    if facts.slurm or facts.deployment_type not in ("single_node", "local"):
+    # A [slurm] table runs in Slurm mode (airvisor.slurm, docs/slurm.md): any deployment.
+    if facts.slurm:
+        return []
+    if facts.deployment_type not in ("single_node", "local"):
         return [Problem(
             profile_where(profile, ("prime_rl", "args")),
-            f"the prime-rl config describes a {'Slurm' if facts.slurm else facts.deployment_type} "
-            "deployment; airvisor supervises single-node runs on this box",
-            "remove [slurm] / set [deployment] type = \"single_node\", or run it with "
-            "prime-rl's own Slurm path")]
+            f"the prime-rl config describes a {facts.deployment_type} deployment without a "
+            "[slurm] table; airvisor supervises single-node runs on this box, and multi-node "
+            "runs through Slurm",
+            "add a [slurm] table (Slurm mode, see docs/slurm.md) or set [deployment] type = "
+            "\"single_node\"")]
     return []
 
 

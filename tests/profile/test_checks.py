@@ -141,11 +141,12 @@ def test_inference_port_and_rdzv_port_differ() -> None:
     assert semantic(run_facts(inference_port=None), trainer={"rdzv_port": 29501}) == []
 
 
-def test_only_single_node_runs_are_supervised() -> None:
-    (slurm,) = semantic(run_facts(slurm=True))
-    assert "describes a Slurm deployment" in slurm.message
+def test_multi_node_runs_need_slurm() -> None:
+    # A [slurm] table runs in Slurm mode (airvisor.slurm), whatever the deployment.
+    assert semantic(run_facts(slurm=True)) == []
+    assert semantic(run_facts(version="main", slurm=True, deployment_type="multi_node")) == []
     (multi,) = semantic(run_facts(version="main", deployment_type="multi_node"))
-    assert "describes a multi_node deployment" in multi.message
+    assert "describes a multi_node deployment without a [slurm] table" in multi.message
 
 
 def test_the_demo_reserves_no_gpu() -> None:
@@ -196,11 +197,10 @@ def test_fixture_port_clash_with_prime_rls_default_port() -> None:
     assert problem.message == "[trainer] rdzv_port 8000 is also the inference server's port"
 
 
-def test_fixture_slurm_is_refused() -> None:
-    path = BROKEN / "slurm.toml"
-    (problem,) = fixture_problems(path)
-    assert problem.where == f"{path}:8:1"
-    assert "Slurm deployment; airvisor supervises single-node runs" in problem.message
+def test_fixture_slurm_is_accepted_for_slurm_mode() -> None:
+    prepared = prepare_run(load_profile(BROKEN / "slurm.toml"), machine=False, environ={})
+    assert prepared.problems == []
+    assert prepared.profile.resolved is not None and prepared.profile.resolved["slurm"]
 
 
 @pytest.mark.parametrize("name", ["v04", "main"])
