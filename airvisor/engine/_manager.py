@@ -25,6 +25,7 @@ from airvisor._logging import get_logger
 from airvisor.engine._events import Command, Event
 from airvisor.engine._supervisor import (
     ComponentHandle,
+    Failure,
     Hooks,
     RunSupervisor,
     archive_run_dir,
@@ -37,7 +38,16 @@ from airvisor.engine._takeover import (
     refresh_adopted,
     unfinished_commands,
 )
-from airvisor.policy import RunState, choose_resume_step, step_from_log_line
+from airvisor.policy import (
+    BootAction,
+    Phase,
+    RestartKind,
+    RunState,
+    choose_resume_step,
+    decide_takeover,
+    phase_of_record,
+    step_from_log_line,
+)
 from airvisor.proc import ProcessIdentity, terminate_tree
 from airvisor.profile._schema import Profile
 from airvisor.store import RunRecord, Store
@@ -133,10 +143,15 @@ class RunManager:
         foreground: bool = False,
         hooks: Hooks | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        address: str | None = None,
     ) -> None:
         self.store = store
         self.foreground = foreground
+        # Where a client reaches this supervisor (the daemon's URL); None for a foreground run.
+        self.address = address
         self._clock = clock
+        self._wall_clock = wall_clock
         self._queue: queue.Queue[Event] = queue.Queue()
         self._runs: dict[str, RunSupervisor] = {}
         self._lock = threading.RLock()
@@ -191,7 +206,7 @@ class RunManager:
                 profile=profile.model_dump(mode="json"), run_dir=str(run_dir),
                 gpus=sorted(profile_gpus(profile)), supervisor_pid=self._pid,
             )
-            self.store.update_run(run_id, supervisor_started=self._started)
+            self._claim(run_id)
             supervisor = self._new_supervisor(run_id, profile)
             self._runs[run_id] = supervisor
             self.store.add_event(run_id, "submitted",
@@ -256,8 +271,13 @@ class RunManager:
             action()
         except Exception as exc:
             log.exception("internal error while supervising", run=supervisor.run_id)
-            self.store.add_event(supervisor.run_id, "internal_error",
-                                 f"internal error: {type(exc).__name__}: {exc}")
+            message = f"internal error: {type(exc).__name__}: {exc}"
+            self.store.add_event(supervisor.run_id, "internal_error", message)
+            try:
+                # Never wedged in a live state: the attempt fails and the policy decides.
+                supervisor.on_internal_error(message)
+            except Exception:
+                log.exception("internal error while failing the run", run=supervisor.run_id)
 
     def shutdown(self, *, stop_runs: bool, timeout: float | None = None) -> None:
         """Leave training running (a later daemon adopts it) unless `stop_runs`."""
@@ -276,7 +296,9 @@ class RunManager:
 
     # -- boot: adopt or resume -------------------------------------------------------------------
     def adopt_on_boot(self) -> list[str]:
-        """Take over runs whose supervisor died: adopt live components, resume dead ones."""
+        """Take over runs whose supervisor died, each as its recorded phase says
+        (`airvisor.policy.decide_takeover`): finish a stop, adopt a live attempt, resume a
+        recovery or a run whose components died, begin one that never started."""
         taken: list[str] = []
         for run in self.store.live_runs():
             if run.id in self._runs or supervisor_alive(run):
@@ -284,38 +306,62 @@ class RunManager:
             try:
                 profile = Profile.model_validate(run.profile)
             except ValueError as exc:
-                self.store.update_run(run.id, state="failed", ended_at=time.time(),
+                self.store.update_run(run.id, state="failed", phase="failed",
+                                      ended_at=time.time(),
                                       last_error=f"stored profile unreadable: {exc}")
                 continue
-            if finish_if_completed(self.store, run, profile):
+            phase = phase_of_record(run.phase, run.state)
+            handles, dead = self._component_handles(run)
+            action = decide_takeover(phase, attempt=run.attempt, alive=handles, dead=dead)
+            if action in (BootAction.ADOPT, BootAction.RESUME) and \
+                    finish_if_completed(self.store, run, profile):
                 continue  # it ended while no supervisor watched: recorded, not relaunched
             with self._lock:
-                self.store.update_run(run.id, supervisor_pid=self._pid,
-                                      supervisor_started=self._started)
-                supervisor = self._new_supervisor(run.id, profile)
+                self._claim(run.id)
+                supervisor = self._new_supervisor(run.id, profile, phase=Phase.TAKEOVER)
                 supervisor.step = run.step
                 self._runs[run.id] = supervisor
-            handles, dead = self._component_handles(run)
-            if handles and not dead:
-                refresh_adopted(self.store, run)  # step and progress time, before any answer
-                supervisor.adopt(run.attempt, handles,
-                                 _step_from_logs(supervisor, handles, run.step))
-                pids = ", ".join(str(h.identity.pid) for h in handles.values())
-                self.store.add_event(run.id, "adopted", f"adopted live run: "
-                                     f"{', '.join(sorted(handles))} (pids {pids})")
-            else:
-                why = (f"components died while no supervisor watched: {', '.join(dead)}"
-                       if dead else "the run had not started its components")
-                if profile.restart.resume_on_boot and supervisor.layout is not None:
-                    choice = choose_resume_step(supervisor.layout.scan())
-                    self.store.add_event(run.id, "boot_resume",
-                                         f"{why}; resuming ({choice.describe()})")
-                self._guard(supervisor, functools.partial(
-                    supervisor.take_over_dead, run.attempt, handles, why))
+            self.store.add_event(run.id, "takeover", f"daemon took over the run, recorded "
+                                 f"{phase}: {action.value.replace('_', ' ')}",
+                                 data={"phase": str(phase), "action": str(action)})
+            self._guard(supervisor, functools.partial(
+                self._take_over, supervisor, run, action, phase, handles, dead))
             taken.append(run.id)
-            for action in unfinished_commands(self.store, run.id):  # accepted, never done
-                self._queue.put(Command(run.id, action))
+            for action_name in unfinished_commands(self.store, run.id):  # accepted, never done
+                self._queue.put(Command(run.id, action_name))
         return taken
+
+    def _take_over(self, supervisor: RunSupervisor, run: RunRecord, action: BootAction,
+                   phase: Phase, handles: dict[str, ComponentHandle], dead: list[str]) -> None:
+        if action == BootAction.FINISH_STOP:
+            supervisor.finish_stop(run.attempt, handles, phase)
+        elif action == BootAction.BEGIN:
+            supervisor.begin()
+        elif action == BootAction.RELAUNCH:
+            supervisor.relaunch_after_boot(run.attempt)
+        elif action == BootAction.CONTINUE_RECOVERY:
+            pending = run.details.get("recovery") or {}
+            kinds: dict[str, RestartKind] = {"crash": "crash", "hang": "hang",
+                                             "operator": "operator", "boot": "boot"}
+            failure = Failure(str(pending.get("reason") or run.last_error or
+                                  "the daemon restarted during recovery"),
+                              kinds.get(str(pending.get("kind")), "boot"))
+            supervisor.resume_after_boot(run.attempt, handles, failure)
+        elif action == BootAction.ADOPT:
+            refresh_adopted(self.store, run)  # step and progress time, before any answer
+            supervisor.adopt(run.attempt, handles, _step_from_logs(supervisor, handles, run.step),
+                             resume_step=run.resume_step)
+            pids = ", ".join(str(h.identity.pid) for h in handles.values())
+            self.store.add_event(run.id, "adopted", f"adopted live run: "
+                                 f"{', '.join(sorted(handles))} (pids {pids})")
+        else:
+            why = (f"components died while no supervisor watched: {', '.join(dead)}"
+                   if dead else "the run had not started its components")
+            if profile_resumes(supervisor):
+                choice = choose_resume_step(supervisor.layout.scan())  # type: ignore[union-attr]
+                self.store.add_event(run.id, "boot_resume",
+                                     f"{why}; resuming ({choice.describe()})")
+            supervisor.resume_after_boot(run.attempt, handles, Failure(why, "boot"))
 
     def _component_handles(self, run: RunRecord) -> tuple[dict[str, ComponentHandle], list[str]]:
         handles: dict[str, ComponentHandle] = {}
@@ -338,9 +384,17 @@ class RunManager:
         return handles, dead
 
     # -- internals --------------------------------------------------------------------------------
-    def _new_supervisor(self, run_id: str, profile: Profile) -> RunSupervisor:
+    def _new_supervisor(self, run_id: str, profile: Profile,
+                        phase: Phase = Phase.PENDING) -> RunSupervisor:
         return RunSupervisor(run_id=run_id, profile=profile, store=self.store,
-                             post=self._queue.put, hooks=self.hooks, clock=self._clock)
+                             post=self._queue.put, hooks=self.hooks, clock=self._clock,
+                             wall_clock=self._wall_clock, phase=phase)
+
+    def _claim(self, run_id: str) -> None:
+        """Record this process as the run's supervisor: `stop` and the next daemon ask it."""
+        self.store.update_run(run_id, supervisor_pid=self._pid, supervisor_started=self._started,
+                              supervisor_kind="foreground" if self.foreground else "daemon",
+                              supervisor_address=self.address)
 
     def _check_conflicts(self, profile: Profile) -> None:
         wanted_gpus = profile_gpus(profile)
@@ -391,6 +445,10 @@ class RunManager:
             return
         archived = archive_run_dir(run_dir, "old")
         log.info("moved earlier run aside", path=str(archived))
+
+
+def profile_resumes(supervisor: RunSupervisor) -> bool:
+    return supervisor.profile.restart.resume_on_boot and supervisor.layout is not None
 
 
 def _step_from_logs(supervisor: RunSupervisor, handles: dict[str, ComponentHandle],

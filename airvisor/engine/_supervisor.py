@@ -31,11 +31,15 @@ from airvisor.engine._members import launcher_members
 from airvisor.engine._probe import InferenceProber, inference_base_url
 from airvisor.engine._tail import LogTail
 from airvisor.policy import (
+    COUNTED_KINDS,
     GiveUp,
+    Phase,
+    RestartKind,
     RestartPolicy,
     ResumeChoice,
     RunState,
     StallRule,
+    advance,
     choose_resume_step,
     decide_restart,
     milestone_from_log_line,
@@ -43,7 +47,6 @@ from airvisor.policy import (
     step_from_log_line,
     step_from_metrics_row,
     strip_ansi,
-    transition,
 )
 from airvisor.primerl import LAUNCHER, AttemptPlan, RunLayout, prepare_run, run_layout
 from airvisor.proc import ProcessIdentity, launch
@@ -256,7 +259,23 @@ def describe_exit(code: int | None) -> str:
     return f"exited with status {code}"
 
 
+@dataclass(frozen=True)
+class Failure:
+    """The failure a recovery is under way for (the payload of the recovering phases)."""
+
+    reason: str
+    kind: RestartKind  # crash | hang | operator | boot: only crashes and hangs count
+    component: str | None = None
+
+
 class RunSupervisor:
+    """The run's state machine (`airvisor.policy.Phase`) and the I/O it orders.
+
+    Every phase change goes through `_set_phase` (and so through `policy.advance`); what a phase
+    needs beyond its name is its payload: the failure being recovered from (recovering phases),
+    the backoff deadline (backoff). Nothing else decides what happens next.
+    """
+
     def __init__(
         self,
         *,
@@ -266,6 +285,8 @@ class RunSupervisor:
         post: Callable[[Event], None],
         hooks: Hooks,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        phase: Phase = Phase.PENDING,
     ) -> None:
         self.run_id = run_id
         self.profile = profile
@@ -273,11 +294,12 @@ class RunSupervisor:
         self._post = post
         self._hooks = hooks
         self._clock = clock
+        self._wall = wall_clock
         self.run_dir = Path(profile.run.output_dir or ".")
         self.layout: RunLayout | None = run_layout(profile) if profile.resolved else None
         self.views: dict[str, LogView] = {}
         self.mode = profile.prime_rl.mode
-        self.state = RunState.PENDING
+        self.phase = phase
         self.attempt = 0
         self.components: dict[str, ComponentHandle] = {}
         self.step: int | None = None
@@ -293,16 +315,10 @@ class RunSupervisor:
         self._prober: ProberLike | None = None
         self._pool: ContainerPoolLike | None = None
         self._metrics: LogTail | None = None
-        self._restart_times: list[float] = []
-        self._restart_at: float | None = None
-        self._resume_step: int | None = None
-        self._failure: str | None = None
-        self._stop_requested = False
-        self._restart_requested = False
+        self._failure: Failure | None = None  # payload of RECOVERY_STOPPING / BACKOFF
+        self._backoff_until: float | None = None  # payload of BACKOFF
         self._tasks: set[str] = set()
         self._pool_lock = threading.Lock()  # one Docker operation on the pool at a time
-        self._count_restart = True
-        self._final: RunState | None = None
         self._specs: dict[str, Any] = {}
         self._next_container_check = 0.0
         self._next_member_scan = 0.0
@@ -311,6 +327,10 @@ class RunSupervisor:
         self._container_recreates = 0
         self.finished = threading.Event()
 
+    @property
+    def state(self) -> RunState:
+        return self.phase.state
+
     # -- helpers ---------------------------------------------------------------------------
     def _event(self, kind: str, message: str, *, component: str | None = None,
                **data: Any) -> None:
@@ -318,15 +338,20 @@ class RunSupervisor:
         log.log(event_log_level(kind, message), message, run=self.run_id, kind=kind,
                 component=component)
 
-    def _set_state(self, target: RunState) -> None:
-        if target == self.state:
+    def _set_phase(self, target: Phase) -> None:
+        """The only place the run's phase (and so its state) changes; persisted at once."""
+        if target == self.phase:
             return
-        self.state = transition(self.state, target)
-        fields: dict[str, Any] = {"state": str(target)}
+        previous = self.phase
+        self.phase = advance(self.phase, target)
+        fields: dict[str, Any] = {"phase": str(target), "state": str(target.state)}
         if target.terminal:
             fields["ended_at"] = time.time()
+        if target == Phase.SUCCEEDED:
+            fields["last_error"] = None  # the failures it recovered from stay in its history
         self.store.update_run(self.run_id, **fields)
-        self._event("state", f"run {target}")
+        if target.state != previous.state:
+            self._event("state", f"run {target.state}", phase=str(target))
         if target.terminal:
             self.finished.set()
 
@@ -367,26 +392,31 @@ class RunSupervisor:
     # -- lifecycle -------------------------------------------------------------------------
     def begin(self) -> None:
         """Start the first attempt (after preflight)."""
-        self._begin_preflight()
+        if self.phase in (Phase.PENDING, Phase.TAKEOVER):
+            self._begin_preflight()
 
     def _begin_preflight(self) -> None:
-        self._set_state(RunState.PREFLIGHT)
+        self._set_phase(Phase.PREFLIGHT)
+        self._backoff_until = None
         profile, run_id = self.profile, self.run_id
         live = self._hooks.live_run_ids() - {run_id}
         number = self.attempt + 1
         attempt_dir = self.attempt_dir_of(number)
         layout = self.layout
+        pool_factory = (self._hooks.container_pool
+                        if profile.containers.enabled else None)
+        if pool_factory is not None and self._pool is None:
+            self._pool = pool_factory(profile, run_id)  # constructing it does no I/O
+        pool, pool_lock = self._pool, self._pool_lock
 
         def job() -> PreparedAttempt:
             summary = self._hooks.prepare_machine(profile, run_id, live)
             names: list[str] = []
-            if profile.containers.enabled and self._hooks.container_pool is not None:
-                if self._pool is None:
-                    self._pool = self._hooks.container_pool(profile, run_id)
-                with self._pool_lock:
-                    self._pool.preflight()
-                    self._pool.up()
-                names = list(self._pool.names)
+            if pool is not None:
+                with pool_lock:
+                    pool.preflight()
+                    pool.up()
+                names = list(pool.names)
                 summary += f"; {len(names)} container(s) up"
             return prepare_attempt(profile, layout, number=number, attempt_dir=attempt_dir,
                                    container_names=names, summary=summary)
@@ -394,15 +424,17 @@ class RunSupervisor:
         self._run_task("preflight", job)
 
     def _launch_attempt(self, prepared: PreparedAttempt) -> None:
+        cause = self._failure.kind if self._failure is not None else "first"
+        self._failure = None
         self.attempt = prepared.number
         self.profile = prepared.profile
         self.layout = run_layout(prepared.profile)
         self.run_dir = self.layout.run_dir
         choice = prepared.choice
-        self._resume_step = choice.step
-        self.store.start_attempt(self.run_id, self.attempt, choice.step)
+        self.store.start_attempt(self.run_id, self.attempt, choice.step, cause=cause)
+        self.store.merge_run_details(self.run_id, recovery=None)
         self._event("attempt", f"attempt {self.attempt}: {choice.describe()}",
-                    attempt=self.attempt, resume_step=choice.step,
+                    attempt=self.attempt, resume_step=choice.step, cause=cause,
                     skipped=[list(s) for s in choice.skipped],
                     checked_by=prepared.plan.resolution.source)
         if self.attempt == 1 or self._containment is None:
@@ -422,7 +454,7 @@ class RunSupervisor:
         self._next_member_scan = 0.0
         metrics = self.layout.metrics_file()
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
-        self._set_state(RunState.STARTING)
+        self._set_phase(Phase.STARTING)
         if self.mode == "launcher":
             self._start_component(LAUNCHER)
             layout = self.layout
@@ -480,8 +512,12 @@ class RunSupervisor:
 
         threading.Thread(target=wait_for_exit, name=f"wait-{name}", daemon=True).start()
 
-    def adopt(self, attempt: int, handles: dict[str, ComponentHandle], step: int | None) -> None:
-        """Take over live components from an earlier supervisor (no restart)."""
+    # -- boot takeover (the manager decides which, from the recorded phase) -------------------
+    def adopt(self, attempt: int, handles: dict[str, ComponentHandle], step: int | None,
+              *, resume_step: int | None = None) -> None:
+        """Take over a live attempt from an earlier supervisor (no restart): its processes, its
+        logs from where they are now, its prober and containers, and what it still needs to
+        launch (component mode: the orchestrator, once inference is ready)."""
         self.attempt = attempt
         self.components = handles
         self.step = step
@@ -494,36 +530,87 @@ class RunSupervisor:
         if self.mode == "launcher" and layout is not None:
             self.views = {name: LogView(lambda name=name: layout.log_file(name),  # type: ignore[misc]
                                         since=0.0, from_end=True) for name in VIEWED}
-        self.state = RunState.RUNNING
-        self.store.update_run(self.run_id, state=str(RunState.RUNNING))
         waiting = ("orchestrator" not in handles if self.mode == "components"
                    else step is None)
-        if waiting:
-            # The old supervisor died before the server was ready: wait for it again.
-            self.state = RunState.STARTING
-            self.store.update_run(self.run_id, state=str(RunState.STARTING))
-        self._start_prober()
+        # The old supervisor died before the server was ready: wait for it again.
+        self._set_phase(Phase.STARTING if waiting else Phase.RUNNING)
+        if self.mode == "components" and "orchestrator" not in handles:
+            self._rebuild_specs(resume_step)
         if self.profile.containers.enabled and self._hooks.container_pool is not None:
             self._pool = self._hooks.container_pool(self.profile, self.run_id)
+        self._start_prober()
 
-    def take_over_dead(self, attempt: int, survivors: dict[str, ComponentHandle],
-                       why: str) -> None:
-        """Boot-time takeover of a run whose components (some or all) died unsupervised:
-        stop what is left, then resume from the newest complete checkpoint, or, when
-        `restart.resume_on_boot` is off, end the run as failed."""
+    def _rebuild_specs(self, resume_step: int | None) -> None:
+        """The launch specs of an adopted attempt, resolved again by prime-rl exactly as the
+        attempt was (same resume step), on a worker: the orchestrator is still to start."""
+        profile, number = self.profile, self.attempt
+        attempt_dir = self.attempt_dir_of(number)
+
+        def job() -> dict[str, Any]:
+            prepared = prepare_run(profile, resume_step=resume_step, attempt_dir=attempt_dir,
+                                   container_names=[], machine=False)
+            if prepared.problems or prepared.plan is None:
+                raise AttemptError("; ".join(str(p) for p in prepared.problems)
+                                   or "the attempt could not be planned again")
+            for spec in prepared.plan.processes.values():
+                for path, text in spec.files.items():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(text)
+            return dict(prepared.plan.processes)
+
+        self._run_task("respec", job)
+
+    def resume_after_boot(self, attempt: int, survivors: dict[str, ComponentHandle],
+                          failure: Failure) -> None:
+        """Boot takeover of an attempt that cannot be adopted (components died unsupervised, or
+        it was recovering): stop what is left, then the restart policy decides, from the
+        recorded restart history; with `restart.resume_on_boot` off the run ends failed."""
         self.attempt = attempt
         self.components = survivors
-        self.state = RunState.RUNNING
-        if self.profile.restart.resume_on_boot:
-            self._fail(why, None, count_restart=False)
+        if failure.kind == "boot" and not self.profile.restart.resume_on_boot:
+            self.store.update_run(self.run_id,
+                                  last_error=f"{failure.reason}; restart.resume_on_boot is off")
+            self._set_phase(Phase.STOPPING_FAILED)
+            self._start_stop()
             return
-        self.store.update_run(self.run_id, last_error=f"{why}; restart.resume_on_boot is off")
-        self._stop_everything(final=RunState.FAILED)
+        self._recover(failure)
+
+    def relaunch_after_boot(self, attempt: int) -> None:
+        """Boot takeover of a run that was backing off or preparing its next attempt: the
+        failed attempt is down and its restart is recorded; prepare the next one now."""
+        self.attempt = attempt
+        self._failure = Failure("the daemon restarted during recovery", "boot")
+        recorded = self.store.get_run(self.run_id)
+        pending = (recorded.details.get("recovery") if recorded is not None else None) or {}
+        if pending.get("kind") in ("crash", "hang", "operator", "boot"):
+            self._failure = Failure(str(pending.get("reason", "")), pending["kind"])
+        self._begin_preflight()
+
+    def finish_stop(self, attempt: int, survivors: dict[str, ComponentHandle],
+                    target: Phase) -> None:
+        """Boot takeover of a run that was stopping: finish the stop, end as it was to end."""
+        self.attempt = attempt
+        self.components = survivors
+        self._set_phase(target)
+        self._start_stop()
 
     def detach(self) -> None:
         """Stop watching (the daemon is going away); the components keep running."""
         if self._prober is not None:
             self._prober.stop()
+
+    def on_internal_error(self, message: str) -> None:
+        """A bug while handling this run: never leave it wedged in a live phase; the attempt
+        fails with the error as its reason and the restart policy decides."""
+        if self.phase.terminal or self.phase.stopping or self.phase == Phase.RECOVERY_STOPPING:
+            return
+        if self.phase in (Phase.PENDING, Phase.TAKEOVER, Phase.BACKOFF):
+            self.store.update_run(self.run_id, last_error=message)
+            self._set_phase(Phase.STOPPING_FAILED if self.phase != Phase.BACKOFF
+                            else Phase.STOPPING_STOPPED)
+            self._start_stop()
+            return
+        self._fail(message, None)
 
     # -- events ----------------------------------------------------------------------------
     def handle(self, event: Event) -> None:
@@ -539,32 +626,42 @@ class RunSupervisor:
             self._on_exit(event)
         elif isinstance(event, InferenceReady):
             self._on_ready()
-        elif isinstance(event, ProbeFailed) and self.state == RunState.RUNNING:
+        elif isinstance(event, ProbeFailed) and self.phase == Phase.RUNNING:
             self._fail(f"inference health check failed: {event.detail}", "inference")
 
     def _on_command(self, action: str) -> None:
-        if self.state.terminal:
+        if self.phase.terminal:
             return
         if action == "stop":
-            self._stop_requested = True
             self._event("stop_requested", "stop requested")
-            if "preflight" not in self._tasks and "stop" not in self._tasks:
-                self._stop_everything(final=RunState.STOPPED)
+            if self.phase.stopping:
+                return  # already ending (a success being wrapped up stays a success)
+            busy = bool({"stop", "preflight"} & self._tasks)
+            self._set_phase(Phase.STOPPING_STOPPED)
+            if not busy:
+                # A running stop (recovery) or preflight ends in this stop when it reports.
+                self._start_stop()
         elif action == "restart":
             self._event("restart_requested", "restart requested")
-            self._restart_requested = True
-            if self.state in (RunState.RUNNING, RunState.STARTING):
-                self._fail("restart requested", None, count_restart=False)
+            if self.phase in (Phase.STARTING, Phase.RUNNING):
+                self._fail("restart requested", None, kind="operator")
+            elif self.phase == Phase.BACKOFF:
+                self._event("restart_now", "restart requested during backoff: relaunching now")
+                self._begin_preflight()
+            else:
+                self._event("restart_ignored", f"nothing to restart: the run is {self.phase}")
 
     def _on_ready(self) -> None:
-        if self.state != RunState.STARTING:
+        if self.phase != Phase.STARTING:
             return
         if self.profile.inference.port is not None:
             self._event("inference_ready", "inference server ready (/health, /v1/models)",
                         component="inference")
         if self.mode == "components" and "orchestrator" not in self.components:
+            if "orchestrator" not in self._specs:
+                return  # adopted: started once its spec is rebuilt ("respec" task)
             self._start_component("orchestrator")
-        self._set_state(RunState.RUNNING)
+        self._set_phase(Phase.RUNNING)
 
     def _on_exit(self, event: ComponentExited) -> None:
         handle = self.components.get(event.component)
@@ -578,7 +675,7 @@ class RunSupervisor:
         handle.exit_code = returncode
         self.store.upsert_component(self.run_id, self.attempt, handle.name, state="exited",
                                     exit_code=returncode)
-        if self.state not in (RunState.STARTING, RunState.RUNNING):
+        if self.phase not in (Phase.STARTING, Phase.RUNNING):
             return  # expected: we are stopping it
         what = describe_exit(returncode)
         if event.component == LAUNCHER:
@@ -588,10 +685,14 @@ class RunSupervisor:
             self._event("component_finished", f"{event.component} finished", component=handle.name)
             others = [self.components.get(n) for n in ("trainer", "orchestrator")]
             if all(h is not None and h.exited and h.exit_code == 0 for h in others):
-                self._event("success", "trainer and orchestrator finished: run complete")
-                self._stop_everything(final=RunState.SUCCEEDED)
+                self._succeed("trainer and orchestrator finished: run complete")
             return
         self._fail(f"{event.component} {what}", event.component)
+
+    def _succeed(self, message: str, component: str | None = None) -> None:
+        self._event("success", message, component=component)
+        self._set_phase(Phase.STOPPING_SUCCEEDED)
+        self._start_stop()
 
     def _training_done(self) -> bool:
         """The logs say training ended: both "finished" lines, or the trainer's last step
@@ -609,9 +710,8 @@ class RunSupervisor:
         main entrypoints/rl.py:401-407); otherwise it names the child that failed first and
         stops the rest."""
         if returncode == 0:
-            self._event("success", "prime-rl's launcher finished (trainer and orchestrator "
-                        "done): run complete", component=LAUNCHER)
-            self._stop_everything(final=RunState.SUCCEEDED)
+            self._succeed("prime-rl's launcher finished (trainer and orchestrator done): run "
+                          "complete", LAUNCHER)
             return
         blamed: str | None = None
         child_code = ""
@@ -631,25 +731,21 @@ class RunSupervisor:
     def _on_task_done(self, event: TaskDone) -> None:
         self._tasks.discard(event.task)
         if event.task == "preflight":
-            if event.error is not None:
-                self._fail(f"preflight failed: {event.error}", None, preflight=True)
-                return
-            if self._stop_requested:
-                self._stop_everything(final=RunState.STOPPED)
-                return
-            prepared: PreparedAttempt = event.result
-            if prepared.summary:
-                self._event("preflight", f"preflight: {prepared.summary}")
-            try:
-                self._launch_attempt(prepared)
-            except OSError as exc:
-                # ENOENT / EACCES when spawning: a failure of this attempt, with the reason.
-                self._fail(f"launch failed: {exc.strerror or exc} ({exc.filename or ''})",
-                           None)
+            self._after_preflight(event)
         elif event.task == "stop":
             self._after_stop(event)
+        elif event.task == "respec":
+            if self.phase not in (Phase.STARTING, Phase.RUNNING) or \
+                    event.attempt != self.attempt:
+                return
+            if event.error is not None:
+                self._fail(f"cannot rebuild the adopted attempt's launch: {event.error}", None)
+                return
+            self._specs = dict(event.result or {})
+            if self.phase == Phase.STARTING and self._prober is None:
+                self._start_prober()
         elif event.task == "containers":
-            if self.state != RunState.RUNNING or event.attempt != self.attempt:
+            if self.phase != Phase.RUNNING or event.attempt != self.attempt:
                 return
             for change in event.result or []:
                 self._event(getattr(change, "kind", "container"), str(change),
@@ -662,40 +758,66 @@ class RunSupervisor:
                        for c in event.result or []):
                     self._fail("a task container could not be recovered", "containers")
 
+    def _after_preflight(self, event: TaskDone) -> None:
+        if self.phase.stopping:
+            self._start_stop()  # a stop arrived while preparing: undo what the preflight did
+            return
+        if self.phase != Phase.PREFLIGHT:
+            return
+        if event.error is not None:
+            reason = f"preflight failed: {event.error}"
+            if self.attempt == 0 and self._failure is None:
+                # Nothing ever ran: a machine that cannot host the run will not heal by retrying.
+                self._record_failure(reason, None)
+                self._set_phase(Phase.STOPPING_FAILED)
+                self._start_stop()
+                return
+            self._fail(reason, None)
+            return
+        prepared: PreparedAttempt = event.result
+        if prepared.summary:
+            self._event("preflight", f"preflight: {prepared.summary}")
+        try:
+            self._launch_attempt(prepared)
+        except OSError as exc:
+            # ENOENT / EACCES when spawning: a failure of this attempt, with the reason.
+            self._fail(f"launch failed: {exc.strerror or exc} ({exc.filename or ''})", None)
+
     # -- failure and recovery ---------------------------------------------------------------
-    def _fail(self, reason: str, component: str | None, *, count_restart: bool = True,
-              preflight: bool = False) -> None:
+    def _record_failure(self, reason: str, component: str | None) -> None:
         last_lines: list[str] = []
         if component in self.views:
             last_lines = self.views[component].last_lines[-15:]
         elif component in self.components:
             last_lines = list(self.components[component].log.last_lines)[-15:]
-        self._failure = reason
         self.store.update_run(self.run_id, last_error=reason)
         self._event("failure", reason, component=component, last_lines=last_lines,
                     attempt=self.attempt)
-        if self.attempt:
+        if self.attempt and self.phase in (Phase.STARTING, Phase.RUNNING):
+            # (A failed preflight belongs to no attempt: the previous one has ended already.)
             self.store.end_attempt(self.run_id, self.attempt, "failed", reason)
-        if self._stop_requested:
-            self._stop_everything(final=RunState.STOPPED)
-            return
-        if preflight and self.attempt == 0:
-            # Nothing ever ran: a machine that cannot host the run will not heal by retrying.
-            self._stop_everything(final=RunState.FAILED)
-            return
-        self._count_restart = count_restart
-        self._set_state(RunState.RECOVERING)
-        self._stop_everything(final=None)
 
-    def _stop_everything(self, *, final: RunState | None) -> None:
-        """Stop every component tree and the containers, on a worker thread.
+    def _fail(self, reason: str, component: str | None, *, kind: RestartKind = "crash") -> None:
+        """This attempt failed: record why, then recover (unless the run is already ending)."""
+        if self.phase.terminal or self.phase.stopping or self.phase == Phase.RECOVERY_STOPPING:
+            return  # already ending or recovering: one failure per attempt
+        self._record_failure(reason, component)
+        self._recover(Failure(reason, kind, component))
 
-        `final` is the state to end in; None means recovery (a restart decision follows).
-        """
-        if final is not None:
-            self._set_state(RunState.STOPPING)
-        self._final = final
-        self._restart_at = None
+    def _recover(self, failure: Failure) -> None:
+        self._failure = failure
+        # Persisted with the phase: a daemon that dies now resumes this recovery, same kind.
+        self.store.merge_run_details(self.run_id, recovery={"reason": failure.reason,
+                                                            "kind": failure.kind})
+        self._set_phase(Phase.RECOVERY_STOPPING)
+        self._start_stop()
+
+    def _start_stop(self) -> None:
+        """Stop every component tree and the containers, on a worker thread; the phase says
+        what follows (a restart decision, or the end the stop leads to)."""
+        if "stop" in self._tasks:
+            return  # one stop at a time: the running one ends in the current phase
+        self._backoff_until = None
         if self._prober is not None:
             self._prober.stop()
         handles = list(self.components.values())
@@ -725,32 +847,40 @@ class RunSupervisor:
             self.store.upsert_component(self.run_id, self.attempt, name, state="stopped")
         self._record_containers()
         self._event("stopped_components", f"components stopped: {event.result or event.error}")
-        final = self._final
-        if final is None and self._stop_requested:
-            final = RunState.STOPPED
-            self._set_state(RunState.STOPPING)
-        if final is not None:
-            if self.attempt and final != RunState.FAILED:
-                outcome = "succeeded" if final == RunState.SUCCEEDED else "stopped"
+        if self.phase.stopping:
+            target = self.phase.stop_target
+            if self.attempt and target != Phase.FAILED:
+                outcome = "succeeded" if target == Phase.SUCCEEDED else "stopped"
                 self.store.end_attempt(self.run_id, self.attempt, outcome, None)
-            self._set_state(final)
+            self._set_phase(target)
             return
-        now = self._clock()
-        history = self._restart_times if self._count_restart else []
-        decision = decide_restart(self._restart_policy(), history, now)
+        if self.phase != Phase.RECOVERY_STOPPING:
+            return
+        failure = self._failure or Failure("unknown failure", "crash")
+        history = self.store.restart_history(self.run_id)
+        counted = failure.kind in COUNTED_KINDS
+        wall_now = self._wall()
+        decision = decide_restart(self._restart_policy(),
+                                  [r.at for r in history if r.counted] if counted else [],
+                                  wall_now)
         if isinstance(decision, GiveUp):
-            reason = f"{decision.reason}; last failure: {self._failure}"
+            reason = f"{decision.reason}; last failure: {failure.reason}"
             self.store.update_run(self.run_id, last_error=reason)
             self._event("gave_up", reason)
-            self._set_state(RunState.FAILED)
+            self._set_phase(Phase.FAILED)
             return
-        self._restart_times.append(now)
-        self.store.update_run(self.run_id, restarts=len(self._restart_times))
-        self._restart_at = now + decision.delay
+        self.store.add_restart(self.run_id, attempt=self.attempt, kind=failure.kind,
+                               reason=failure.reason, counted=counted, at=wall_now)
+        self._set_phase(Phase.BACKOFF)
+        self._backoff_until = self._clock() + decision.delay
+        counted_note = (f"{decision.recent_restarts + 1} of restart.max_restarts = "
+                        f"{self.profile.restart.max_restarts} within "
+                        f"{self.profile.restart.window:g} s" if counted
+                        else "not counted toward the crash-loop limit")
         self._event("restart_scheduled",
-                    f"restarting in {decision.delay:.1f} s "
-                    f"(restart {len(self._restart_times)}, {decision.recent_restarts} recent)",
-                    delay=decision.delay)
+                    f"restarting in {decision.delay:.1f} s after a {failure.kind} "
+                    f"(restart {len(history) + 1}; {counted_note})",
+                    delay=decision.delay, restart_kind=failure.kind, counted=counted)
 
     def _restart_policy(self) -> RestartPolicy:
         r = self.profile.restart
@@ -761,12 +891,11 @@ class RunSupervisor:
     # -- timers and progress -----------------------------------------------------------------
     def on_tick(self) -> None:
         now = self._clock()
-        if self.state == RunState.RECOVERING and self._restart_at is not None \
-                and now >= self._restart_at and not self._tasks:
-            self._restart_at = None
-            self._begin_preflight()
+        if self.phase == Phase.BACKOFF:
+            if self._backoff_until is None or now >= self._backoff_until:
+                self._begin_preflight()
             return
-        if self.state not in (RunState.STARTING, RunState.RUNNING):
+        if self.phase not in (Phase.STARTING, Phase.RUNNING):
             return
         self._poll_adopted()
         self._read_progress(now)
@@ -777,13 +906,13 @@ class RunSupervisor:
             found = set(VIEWED) <= set(self._members)
             self._next_member_scan = now + (MEMBER_RESCAN_INTERVAL if found
                                             else MEMBER_SCAN_INTERVAL)
-        if self.state == RunState.STARTING:
+        if self.phase == Phase.STARTING:
             waited = now - self._attempt_started
             if waited > self.profile.health.ready_timeout:
                 self._fail(
                     f"inference server not ready after {waited:.0f} s "
                     f"(health.ready_timeout = {self.profile.health.ready_timeout:g})",
-                    "inference",
+                    "inference", kind="hang",
                 )
                 return
         if {"trainer_finished", "orchestrator_finished"} <= self._finished:
@@ -791,23 +920,23 @@ class RunSupervisor:
             # clean-up time (v0.4 rl.py:529-536 waits 60 s per child) plus our grace.
             self._finished_at = self._finished_at or now
             if now - self._finished_at > FINISH_TIMEOUT + self.profile.restart.stop_grace:
-                self._event("success", "trainer and orchestrator finished; prime-rl's launcher "
-                            "did not exit by itself and is stopped")
-                self._stop_everything(final=RunState.SUCCEEDED)
+                self._succeed("trainer and orchestrator finished; prime-rl's launcher did not "
+                              "exit by itself and is stopped")
             return
         rule = StallRule(self.profile.health.stall_timeout, self.profile.health.first_step_grace)
         overdue = stalled_for(rule, now=now, attempt_started_at=self._attempt_started,
                               last_progress_at=self._attempt_progress)
-        if overdue is not None and self.state == RunState.RUNNING:
+        if overdue is not None and self.phase == Phase.RUNNING:
             if self._attempt_progress is None:
                 self._fail(f"hung: no training step within health.first_step_grace = "
-                           f"{rule.first_step_grace:g} s of the start", "trainer")
+                           f"{rule.first_step_grace:g} s of the start", "trainer", kind="hang")
             else:
                 self._fail(f"hung: step {self._attempt_max_step} has not advanced for "
-                           f"{rule.stall_timeout:g} s (health.stall_timeout)", "trainer")
+                           f"{rule.stall_timeout:g} s (health.stall_timeout)", "trainer",
+                           kind="hang")
             return
         if self._pool is not None and not self._tasks \
-                and self.state == RunState.RUNNING and now >= self._next_container_check:
+                and self.phase == Phase.RUNNING and now >= self._next_container_check:
             self._next_container_check = now + self.profile.containers.health_interval
             pool, pool_lock = self._pool, self._pool_lock
 
@@ -871,7 +1000,7 @@ class RunSupervisor:
                                   last_progress_at=self.last_progress_wall)
         elif shown is not None and shown == self.step:
             self.store.update_run(self.run_id, step=self.step)
-        if child_failure is not None and self.state in (RunState.STARTING, RunState.RUNNING):
+        if child_failure is not None and self.phase in (Phase.STARTING, Phase.RUNNING):
             # prime-rl's launcher names the child that failed, then spends up to a minute per
             # child stopping the rest (v0.4 rl.py:529-536): act on its line, not on its exit.
             blamed, code = child_failure

@@ -1,6 +1,13 @@
 """Pure decisions: no I/O, no clock reads; callers pass the facts and the time."""
 
-from airvisor.policy._backoff import GiveUp, Restart, RestartPolicy, decide_restart
+from airvisor.policy._backoff import (
+    COUNTED_KINDS,
+    GiveUp,
+    Restart,
+    RestartKind,
+    RestartPolicy,
+    decide_restart,
+)
 from airvisor.policy._progress import (
     StallRule,
     milestone_from_log_line,
@@ -10,21 +17,43 @@ from airvisor.policy._progress import (
     strip_ansi,
 )
 from airvisor.policy._resume import CheckpointHalves, ResumeChoice, choose_resume_step
-from airvisor.policy._state import TERMINAL, InvalidTransition, RunState, transition
+from airvisor.policy._state import (
+    LIVE,
+    STOP_TARGET,
+    TERMINAL,
+    InvalidTransition,
+    Phase,
+    RunState,
+    advance,
+    edges,
+    phase_of_record,
+    transition,
+)
+from airvisor.policy._takeover import BootAction, decide_takeover
 
 __all__ = [
+    "COUNTED_KINDS",
+    "LIVE",
+    "STOP_TARGET",
     "TERMINAL",
+    "BootAction",
     "CheckpointHalves",
     "GiveUp",
     "InvalidTransition",
+    "Phase",
     "Restart",
+    "RestartKind",
     "RestartPolicy",
     "ResumeChoice",
     "RunState",
     "StallRule",
+    "advance",
     "choose_resume_step",
     "decide_restart",
+    "decide_takeover",
+    "edges",
     "milestone_from_log_line",
+    "phase_of_record",
     "stalled_for",
     "step_from_log_line",
     "step_from_metrics_row",

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
+
+# Why an attempt is restarted. Only crashes and hangs say something is wrong with the run; an
+# operator's restart and a resume after the daemon itself died do not count toward the limit.
+RestartKind = Literal["crash", "hang", "operator", "boot"]
+COUNTED_KINDS: frozenset[str] = frozenset({"crash", "hang"})
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,8 @@ def decide_restart(policy: RestartPolicy, restart_times: Sequence[float],
                    now: float) -> Restart | GiveUp:
     """Decide after a failure, given when earlier restarts of this run happened."""
     recent = [t for t in restart_times if now - t <= policy.window]
+    if policy.max_restarts <= 0:
+        return GiveUp("restarts are off (restart.max_restarts = 0)")
     if len(recent) >= policy.max_restarts:
         return GiveUp(
             f"crash loop: {len(recent)} restarts within {policy.window:g} s "

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airvisor.policy import LIVE
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY,
@@ -136,7 +138,8 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("attempts", "details_json", "TEXT NOT NULL DEFAULT '{}'"),
 )
 
-LIVE_STATES = frozenset({"pending", "preflight", "starting", "running", "recovering", "stopping"})
+# The public states of a run that holds (or will hold) processes: the state machine says which.
+LIVE_STATES: frozenset[str] = frozenset(str(state) for state in LIVE)
 
 
 @dataclass(frozen=True)
