@@ -7,8 +7,6 @@ the others read the box's state database (the system service's when this user ma
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -235,66 +233,3 @@ def logs(component: str, follow: bool, lines: int, run_id: str | None, local: bo
         raise click.ClickException(f"log file {path} does not exist (yet)") from None
     except KeyboardInterrupt:
         return
-
-
-# -- stop --------------------------------------------------------------------------------------
-@main.command()
-@click.argument("run_id", required=False)
-@click.option("--local", is_flag=True, help="Do not ask a daemon.")
-@click.option("--wait/--no-wait", default=True, show_default=True,
-              help="Wait until every component is down.")
-def stop(run_id: str | None, local: bool, wait: bool) -> None:
-    """Stop the current run (or RUN_ID) cleanly: SIGTERM, grace, SIGKILL, marker sweep."""
-    client = _daemon(not local)
-    if client is not None:
-        try:
-            client.stop(run_id or "current")
-        except Exception as exc:
-            click.echo(f"airvisor: {exc}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
-        click.echo("stop requested")
-        return
-    from airvisor.engine import supervisor_alive
-    from airvisor.store import LIVE_STATES
-
-    store = _store()
-    record = store.get_run(run_id) if run_id else store.current_run()
-    if record is None or record.state not in LIVE_STATES:
-        click.echo("airvisor: no live run to stop", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    if supervisor_alive(record) and record.supervisor_pid is not None:
-        # A foreground `airvisor start` supervises it: ask it (its SIGTERM handler sets the
-        # stop flag), so the stop follows the normal path and is recorded.
-        os.kill(record.supervisor_pid, signal.SIGTERM)
-        click.echo(f"asked the supervising airvisor (pid {record.supervisor_pid}) to stop "
-                   f"run {record.id}")
-        if wait:
-            _wait_ended(store, record.id)
-        return
-    # Nobody supervises it: stop its processes directly, by identity and marker.
-    from airvisor.proc import terminate_tree
-
-    comps = [c for c in store.components(record.id) if c.kind == "process" and c.pid]
-    profile = record.profile
-    grace = float(profile.get("restart", {}).get("stop_grace", 30.0))
-    report = terminate_tree(
-        [c.pid for c in comps if c.pid], pgids=[c.pgid for c in comps if c.pgid],
-        marker_run_id=record.id, grace=grace,
-        identities={c.pid: c.create_time for c in comps if c.pid and c.create_time},
-    )
-    store.update_run(record.id, state="stopped", ended_at=time.time())
-    store.add_event(record.id, "stopped", "stopped by `airvisor stop` (no live supervisor)")
-    click.echo(f"run {record.id} stopped ({len(report.gone)} processes ended)")
-
-
-def _wait_ended(store: Store, run_id: str, timeout: float = 600.0) -> None:
-    from airvisor.store import LIVE_STATES
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = store.get_run(run_id)
-        if run is None or run.state not in LIVE_STATES:
-            click.echo(f"run {run_id} {run.state if run else 'gone'}")
-            return
-        time.sleep(0.3)
-    click.echo(f"run {run_id} still stopping after {timeout:.0f} s", err=True)

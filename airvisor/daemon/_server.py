@@ -270,9 +270,13 @@ class Daemon:
         self._lock_file = lock_state_dir(state)
         token = self.prepare_auth(state)
         sock = bind_socket(self.settings)
+        where = self.settings.where
+        if self.settings.uds is None:  # the real port, also when --port 0 picked one
+            where = f"http://{_url_host(self.settings.host)}:{sock.getsockname()[1]}"
         try:
             store = Store(database_path())
             service = self._service_factory(store)
+            service.address = where
             catalog = ProfileCatalog()
             self._reload_profiles(catalog)
             adopted = service.adopt_on_boot()
@@ -286,9 +290,6 @@ class Daemon:
         except BaseException:
             sock.close()
             raise
-        where = self.settings.where
-        if self.settings.uds is None:  # the real port, also when --port 0 picked one
-            where = f"http://{_url_host(self.settings.host)}:{sock.getsockname()[1]}"
         announced = announce(
             announce_paths(state, self._env), url=where, pid=os.getpid(), state=state,
             token_file=self.settings.resolved_token_file(state) if token else None)

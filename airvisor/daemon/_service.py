@@ -6,16 +6,20 @@ in-memory implementation and the engine can change behind it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from airvisor.engine._manager import StartMode as StartMode  # one definition: the engine's
 
 if TYPE_CHECKING:
     from airvisor.profile._schema import Profile
     from airvisor.store import RunRecord
 
-StartMode = Literal["auto", "resume", "fresh"]
-
 
 class RunService(Protocol):
+    # Where clients reach this daemon (recorded with each run it supervises, so `airvisor stop`
+    # asks it, never signals it); set before adopt_on_boot.
+    address: str | None
+
     def submit(self, profile: Profile, *, start_mode: StartMode = "auto") -> RunRecord: ...
 
     def request_stop(self, run_id: str) -> None: ...

@@ -29,6 +29,7 @@ from airvisor.policy._state import (
     phase_of_record,
     transition,
 )
+from airvisor.policy._stop import StopDecision, StopRoute, decide_stop_route
 from airvisor.policy._takeover import BootAction, decide_takeover
 
 __all__ = [
@@ -47,9 +48,12 @@ __all__ = [
     "ResumeChoice",
     "RunState",
     "StallRule",
+    "StopDecision",
+    "StopRoute",
     "advance",
     "choose_resume_step",
     "decide_restart",
+    "decide_stop_route",
     "decide_takeover",
     "edges",
     "milestone_from_log_line",
