@@ -1,0 +1,218 @@
+"""SlurmRunSupervisor replayed against a fake Slurm: the test plays the job's states and the
+files the job writes on the shared filesystem, and advances the clock by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airvisor.engine._events import Command
+from airvisor.policy import RunState
+from airvisor.profile import Profile
+from airvisor.store import Store
+
+from ._support import Driver, FakeRender, FakeSlurm, full_step, slurm_profile, write_log
+
+STEP = "\x1b[32mSUCCESS\x1b[0m Step {} | Time: 0.10s"
+
+
+@pytest.fixture
+def profile(tmp_path: Path) -> Profile:
+    return slurm_profile(tmp_path)
+
+
+def run_dir(profile: Profile) -> Path:
+    assert profile.resolved is not None
+    return Path(profile.resolved["run_dir"])
+
+
+def start(tmp_path: Path, profile: Profile, slurm: FakeSlurm,
+          render: FakeRender | None = None) -> Driver:
+    driver = Driver(Store(tmp_path / "state" / "airvisor.sqlite3"), profile, slurm=slurm,
+                    render=render)
+    driver.sup.begin()
+    driver.pump(lambda: driver.sup.state == RunState.STARTING)
+    return driver
+
+
+def test_a_clean_run_records_job_nodes_and_state_and_succeeds(tmp_path: Path,
+                                                              profile: Profile) -> None:
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    job = slurm.last
+    assert d.store.get_run(d.run_id).details["slurm_job_id"] == job  # type: ignore[union-attr]
+    d.pump(lambda: d.sup.job is not None and d.sup.job.state == "PENDING")
+    assert d.sup.state == RunState.STARTING  # queued: no stall is counted
+    slurm.set(job, "RUNNING", ["node1", "node2"])
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    write_log(run_dir(profile), 1, "trainer", STEP.format(1), STEP.format(2))
+    d.pump(lambda: d.sup.step == 2)
+    slurm.set(job, "COMPLETED", ["node1", "node2"])  # single-node template: `rl` exits 0
+    d.pump(lambda: d.sup.finished.is_set())
+    assert d.sup.state == RunState.SUCCEEDED
+    run = d.store.get_run(d.run_id)
+    assert run is not None and run.state == "succeeded"
+    assert run.details["slurm_nodes"] == ["node1", "node2"]
+    assert run.details["slurm_state"].startswith("COMPLETED")
+    (attempt,) = d.store.attempts(d.run_id)
+    assert attempt["cause"] == "first" and attempt["details"]["job_id"] == job
+    assert attempt["details"]["nodes"] == ["node1", "node2"] and attempt["outcome"] == "succeeded"
+    assert slurm.cancelled == []  # ended by itself: nothing to cancel
+
+
+def test_training_finished_but_inference_nodes_keep_the_job_alive_is_cancelled(
+        tmp_path: Path, profile: Profile) -> None:
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    slurm.set(slurm.last, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    write_log(run_dir(profile), 1, "trainer", STEP.format(6), "RL trainer finished!")
+    write_log(run_dir(profile), 1, "orchestrator", "Orchestrator finished.")
+    d.pump(lambda: d.sup.finished.is_set())
+    assert d.sup.state == RunState.SUCCEEDED and slurm.cancelled == [slurm.last]
+
+
+def test_a_failed_job_is_resubmitted_from_the_newest_complete_checkpoint(
+        tmp_path: Path, profile: Profile) -> None:
+    slurm, render = FakeSlurm(), FakeRender()
+    d = start(tmp_path, profile, slurm, render)
+    first = slurm.last
+    slurm.set(first, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    write_log(run_dir(profile), 1, "trainer", STEP.format(1), STEP.format(2), STEP.format(3))
+    full_step(run_dir(profile), 2)
+    (run_dir(profile) / f"job_{first}.log").write_text(
+        "ERROR Trainer failed with exit code 1\n")
+    slurm.set(first, "FAILED", code=1)
+    d.pump(lambda: len(slurm.submissions) == 2 and d.sup.state == RunState.STARTING)
+    assert render.resume_steps == [None, 2]
+    attempts = d.store.attempts(d.run_id)
+    assert [a["details"]["job_id"] for a in attempts] == [first, slurm.last]
+    assert attempts[0]["outcome"] == "failed"
+    assert "trainer exited with status 1" in attempts[0]["reason"]
+    assert attempts[1]["cause"] == "crash" and attempts[1]["resume_step"] == 2
+    (restart,) = d.store.restart_history(d.run_id)
+    assert restart.kind == "crash" and restart.counted and restart.attempt == 1
+    assert d.store.get_run(d.run_id).details["slurm_job_id"] == slurm.last  # type: ignore
+
+
+def test_a_stall_cancels_the_job_and_resubmits(tmp_path: Path, profile: Profile) -> None:
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    first = slurm.last
+    slurm.set(first, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    write_log(run_dir(profile), 1, "trainer", STEP.format(1))
+    d.pump(lambda: d.sup.step == 1)
+    d.pump(lambda: len(slurm.submissions) == 2, advance=2.0)  # 30 s stall_timeout
+    assert slurm.cancelled == [first]
+    (failure,) = d.messages("failure")
+    assert "hung: step 1 has not advanced for 30 s" in failure
+    (restart,) = d.store.restart_history(d.run_id)
+    assert restart.kind == "hang" and restart.counted
+
+
+def test_the_queue_wait_is_not_a_stall(tmp_path: Path, profile: Profile) -> None:
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    start_time = d.now  # 200 s of fake time in the queue (first_step_grace is 60 s)
+    d.pump(lambda: d.now >= start_time + 200, advance=4.0)
+    assert d.sup.state == RunState.STARTING and len(slurm.submissions) == 1
+
+
+def test_a_node_that_failed_twice_is_excluded(tmp_path: Path, profile: Profile) -> None:
+    slurm = FakeSlurm()
+    slurm.nodes = {"node1": "down*", "node2": "idle"}
+    d = start(tmp_path, profile, slurm)
+    for n in (1, 2):
+        slurm.set(slurm.last, "RUNNING", ["node1", "node2"])
+        d.pump(lambda: d.sup.state == RunState.RUNNING)
+        slurm.set(slurm.last, "NODE_FAIL", ["node1", "node2"])
+        d.pump(lambda n=n: len(slurm.submissions) == n + 1)  # type: ignore[misc]
+    assert [s.options for s in slurm.submissions] == [[], [], ["--exclude=node1"]]
+    attempts = d.store.attempts(d.run_id)
+    assert attempts[0]["details"]["blamed"] == ["node1"]
+    assert attempts[2]["details"]["exclude"] == ["node1"]
+    assert "blamed node(s): node1" in attempts[1]["reason"]
+
+
+def test_a_crash_loop_gives_up(tmp_path: Path, profile: Profile) -> None:
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    for n in range(1, 5):
+        slurm.set(slurm.last, "FAILED", code=1)
+        d.pump(lambda n=n: len(slurm.submissions) == n + 1 or d.sup.finished.is_set())  # type: ignore[misc]
+    assert d.sup.state == RunState.FAILED and len(slurm.submissions) == 4
+    assert "crash loop: 3 restarts" in (d.store.get_run(d.run_id).last_error or "")  # type: ignore
+
+
+def test_stop_cancels_the_job(tmp_path: Path, profile: Profile) -> None:
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    slurm.set(slurm.last, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    d.sup.handle(Command(d.run_id, "stop"))
+    d.pump(lambda: d.sup.finished.is_set())
+    assert d.sup.state == RunState.STOPPED and slurm.cancelled == [slurm.last]
+    assert d.store.attempts(d.run_id)[0]["outcome"] == "stopped"
+
+
+def test_a_refused_first_submission_fails_the_run(tmp_path: Path, profile: Profile) -> None:
+    slurm = FakeSlurm(fail_submit="sbatch --parsable failed (exit 1): invalid partition")
+    d = Driver(Store(tmp_path / "s.sqlite3"), profile, slurm=slurm)
+    d.sup.begin()
+    d.pump(lambda: d.sup.finished.is_set())
+    assert d.sup.state == RunState.FAILED
+    assert "invalid partition" in (d.store.get_run(d.run_id).last_error or "")  # type: ignore
+
+
+def test_node_check_reports_land_in_the_history_and_a_failed_one_blames_its_node(
+        tmp_path: Path, profile: Profile) -> None:
+    import json
+
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    slurm.set(slurm.last, "RUNNING", ["node1", "node2"])
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    reports = d.sup._report_dir
+    assert reports is not None
+    (reports / "node1.json").write_text(json.dumps(
+        {"host": "node1", "ok": True, "summary": "reaped 1 process(es); no GPUs to check"}))
+    (reports / "node2.json").write_text(json.dumps(
+        {"host": "node2", "ok": False, "summary": "preflight failed: GPU 0 memory held"}))
+    d.pump(lambda: len(d.messages("node_check")) == 1 and
+           len(d.messages("node_check_failed")) == 1)
+    slurm.set(slurm.last, "FAILED", ["node1", "node2"], code=1)
+    d.pump(lambda: len(slurm.submissions) == 2)
+    assert d.store.attempts(d.run_id)[0]["details"]["blamed"] == ["node2"]
+
+
+def test_reattach_to_a_running_job_and_to_one_that_ended(tmp_path: Path,
+                                                         profile: Profile) -> None:
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    job = slurm.last
+    slurm.set(job, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    write_log(run_dir(profile), 1, "trainer", STEP.format(1), STEP.format(2))
+    d.pump(lambda: d.sup.step == 2)
+    d.sup.detach()  # the daemon goes away; the job does not
+    write_log(run_dir(profile), 1, "trainer", STEP.format(3))
+    run = d.store.get_run(d.run_id)
+    assert run is not None
+    again = Driver(d.store, profile, slurm=slurm, run_id=d.run_id, create=False)
+    again.sup.reattach(run)
+    assert again.sup.job_id == job and again.sup.state == RunState.RUNNING
+    again.pump(lambda: again.sup.step == 3)  # the lines written meanwhile are read
+    again.sup.detach()
+    # The job ended while no daemon watched: the next one acts on how it ended.
+    write_log(run_dir(profile), 1, "trainer", "RL trainer finished!")
+    write_log(run_dir(profile), 1, "orchestrator", "Orchestrator finished.")
+    slurm.set(job, "COMPLETED")
+    run = d.store.get_run(d.run_id)
+    assert run is not None
+    third = Driver(d.store, profile, slurm=slurm, run_id=d.run_id, create=False)
+    third.sup.reattach(run)
+    third.pump(lambda: third.sup.finished.is_set())
+    assert third.sup.state == RunState.SUCCEEDED and len(slurm.submissions) == 1
