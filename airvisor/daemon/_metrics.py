@@ -60,6 +60,13 @@ class AirvisorCollector(Collector):
         component_restarts = GaugeMetricFamily(
             "airvisor_component_restarts", "Restarts of one component.",
             labels=[*labels, "component"])
+        # Slurm mode (airvisor.slurm): the run's current job, its Slurm state and its nodes.
+        slurm_job = GaugeMetricFamily(
+            "airvisor_slurm_job", "1 for a Slurm-mode run's current job, with its Slurm state.",
+            labels=[*labels, "job_id", "slurm_state"])
+        slurm_nodes = GaugeMetricFamily(
+            "airvisor_slurm_job_nodes", "Nodes allocated to a Slurm-mode run's current job.",
+            labels=[*labels, "job_id"])
         for run in self._runs():
             values = [run.id, profile_name(run)]
             state.add_metric([*values, run.state], 1)
@@ -72,7 +79,14 @@ class AirvisorCollector(Collector):
                 since.add_metric(values, max(0.0, now - run.last_progress_at))
             for component in self._store.components(run.id):
                 component_restarts.add_metric([*values, component.name], component.restarts)
-        yield from (state, live, step, attempt, restarts, since, component_restarts)
+            job_id = run.details.get("slurm_job_id")
+            if job_id is not None:
+                slurm_state = str(run.details.get("slurm_state") or "").split(" ", 1)[0]
+                slurm_job.add_metric([*values, str(job_id), slurm_state.rstrip(",")], 1)
+                slurm_nodes.add_metric([*values, str(job_id)],
+                                       len(run.details.get("slurm_nodes") or []))
+        yield from (state, live, step, attempt, restarts, since, component_restarts,
+                    slurm_job, slurm_nodes)
 
         report = self._gpus.get()
         nvml = GaugeMetricFamily("airvisor_nvml_available", "1 when NVML answers.")
