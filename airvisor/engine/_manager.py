@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import psutil
 
@@ -57,6 +57,31 @@ log = get_logger("airvisor.engine")
 StartMode = Literal["auto", "resume", "fresh"]
 
 
+class Supervisor(Protocol):
+    """What the manager drives: a one-box `RunSupervisor`, or a Slurm mode supervisor
+    (`airvisor.slurm.SlurmRunSupervisor`)."""
+
+    run_id: str
+    profile: Profile
+    attempt: int
+    step: int | None
+    finished: threading.Event
+
+    @property
+    def state(self) -> RunState: ...
+
+    @property
+    def members(self) -> dict[str, int]: ...
+
+    def begin(self) -> None: ...
+
+    def handle(self, event: Event) -> None: ...
+
+    def on_tick(self) -> None: ...
+
+    def detach(self) -> None: ...
+
+
 class RunConflict(Exception):
     """The run cannot start (or be restarted) given what is already running or on disk."""
 
@@ -78,6 +103,20 @@ def profile_gpus(profile: Profile) -> set[int]:
     container_gpus = profile.containers.gpus or gpus.containers
     return set(gpus.inference) | set(gpus.trainer) | (
         set(container_gpus) if profile.containers.enabled else set())
+
+
+def run_ports(profile: Profile) -> dict[int, tuple[str, str]]:
+    """The fixed ports a run listens on: port -> (what, how to pick another)."""
+    ports: dict[int, tuple[str, str]] = {}
+    if profile.trainer.rdzv_port is not None:
+        ports[profile.trainer.rdzv_port] = (
+            "trainer's torchrun rendezvous port ([trainer] rdzv_port)",
+            "set [trainer] rdzv_port in the profile to a free port")
+    if profile.inference.port is not None:
+        ports[profile.inference.port] = (
+            "inference server's port", "set inference.server.port in the prime-rl config "
+            "to another port")
+    return ports
 
 
 def supervisor_alive(run: RunRecord) -> bool:
@@ -153,14 +192,14 @@ class RunManager:
         self._clock = clock
         self._wall_clock = wall_clock
         self._queue: queue.Queue[Event] = queue.Queue()
-        self._runs: dict[str, RunSupervisor] = {}
+        self._runs: dict[str, Supervisor] = {}
         self._lock = threading.RLock()
         self.hooks = hooks or default_hooks(self)
         self._pid = os.getpid()
         self._started = _own_create_time()
 
     # -- queries ---------------------------------------------------------------------------
-    def supervisor(self, run_id: str) -> RunSupervisor | None:
+    def supervisor(self, run_id: str) -> Supervisor | None:
         return self._runs.get(run_id)
 
     def live_run_ids(self) -> set[str]:
@@ -265,7 +304,7 @@ class RunManager:
             return
         self._guard(supervisor, lambda: supervisor.handle(event))
 
-    def _guard(self, supervisor: RunSupervisor, action: Callable[[], None]) -> None:
+    def _guard(self, supervisor: Supervisor, action: Callable[[], None]) -> None:
         """A bug in one run's handling must not take the daemon (and every other run) down."""
         try:
             action()
@@ -273,9 +312,11 @@ class RunManager:
             log.exception("internal error while supervising", run=supervisor.run_id)
             message = f"internal error: {type(exc).__name__}: {exc}"
             self.store.add_event(supervisor.run_id, "internal_error", message)
+            fail = getattr(supervisor, "on_internal_error", None)
             try:
                 # Never wedged in a live state: the attempt fails and the policy decides.
-                supervisor.on_internal_error(message)
+                if fail is not None:
+                    fail(message)
             except Exception:
                 log.exception("internal error while failing the run", run=supervisor.run_id)
 
@@ -310,6 +351,17 @@ class RunManager:
                                       ended_at=time.time(),
                                       last_error=f"stored profile unreadable: {exc}")
                 continue
+            if _is_slurm(profile):
+                with self._lock:
+                    self._claim(run.id)
+                    slurm_supervisor = self._new_supervisor(run.id, profile)
+                    self._runs[run.id] = slurm_supervisor
+                self._guard(slurm_supervisor, functools.partial(
+                    slurm_supervisor.reattach, run))  # type: ignore[attr-defined]
+                taken.append(run.id)
+                for action_name in unfinished_commands(self.store, run.id):
+                    self._queue.put(Command(run.id, action_name))
+                continue
             phase = phase_of_record(run.phase, run.state)
             handles, dead = self._component_handles(run)
             action = decide_takeover(phase, attempt=run.attempt, alive=handles, dead=dead)
@@ -318,7 +370,7 @@ class RunManager:
                 continue  # it ended while no supervisor watched: recorded, not relaunched
             with self._lock:
                 self._claim(run.id)
-                supervisor = self._new_supervisor(run.id, profile, phase=Phase.TAKEOVER)
+                supervisor = self._new_box_supervisor(run.id, profile, phase=Phase.TAKEOVER)
                 supervisor.step = run.step
                 self._runs[run.id] = supervisor
             self.store.add_event(run.id, "takeover", f"daemon took over the run, recorded "
@@ -384,8 +436,17 @@ class RunManager:
         return handles, dead
 
     # -- internals --------------------------------------------------------------------------------
-    def _new_supervisor(self, run_id: str, profile: Profile,
-                        phase: Phase = Phase.PENDING) -> RunSupervisor:
+    def _new_supervisor(self, run_id: str, profile: Profile) -> Supervisor:
+        if _is_slurm(profile):
+            from airvisor.slurm import SlurmRunSupervisor
+
+            return SlurmRunSupervisor(run_id=run_id, profile=profile, store=self.store,
+                                      post=self._queue.put, hooks=self.hooks, clock=self._clock,
+                                      wall=self._wall_clock)
+        return self._new_box_supervisor(run_id, profile)
+
+    def _new_box_supervisor(self, run_id: str, profile: Profile,
+                            phase: Phase = Phase.PENDING) -> RunSupervisor:
         return RunSupervisor(run_id=run_id, profile=profile, store=self.store,
                              post=self._queue.put, hooks=self.hooks, clock=self._clock,
                              wall_clock=self._wall_clock, phase=phase)
@@ -399,7 +460,7 @@ class RunManager:
     def _check_conflicts(self, profile: Profile) -> None:
         wanted_gpus = profile_gpus(profile)
         run_dir = Path(profile.run.output_dir or ".").resolve()
-        port = profile.inference.port
+        ports = run_ports(profile)
         for run in self.store.live_runs():
             supervised_here = run.id in self._runs and not self._runs[run.id].state.terminal
             if not supervised_here and not supervisor_alive(run):
@@ -417,10 +478,10 @@ class RunManager:
                                   f"first (airvisor stop {run.id}) or pick other GPUs")
             if Path(other.run.output_dir or ".").resolve() == run_dir:
                 raise RunConflict(f"run {run.id} is live in the same run dir {run_dir}")
-            if port is not None and other.inference.port == port:
-                raise RunConflict(f"run {run.id} is live with its inference server on port "
-                                  f"{port}; set inference.server.port in the prime-rl config "
-                                  "to another port")
+            for port, (what, fix) in ports.items():
+                if port in run_ports(other):
+                    raise RunConflict(f"run {run.id} is live and listens on port {port}, this "
+                                      f"run's {what}; {fix}")
 
     def _prepare_run_dir(self, profile: Profile, run_dir: Path, start_mode: StartMode) -> None:
         if not run_dir_used(run_dir):
@@ -441,10 +502,20 @@ class RunManager:
                 f"--resume to continue from it, or --fresh to move it aside "
                 f"(or set [run] on_existing in the profile)")
         if mode == "replace":
-            shutil.rmtree(run_dir)
+            # A rename under the lock (instant), the delete on a thread of its own: a large run
+            # directory must not hold the main loop (and systemd's watchdog) for minutes.
+            trash = archive_run_dir(run_dir, "deleting")
+            threading.Thread(target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True},
+                             name="delete-old-run-dir", daemon=True).start()
             return
         archived = archive_run_dir(run_dir, "old")
         log.info("moved earlier run aside", path=str(archived))
+
+
+def _is_slurm(profile: Profile) -> bool:
+    from airvisor.slurm import is_slurm_profile
+
+    return is_slurm_profile(profile)
 
 
 def profile_resumes(supervisor: RunSupervisor) -> bool:

@@ -8,6 +8,7 @@ run's failure detection or the API.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -75,6 +76,26 @@ class PreparedAttempt:
     plan: AttemptPlan
     profile: Profile  # bound by prime-rl's resolution for this attempt
     summary: str
+    containers: tuple[Any, ...] = ()  # the task containers' status, read on the worker
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What a stop or a container check reports: its summary (or changes) and the containers'
+    status, read on the worker thread (Docker is never asked on the main loop)."""
+
+    summary: Any
+    containers: tuple[Any, ...] = ()
+
+
+def _pool_status(pool: ContainerPoolLike | None) -> tuple[Any, ...]:
+    if pool is None:
+        return ()
+    try:
+        return tuple(pool.status())
+    except Exception as exc:  # Docker trouble is reported, never fatal for the record
+        log.warning("container status unavailable", error=str(exc))
+        return ()
 
 
 def _describe_containment() -> str:
@@ -418,8 +439,9 @@ class RunSupervisor:
                     pool.up()
                 names = list(pool.names)
                 summary += f"; {len(names)} container(s) up"
-            return prepare_attempt(profile, layout, number=number, attempt_dir=attempt_dir,
-                                   container_names=names, summary=summary)
+            prepared = prepare_attempt(profile, layout, number=number, attempt_dir=attempt_dir,
+                                       container_names=names, summary=summary)
+            return dataclasses.replace(prepared, containers=_pool_status(pool))
 
         self._run_task("preflight", job)
 
@@ -469,8 +491,7 @@ class RunSupervisor:
                 if name in self._specs:
                     self._start_component(name)
         self._start_prober()
-        if self._pool is not None:
-            self._record_containers()
+        self._record_containers(prepared.containers)
 
     def _start_prober(self) -> None:
         if self.profile.inference.port is None:
@@ -747,15 +768,16 @@ class RunSupervisor:
         elif event.task == "containers":
             if self.phase != Phase.RUNNING or event.attempt != self.attempt:
                 return
-            for change in event.result or []:
+            outcome: TaskOutcome | None = event.result
+            changes = list(outcome.summary or []) if outcome is not None else []
+            for change in changes:
                 self._event(getattr(change, "kind", "container"), str(change),
                             component="containers")
             if event.error is not None:
                 self._fail(f"task containers: {event.error}", "containers")
             else:
-                self._record_containers()
-                if any(getattr(c, "kind", "") == "container_gave_up"
-                       for c in event.result or []):
+                self._record_containers(outcome.containers if outcome is not None else ())
+                if any(getattr(c, "kind", "") == "container_gave_up" for c in changes):
                     self._fail("a task container could not be recovered", "containers")
 
     def _after_preflight(self, event: TaskDone) -> None:
@@ -827,7 +849,7 @@ class RunSupervisor:
         run_id = self.run_id
         stop_tree = self._hooks.stop_tree
 
-        def job() -> str:
+        def job() -> TaskOutcome:
             summary = stop_tree([h.identity for h in handles], [h.pgid for h in handles],
                                 run_id, grace)
             if pool is not None:
@@ -835,7 +857,7 @@ class RunSupervisor:
                 with pool_lock:
                     pool.down()
                 summary += "; containers removed"
-            return summary
+            return TaskOutcome(summary, _pool_status(pool))
 
         self._run_task("stop", job)
 
@@ -845,13 +867,15 @@ class RunSupervisor:
             self.store.upsert_component(self.run_id, self.attempt, handle.name, state="stopped")
         for name in self._members:  # stopped with the launcher's tree
             self.store.upsert_component(self.run_id, self.attempt, name, state="stopped")
-        self._record_containers()
-        self._event("stopped_components", f"components stopped: {event.result or event.error}")
+        outcome: TaskOutcome | None = event.result
+        self._record_containers(outcome.containers if outcome is not None else ())
+        summary = outcome.summary if outcome is not None else event.error
+        self._event("stopped_components", f"components stopped: {summary}")
         if self.phase.stopping:
             target = self.phase.stop_target
             if self.attempt and target != Phase.FAILED:
-                outcome = "succeeded" if target == Phase.SUCCEEDED else "stopped"
-                self.store.end_attempt(self.run_id, self.attempt, outcome, None)
+                ended = "succeeded" if target == Phase.SUCCEEDED else "stopped"
+                self.store.end_attempt(self.run_id, self.attempt, ended, None)
             self._set_phase(target)
             return
         if self.phase != Phase.RECOVERY_STOPPING:
@@ -940,9 +964,10 @@ class RunSupervisor:
             self._next_container_check = now + self.profile.containers.health_interval
             pool, pool_lock = self._pool, self._pool_lock
 
-            def check() -> list[Any]:
+            def check() -> TaskOutcome:
                 with pool_lock:
-                    return pool.check()
+                    changes = pool.check()
+                return TaskOutcome(changes, _pool_status(pool))
 
             self._run_task("containers", check)
 
@@ -1026,14 +1051,7 @@ class RunSupervisor:
                 pgid=launcher.pgid, argv=[], gpus=gpus,
                 log_path=str(log_path) if log_path is not None else None, exit_code=None)
 
-    def _record_containers(self) -> None:
-        if self._pool is None:
-            return
-        try:
-            statuses = self._pool.status()
-        except Exception as exc:  # Docker trouble is reported, never fatal for the record
-            log.warning("container status unavailable", run=self.run_id, error=str(exc))
-            return
+    def _record_containers(self, statuses: tuple[Any, ...]) -> None:
         for status in statuses:
             self.store.upsert_component(
                 self.run_id, self.attempt, status.name, kind="container", state=status.state,
