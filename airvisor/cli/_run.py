@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -48,10 +47,20 @@ def _daemon(use_daemon: bool) -> Any:
     return DaemonClient.connect()
 
 
-def _console() -> Any:
-    from rich.console import Console
+PIPE_WIDTH = 160  # columns of `status` written to a file or pipe (no terminal to fit)
 
-    return Console(highlight=False)
+
+def _print(renderable: Any) -> None:
+    """A rich renderable on stdout: in colour on a terminal; else as plain text, not wrapped
+    to a guessed terminal width, without trailing blanks."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+
+        Console(highlight=False).print(renderable)
+    else:
+        from airvisor.view import to_text
+
+        click.echo(to_text(renderable, width=PIPE_WIDTH))
 
 
 # -- start -------------------------------------------------------------------------------------
@@ -183,7 +192,7 @@ def status(run_id: str | None, as_json: bool, local: bool) -> None:
     if as_json:
         click.echo(view.model_dump_json(indent=2))
     else:
-        _console().print(render_run(view))
+        _print(render_run(view))
 
 
 # -- logs --------------------------------------------------------------------------------------
@@ -206,7 +215,7 @@ def logs(component: str, follow: bool, lines: int, run_id: str | None, local: bo
             click.echo(f"airvisor: {exc}", err=True)
             sys.exit(EXIT_BAD_INPUT)
         return
-    from airvisor.view import find_run, log_lines
+    from airvisor.view import LogNotFound, LogStream, find_run
 
     store = _store()
     record = find_run(store, run_id)
@@ -214,22 +223,13 @@ def logs(component: str, follow: bool, lines: int, run_id: str | None, local: bo
         click.echo("airvisor: no runs yet" if not run_id else f"airvisor: no run with id "
                    f"{run_id!r}", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    comps = {c.name: c for c in store.components(record.id) if c.log_path}
-    if component not in comps:
-        known = ", ".join(sorted(comps)) or "none yet"
-        click.echo(f"airvisor: run {record.id} has no component {component!r} "
-                   f"(known: {known})", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    path = Path(comps[component].log_path or "")
-
-    def still_live() -> bool:
-        now = store.get_run(record.id)
-        return now is not None and now.live
-
     try:
-        for line in log_lines(path, lines, follow=follow, still_live=still_live):
+        stream = LogStream(store, record, component, tail=lines)
+    except LogNotFound as err:
+        click.echo(f"airvisor: {err}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    try:
+        for line in stream.lines(follow=follow):
             click.echo(line.rstrip("\n"))
-    except FileNotFoundError:
-        raise click.ClickException(f"log file {path} does not exist (yet)") from None
     except KeyboardInterrupt:
         return

@@ -59,8 +59,8 @@ from airvisor.daemon._profiles import BadProfileRef, ProfileCatalog, load
 from airvisor.daemon._service import RunService
 from airvisor.daemon._views import CurrentRunSnapshot, detail_of, event_of, summary_of
 from airvisor.engine import RunConflict, UnknownRun
-from airvisor.store import ComponentRecord, RunRecord, Store
-from airvisor.view import LogFollower, tail_lines
+from airvisor.store import RunRecord, Store
+from airvisor.view import LogNotFound, LogStream
 
 log = get_logger("airvisor.daemon.api")
 
@@ -181,34 +181,6 @@ def _run_or_404(store: Store, run_id: str) -> RunRecord:
     if run is None:
         raise HTTPException(404, f"no run with id {run_id!r} (GET /runs lists them)")
     return run
-
-
-def _component_or_404(store: Store, run: RunRecord, name: str,
-                      attempt: int | None) -> ComponentRecord:
-    components = store.components(run.id, attempt)
-    for component in components:
-        if component.name == name:
-            return component
-    known = ", ".join(c.name for c in components) or "none recorded yet"
-    which = f"attempt {attempt}" if attempt is not None else f"attempt {run.attempt}"
-    raise HTTPException(404, f"run {run.id} has no component {name!r} in {which} "
-                             f"(components: {known})")
-
-
-def _log_path(store: Store, run: RunRecord, component: ComponentRecord) -> Path:
-    if not component.log_path:
-        raise HTTPException(404, f"component {component.name!r} of run {run.id} has no log file "
-                                 "recorded (it may not have started yet)")
-    path = Path(component.log_path)
-    # The path comes from the store, written by the engine; still, never serve a file outside
-    # the run's own directories: prime-rl's run directory, and the one the engine keeps for
-    # the run's attempts in the state directory (<state dir>/runs/<run id>, next to the store).
-    allowed = (Path(run.run_dir), store.path.parent / "runs" / run.id)
-    resolved = path.resolve()
-    if not any(resolved.is_relative_to(where.resolve()) for where in allowed):
-        raise HTTPException(404, f"the log of {component.name!r} lies outside the run's "
-                                 "directories")
-    return path
 
 
 class UnexpectedErrors:
@@ -497,18 +469,14 @@ def create_app(ctx: ApiContext) -> FastAPI:
                                              description="Default: the current attempt.")] = None,
     ) -> Response:
         run = _run_or_404(ctx.store, run_id)
-        record = _component_or_404(ctx.store, run, component, attempt)
-        path = _log_path(ctx.store, run, record)
         try:
-            lines, end = tail_lines(path, tail)
-        except FileNotFoundError:
-            lines, end = [], 0
+            stream = LogStream(ctx.store, run, component, tail=tail, attempt=attempt,
+                               recheck=FOLLOW_RECHECK_SECONDS)
+        except LogNotFound as err:
+            raise HTTPException(404, str(err)) from err
         if not follow:
-            return PlainTextResponse("".join(lines))
-        stream = _follow(ctx.store, run.id, component, record.attempt,
-                         switch_attempts=attempt is None, first=lines,
-                         follower=LogFollower(path, end))
-        return StreamingResponse(stream, media_type="text/plain; charset=utf-8")
+            return PlainTextResponse("".join(stream.first))
+        return StreamingResponse(_follow(stream), media_type="text/plain; charset=utf-8")
 
     @app.post("/runs/{run_id}/stop", response_model=AcceptedOut, status_code=202,
               dependencies=[Authorized], tags=["runs"], operation_id="stop_run",
@@ -594,40 +562,16 @@ def _command(ctx: ApiContext, run_id: str, action: str,
                        message=f"{action} of run {run.id} requested (state was {run.state})")
 
 
-async def _follow(store: Store, run_id: str, component: str, attempt: int, *,
-                  switch_attempts: bool, first: list[str],
-                  follower: LogFollower) -> AsyncIterator[str]:
-    """Streams a component's log until its run ends (or the client goes away).
-
-    Following the current attempt moves on to the next attempt's log when the run restarts,
-    with a marker line, so `logs -f` survives a recovery.
-    """
-    if first:
-        yield "".join(first)
-    next_check = 0.0
+async def _follow(stream: LogStream) -> AsyncIterator[str]:
+    """Streams a component's log until its run ends (or the client goes away); see LogStream.
+    Each poll reads a file and at times the store: off the event loop."""
+    if stream.first:
+        yield "".join(stream.first)
     while True:
-        lines = follower.read_new()
+        lines, ended = await run_in_threadpool(stream.poll)
         if lines:
             yield "".join(lines)
-            continue
-        now = time.monotonic()
-        if now >= next_check:
-            next_check = now + FOLLOW_RECHECK_SECONDS
-            run = await run_in_threadpool(store.get_run, run_id)
-            if run is None or not run.live:
-                rest = follower.rest()
-                if rest:
-                    yield "".join(rest)
-                return
-            if switch_attempts and run.attempt != attempt:
-                newer = await run_in_threadpool(store.components, run_id, run.attempt)
-                match = next((c for c in newer if c.name == component and c.log_path), None)
-                if match is not None and match.log_path:
-                    rest = follower.rest()
-                    if rest:
-                        yield "".join(rest)
-                    yield f"--- airvisor: attempt {run.attempt} ---\n"
-                    attempt = run.attempt
-                    follower = LogFollower(Path(match.log_path), 0)
-                    continue
-        await asyncio.sleep(FOLLOW_POLL_SECONDS)
+        if ended:
+            return
+        if not lines:
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)

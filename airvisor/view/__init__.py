@@ -1,6 +1,7 @@
 """How a run is shown: one view model (built from the store, served by the API as JSON), one
 rich renderer for the terminal, and the log reader behind `airvisor logs` and the API."""
 
+from airvisor.view._logfiles import LogNotFound, find_log, layout_sources, log_files
 from airvisor.view._model import (
     RECENT_EVENTS,
     AttemptView,
@@ -20,7 +21,7 @@ from airvisor.view._model import (
 )
 from airvisor.view._progress import ApiSource, ProgressView, RunSource, StoreSource
 from airvisor.view._render import event_line, progress_line, render_run, to_text
-from airvisor.view._tail import LogFollower, log_lines, tail_lines
+from airvisor.view._tail import LogFollower, LogStream, tail_lines
 
 __all__ = [
     "RECENT_EVENTS",
@@ -29,6 +30,8 @@ __all__ = [
     "ComponentView",
     "EventView",
     "LogFollower",
+    "LogNotFound",
+    "LogStream",
     "ProgressView",
     "RestartView",
     "RunSource",
@@ -40,8 +43,10 @@ __all__ = [
     "containment_of",
     "event_line",
     "event_view",
+    "find_log",
     "find_run",
-    "log_lines",
+    "layout_sources",
+    "log_files",
     "profile_name",
     "progress_line",
     "render_run",

@@ -14,14 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal
 
 from airvisor._logging import get_logger
 from airvisor.daemon._machine import GPUReport
 from airvisor.notify import EventWatcher
 from airvisor.policy import step_from_log_line, strip_ansi
 from airvisor.store import RunRecord, SeriesStore, Store
-from airvisor.view import LogFollower
+from airvisor.view import LogFollower, layout_sources
 
 log = get_logger("airvisor.web")
 
@@ -79,30 +78,6 @@ def runs_of_points(points: Iterable[tuple[float, float]]) -> list[list[tuple[flo
             runs.append([])
         runs[-1].append((x, y))
     return runs
-
-
-LAYOUT_LOGS: tuple[Literal["inference", "trainer", "orchestrator"], ...] = (
-    "inference", "trainer", "orchestrator")
-
-
-def layout_sources(profile: dict[str, Any]) -> tuple[Path | None, dict[str, Path]] | None:
-    """Where the run's prime-rl version writes metrics.jsonl and each component's log
-    (airvisor.primerl's layout of its resolved facts), or None when the stored profile has no
-    resolved facts (component mode: the store's log paths are used)."""
-    prime_rl = profile.get("prime_rl")
-    resolved = profile.get("resolved")
-    version = prime_rl.get("version") if isinstance(prime_rl, dict) else None
-    if not isinstance(resolved, dict) or not isinstance(version, str):
-        return None
-    try:
-        from airvisor.primerl import layout_for
-
-        layout = layout_for(version, resolved)
-        logs = {name: layout.log_file(name) for name in LAYOUT_LOGS}
-        return layout.metrics_file(), {k: v for k, v in logs.items() if v is not None}
-    except Exception as err:  # facts of another airvisor version: fall back to the store's
-        log.debug("no layout for the run page", error=repr(err))
-        return None
 
 
 class RunSampler:

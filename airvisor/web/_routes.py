@@ -32,8 +32,8 @@ from airvisor.notify import (
 )
 from airvisor.profile._schema import NotifySection
 from airvisor.store import DeliveryStore, RunRecord, SeriesStore, Store
-from airvisor.view import tail_lines
-from airvisor.web._collector import STEP_SERIES, Background, layout_sources
+from airvisor.view import log_files, tail_lines
+from airvisor.web._collector import STEP_SERIES, Background
 from airvisor.web._models import AttemptOut, DeliveryOut, LogOut, LogsOut, PageOut
 
 if TYPE_CHECKING:
@@ -118,22 +118,9 @@ def page_data(store: Store, series: SeriesStore, deliveries: DeliveryStore, run_
     )
 
 
-def log_files(store: Store, run: RunRecord) -> list[tuple[str, Path]]:
-    """Every log of the run's current attempt: its processes' (from the store: prime-rl's
-    launcher, or each component) and, under the launcher, each component's where the run's
-    prime-rl version writes it. Paths come from the engine or the run's own profile only."""
-    found = [(c.name, Path(c.log_path)) for c in store.components(run.id)
-             if c.kind == "process" and c.log_path]
-    sources = layout_sources(run.profile)
-    if sources is not None:
-        known = {name for name, _ in found}
-        found += [(name, path) for name, path in sources[1].items() if name not in known]
-    return found
-
-
 def read_logs(store: Store, run: RunRecord, lines: int) -> LogsOut:
     out: list[LogOut] = []
-    for name, path in log_files(store, run):
+    for name, path in log_files(store, run).items():
         try:
             text, _ = tail_lines(path, lines)
             out.append(LogOut(component=name, text="".join(text), exists=True))

@@ -192,7 +192,7 @@ def test_client_against_the_api(api: Api, monkeypatch: pytest.MonkeyPatch) -> No
             "trainer line 49", "trainer line 50"]
         with pytest.raises(DaemonError) as err:
             list(client.logs("current", "nope"))
-        assert err.value.status == 404 and "components: " in str(err.value)
+        assert err.value.status == 404 and "known: " in str(err.value)
         with pytest.raises(DaemonError) as conflict:
             client.submit(PROFILE_NAME)
         assert conflict.value.status == 409

@@ -14,13 +14,15 @@ from rich.console import Console
 from airvisor.daemon._models import RunOut
 from airvisor.store import ComponentRecord, EventRecord, RestartRecord, RunRecord, Store
 from airvisor.view import (
+    LogNotFound,
+    LogStream,
     ProgressView,
     RunView,
     StoreSource,
     build_run_view,
     event_line,
+    find_log,
     find_run,
-    log_lines,
     progress_line,
     render_run,
     run_view,
@@ -247,13 +249,26 @@ def test_progress_view_on_a_terminal_keeps_one_line_below_the_events(store: Stor
 
 
 # -- logs --------------------------------------------------------------------------------------
-def test_log_lines_tail_then_follow_until_the_run_ends(tmp_path: Path) -> None:
-    path = tmp_path / "trainer.log"
+def logged_run(store: Store, tmp_path: Path) -> tuple[RunRecord, Path]:
+    run = store.create_run(run_id="r-1", name="r", profile_path=None, profile={},
+                           run_dir=str(tmp_path / "out"), gpus=[], supervisor_pid=None)
+    store.start_attempt(run.id, 1, None)
+    path = tmp_path / "out" / "trainer.log"
+    path.parent.mkdir(parents=True)
     path.write_text("".join(f"line {i}\n" for i in range(1, 101)))
-    assert list(log_lines(path, 3)) == ["line 98\n", "line 99\n", "line 100\n"]
-    assert list(log_lines(path, 0)) == []
-    live = threading.Event()
-    live.set()
+    store.upsert_component(run.id, 1, "trainer", state="running", log_path=str(path))
+    store.update_run(run.id, state="running")
+    found = store.get_run(run.id)
+    assert found is not None
+    return found, path
+
+
+def test_log_stream_tails_then_follows_until_the_run_ends(store: Store, tmp_path: Path
+                                                          ) -> None:
+    run, path = logged_run(store, tmp_path)
+    assert list(LogStream(store, run, "trainer", tail=3).lines(follow=False)) == [
+        "line 98\n", "line 99\n", "line 100\n"]
+    assert LogStream(store, run, "trainer", tail=0).first == []
 
     def writer() -> None:
         time.sleep(0.2)
@@ -263,15 +278,40 @@ def test_log_lines_tail_then_follow_until_the_run_ends(tmp_path: Path) -> None:
             time.sleep(0.2)
             f.write("02\npartial")
         time.sleep(0.2)
-        live.clear()
+        store.update_run(run.id, state="stopped")
 
     thread = threading.Thread(target=writer)
     thread.start()
-    got = list(log_lines(path, 1, follow=True, still_live=live.is_set, poll=0.02))
+    stream = LogStream(store, run, "trainer", tail=1, recheck=0.05)
+    got = list(stream.lines(follow=True, poll=0.02))
     thread.join()
     assert got == ["line 100\n", "line 101\n", "line 102\n", "partial\n"]
 
 
-def test_log_lines_of_a_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
-        list(log_lines(tmp_path / "nope.log", 5))
+def test_log_stream_moves_on_to_the_next_attempt(store: Store, tmp_path: Path) -> None:
+    run, _ = logged_run(store, tmp_path)
+    stream = LogStream(store, run, "trainer", tail=1, recheck=0.0)
+    assert stream.poll() == ([], False)
+    second = tmp_path / "out" / "attempt2.log"
+    second.write_text("fresh 1\n")
+    store.start_attempt(run.id, 2, 50)
+    store.upsert_component(run.id, 2, "trainer", state="running", log_path=str(second))
+    assert stream.poll() == (["--- airvisor: attempt 2 ---\n"], False)
+    assert stream.poll() == (["fresh 1\n"], False)
+    # An explicit attempt stays on it.
+    old = LogStream(store, run, "trainer", tail=1, attempt=1, recheck=0.0)
+    assert old.first == ["line 100\n"] and old.poll() == ([], False)
+
+
+def test_log_lookup_errors_say_what_there_is(store: Store, tmp_path: Path) -> None:
+    run, _ = logged_run(store, tmp_path)
+    with pytest.raises(LogNotFound, match=r"no log of 'vllm' in attempt 1 \(known: trainer\)"):
+        LogStream(store, run, "vllm", tail=5)
+    outside = tmp_path / "elsewhere.log"
+    outside.write_text("secret\n")
+    store.upsert_component(run.id, 1, "stranger", state="running", log_path=str(outside))
+    with pytest.raises(LogNotFound, match="outside the run's directories"):
+        find_log(store, run, "stranger")
+    store.upsert_component(run.id, 1, "gone", state="exited",
+                           log_path=str(tmp_path / "out" / "gone.log"))
+    assert LogStream(store, run, "gone", tail=5).first == []  # not written yet: empty
