@@ -32,7 +32,7 @@ from airvisor.notify import (
 )
 from airvisor.profile._schema import NotifySection
 from airvisor.store import DeliveryStore, RunRecord, SeriesStore, Store
-from airvisor.view import log_files, tail_lines
+from airvisor.view import AttemptView, log_files, tail_lines
 from airvisor.web._collector import STEP_SERIES, Background
 from airvisor.web._models import AttemptOut, DeliveryOut, LogOut, LogsOut, PageOut
 
@@ -76,18 +76,16 @@ class DefaultNotify:
             return self._section
 
 
-def _attempts(store: Store, run_id: str) -> list[AttemptOut]:
-    rows = store.attempts(run_id)
+def _attempts(attempts: list[AttemptView]) -> list[AttemptOut]:
+    """The run view's attempts, each with why it started (the reason the one before ended)."""
     out: list[AttemptOut] = []
-    previous: dict[str, object] | None = None
-    for row in rows:
-        after = None
-        if previous is not None:
-            after = str(previous.get("reason") or previous.get("outcome") or "") or None
-        out.append(AttemptOut(number=row["number"], started_at=row["started_at"],
-                              ended_at=row["ended_at"], resume_step=row["resume_step"],
-                              outcome=row["outcome"], reason=row["reason"], after=after))
-        previous = row
+    previous: AttemptView | None = None
+    for attempt in attempts:
+        after = None if previous is None else (previous.reason or previous.outcome or None)
+        out.append(AttemptOut(number=attempt.number, started_at=attempt.started_at,
+                              ended_at=attempt.ended_at, resume_step=attempt.resume_step,
+                              outcome=attempt.outcome, reason=attempt.reason, after=after))
+        previous = attempt
     return out
 
 
@@ -104,9 +102,10 @@ def page_data(store: Store, series: SeriesStore, deliveries: DeliveryStore, run_
     if run is None:
         return None
     read = series.read_after(run_id, after) if after else series.read(run_id)
+    view = detail_of(store, run)
     return PageOut(
-        run=detail_of(store, run),
-        attempts=_attempts(store, run_id),
+        run=view,
+        attempts=_attempts(view.attempts),
         events=[event_of(e) for e in store.recent_events(run_id, PAGE_EVENTS)],
         deliveries=[DeliveryOut(id=d.id, event=d.event, target=d.target_label, status=d.status,
                                 tries=d.tries, error=d.error,
