@@ -30,7 +30,8 @@ from typing import Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from airvisor.profile._configs import deep_merge
+from airvisor.profile._configs import deep_merge as deep_merge  # tests import it from here
+from airvisor.profile._configs import merge_into
 
 StandinName = Literal["inference", "trainer", "orchestrator"]
 DEMO_ENV = "AIRVISOR_DEMO"
@@ -240,15 +241,15 @@ def parse_args(component: StandinName, argv: Sequence[str]) -> _CommonSettings:
     files, flags = split_argv(argv)
     merged: dict[str, Any] = {}
     for file in files:
-        merged = deep_merge(merged, load_toml(file))
+        merge_into(merged, load_toml(file))
     model = SETTINGS_MODELS[component]
     known = known_leaf_keys(model)
     for key, raw in flags:
         path, value = resolve_flag(key, raw, known=known, file_config=merged, component=component)
-        merged = deep_merge(merged, _nest(path, value))
+        merge_into(merged, _nest(path, value))  # in place: linear in the flags
     env_demo = demo_from_env(component)
     if env_demo:
-        merged = deep_merge(merged, {"demo": env_demo})
+        merge_into(merged, {"demo": env_demo})
     merged = drop_none(merged)  # prime-rl's dumps spell "unset" as null; the defaults apply
     try:
         return model.model_validate(merged)

@@ -40,7 +40,7 @@ from airvisor.demo._layout import DemoVersion, list_steps, remove_steps_after
 from airvisor.demo._log import StandinLogger
 from airvisor.demo._process import set_title
 from airvisor.primerl._resolve import last_json_object
-from airvisor.profile._configs import deep_merge
+from airvisor.profile._configs import merge_into
 
 PRIMERL_PYTHON_ENV = "AIRVISOR_DEMO_PRIMERL_PYTHON"
 RESOLVE_TIMEOUT = 180.0
@@ -89,7 +89,7 @@ def lenient_config(argv: Sequence[str]) -> dict[str, Any]:
     files, flags = split_argv(argv)
     merged: dict[str, Any] = {}
     for path in files:
-        merged = deep_merge(merged, load_toml(path))
+        merge_into(merged, load_toml(path))
     for key, raw in flags:
         parts = [part.replace("-", "_") for part in key.split(".")]
         value: Any
@@ -107,7 +107,7 @@ def lenient_config(argv: Sequence[str]) -> dict[str, Any]:
         nested: Any = value
         for part in reversed(parts):
             nested = {part: nested}
-        merged = deep_merge(merged, nested)
+        merge_into(merged, nested)  # in place: linear in the flags
     return merged
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from airvisor.primerl._rlargs import flag_pairs, toml_refs
-from airvisor.profile._configs import deep_merge
+from airvisor.profile._configs import merge_into
 
 Version = Literal["0.4", "main"]
 
@@ -221,7 +221,7 @@ def merged_toml(args: Sequence[str]) -> dict[str, Any]:
         if ref.section is not None:
             for part in reversed(ref.section.replace("-", "_").split(".")):
                 loaded = {part: loaded}
-        data = deep_merge(data, loaded)
+        merge_into(data, loaded)
     for key, value in flag_pairs(args):
         node: dict[str, Any] = {}
         parts = key.split(".")
@@ -231,7 +231,7 @@ def merged_toml(args: Sequence[str]) -> dict[str, Any]:
         for part in reversed(parts):
             node = {part: leaf}
             leaf = node
-        data = deep_merge(data, node)
+        merge_into(data, node)  # in place: linear in the number of flags
     return data
 
 
