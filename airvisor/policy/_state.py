@@ -144,7 +144,7 @@ def phase_of_record(phase: str | None, state: str) -> Phase:
     fallback = {RunState.RECOVERING: Phase.RECOVERY_STOPPING,
                 RunState.STOPPING: Phase.STOPPING_STOPPED}
     public = RunState(state)
-    return fallback.get(public, Phase(public.value))
+    return fallback[public] if public in fallback else Phase(public.value)
 
 
 def transition(current: RunState, target: RunState) -> RunState:

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
-from airvisor.engine import InferenceReady, RunManager
+from airvisor.engine import InferenceReady, RunManager, RunSupervisor
 from airvisor.engine._supervisor import FINISH_TIMEOUT
 from airvisor.policy import RunState
 from airvisor.primerl import LAUNCHER
@@ -79,14 +80,30 @@ class Replay:
     def __init__(self, tmp_path: Path, **profile_extra: Any) -> None:
         self.now = 1000.0
         self.store = Store(tmp_path / "state.sqlite3")
-        self.manager = RunManager(self.store, clock=lambda: self.now)
         self.processes: list[FakeProcess] = []
         self.stops = 0
-        hooks = self.manager.hooks
         self.preflights = 0
+        self.launch_error: OSError | None = None
+        self.preflight_error: Exception | None = None
+        self.manager = self._new_manager()
+        self.run_dir = tmp_path / "run"
+        data = demo_profile_dict(self.run_dir, **profile_extra)
+        self.profile: Profile = load_profile(write_profile(tmp_path / "p.toml", data))
+        self.run_id = self.manager.submit(self.profile).id
+        supervisor = self.manager.supervisor(self.run_id)
+        assert supervisor is not None
+        self.sup: RunSupervisor = supervisor  # type: ignore[assignment]
+
+    def _new_manager(self) -> RunManager:
+        """A manager (a daemon, as far as the engine knows) with the fake I/O, on the fake
+        clocks (monotonic and wall: the restart history is kept in wall-clock time)."""
+        manager = RunManager(self.store, clock=lambda: self.now, wall_clock=lambda: self.now)
+        hooks = manager.hooks
 
         def prepare_machine(profile: Profile, run_id: str, live: set[str]) -> str:
             self.preflights += 1
+            if self.preflight_error is not None:
+                raise self.preflight_error
             return "fake preflight"
 
         hooks.prepare_machine = prepare_machine
@@ -94,15 +111,34 @@ class Replay:
         hooks.launch = self._launch
         hooks.stop_tree = self._stop_tree
         hooks.members = lambda pid: {}
-        self.run_dir = tmp_path / "run"
-        data = demo_profile_dict(self.run_dir, **profile_extra)
-        self.profile: Profile = load_profile(write_profile(tmp_path / "p.toml", data))
-        self.run_id = self.manager.submit(self.profile).id
+        return manager
+
+    def reboot(self, *, components_alive: bool = False) -> None:
+        """The daemon dies (SIGKILL: nothing is cleaned up or recorded) and a new one starts on
+        the same state file. `components_alive`: the attempt's processes survived it (they are
+        given this test process's identity, which is alive)."""
+        self.sup.detach()
+        self.store.update_run(self.run_id, supervisor_started=1.0)  # that process is gone
+        if components_alive:
+            me = psutil.Process()
+            for comp in self.store.components(self.run_id):
+                if comp.kind == "process":
+                    self.store.upsert_component(self.run_id, comp.attempt, comp.name,
+                                                pid=me.pid, create_time=me.create_time())
+        self.manager = self._new_manager()
+        assert self.manager.adopt_on_boot() == [self.run_id]
         supervisor = self.manager.supervisor(self.run_id)
         assert supervisor is not None
-        self.sup = supervisor
+        self.sup = supervisor  # type: ignore[assignment]
+
+    def run(self) -> Any:
+        record = self.store.get_run(self.run_id)
+        assert record is not None
+        return record
 
     def _launch(self, argv: list[str], *, log_path: Path, component: str, **_: Any) -> FakeProcess:
+        if self.launch_error is not None:
+            raise self.launch_error
         proc = FakeProcess(component, log_path)
         self.processes.append(proc)
         return proc

@@ -1,0 +1,351 @@
+"""The edges of the run state machine, replayed without processes (fake launcher, prober and
+stop; injected clocks): daemon death in every phase, launch errors of each kind, restart
+accounting across daemon restarts, commands in every phase."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from airvisor.policy import Phase, RunState
+from airvisor.primerl import LAUNCHER
+from airvisor.proc import ProcessIdentity
+
+from .test_component_mode import V04_PYTHON
+from .test_supervisor_replay import Replay
+
+
+class GatedReplay(Replay):
+    """A stop that blocks until released: the daemon can die while a stop is under way."""
+
+    def __init__(self, tmp_path: Path, **extra: Any) -> None:
+        self.stop_gate = threading.Event()
+        self.stop_gate.set()
+        self.preflight_gate = threading.Event()
+        self.preflight_gate.set()
+        super().__init__(tmp_path, **extra)
+
+    def _stop_tree(self, identities: list[ProcessIdentity], pgids: list[int], run_id: str,
+                   grace: float) -> str:
+        self.stop_gate.wait(30)
+        return super()._stop_tree(identities, pgids, run_id, grace)
+
+    def _new_manager(self) -> Any:
+        manager = super()._new_manager()
+        inner = manager.hooks.prepare_machine
+
+        def gated(*args: Any) -> str:
+            self.preflight_gate.wait(30)
+            return inner(*args)
+
+        manager.hooks.prepare_machine = gated
+        return manager
+
+    def crash(self) -> None:
+        self.current(LAUNCHER).say("Error: Trainer failed with exit code 3")
+        self.current(LAUNCHER).exit(3)
+
+    def phase(self) -> str | None:
+        return self.run().phase
+
+
+def make(tmp_path: Path, **extra: Any) -> GatedReplay:
+    extra.setdefault("restart", {"max_restarts": 2, "window": 600, "backoff_initial": 1,
+                                 "backoff_factor": 2, "backoff_max": 10})
+    return GatedReplay(tmp_path, **extra)
+
+
+def settle_phase(r: GatedReplay, phase: Phase, rounds: int = 100) -> None:
+    for _ in range(rounds):
+        r.manager.tick(0.02)
+        if r.sup.phase == phase:
+            return
+    raise AssertionError(f"phase is {r.sup.phase}, expected {phase}")
+
+
+# -- restart accounting --------------------------------------------------------------------------
+def test_the_crash_loop_limit_holds_across_daemon_restarts(tmp_path: Path) -> None:
+    r = make(tmp_path)
+    r.settle(RunState.STARTING)
+    r.crash()
+    settle_phase(r, Phase.BACKOFF)
+    r.advance(1)
+    r.settle(RunState.STARTING)
+    # The daemon dies; the components die with it: the resume is a boot restart, not counted.
+    r.reboot()
+    settle_phase(r, Phase.BACKOFF)
+    r.advance(1)
+    r.settle(RunState.STARTING)
+    assert r.sup.attempt == 3
+    r.crash()
+    settle_phase(r, Phase.BACKOFF)
+    r.advance(2)
+    r.settle(RunState.STARTING)
+    r.crash()
+    r.settle(RunState.FAILED)
+    history = r.store.restart_history(r.run_id)
+    assert [(h.kind, h.counted) for h in history] == [("crash", True), ("boot", False),
+                                                       ("crash", True)]
+    assert r.run().last_error.startswith("crash loop: 2 restarts within 600 s")
+    assert r.run().restarts == 3
+    causes = [a["cause"] for a in r.store.attempts(r.run_id)]
+    assert causes == ["first", "crash", "boot", "crash"]
+
+
+def test_operator_restarts_do_not_count_toward_the_limit(tmp_path: Path) -> None:
+    r = make(tmp_path, restart={"max_restarts": 1, "window": 600, "backoff_initial": 1,
+                                "backoff_factor": 1})
+    r.settle(RunState.STARTING)
+    for _ in range(2):
+        r.manager.request_restart(r.run_id)
+        settle_phase(r, Phase.BACKOFF)
+        r.advance(1)
+        r.settle(RunState.STARTING)
+    r.crash()
+    settle_phase(r, Phase.BACKOFF)  # one crash within max_restarts = 1: restarted
+    r.advance(1)
+    r.settle(RunState.STARTING)
+    r.crash()
+    r.settle(RunState.FAILED)
+    assert [h.kind for h in r.store.restart_history(r.run_id)] == ["operator", "operator", "crash"]
+    assert "crash loop: 1 restarts" in r.run().last_error
+
+
+def test_restarts_off_says_so_and_success_clears_the_last_error(tmp_path: Path) -> None:
+    r = make(tmp_path, restart={"max_restarts": 0})
+    r.settle(RunState.STARTING)
+    r.crash()
+    r.settle(RunState.FAILED)
+    assert r.run().last_error.startswith("restarts are off (restart.max_restarts = 0)")
+
+    r2 = make(tmp_path / "second")
+    r2.settle(RunState.STARTING)
+    r2.crash()
+    settle_phase(r2, Phase.BACKOFF)
+    r2.advance(1)
+    r2.settle(RunState.STARTING)
+    r2.current(LAUNCHER).exit(0)
+    r2.settle(RunState.SUCCEEDED)
+    assert r2.run().last_error is None
+    assert r2.events("failure")  # the failure it recovered from is still in its history
+
+
+# -- daemon death in each phase ----------------------------------------------------------------
+def test_daemon_death_while_stopping_finishes_the_stop(tmp_path: Path) -> None:
+    r = make(tmp_path)
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.stop_gate.clear()
+    r.manager.request_stop(r.run_id)
+    settle_phase(r, Phase.STOPPING_STOPPED)
+    assert r.phase() == "stopping.stopped"
+    r.reboot()
+    r.stop_gate.set()
+    r.settle(RunState.STOPPED)
+    assert r.preflights == 1 and r.sup.attempt == 1  # not resumed
+    assert r.events("takeover")[0].data["action"] == "finish_stop"
+
+
+def test_daemon_death_while_finishing_a_success_leaves_it_succeeded(tmp_path: Path) -> None:
+    r = make(tmp_path)
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.say("trainer", "SUCCESS Step 11 | Time: 1s")
+    r.advance(1)
+    r.stop_gate.clear()
+    r.current(LAUNCHER).exit(0)
+    settle_phase(r, Phase.STOPPING_SUCCEEDED)
+    r.reboot()
+    r.stop_gate.set()
+    r.settle(RunState.SUCCEEDED)
+    assert r.preflights == 1 and len(r.store.attempts(r.run_id)) == 1
+    assert not r.events("failure")
+
+
+def test_daemon_death_while_stopping_a_failed_attempt_continues_that_recovery(
+        tmp_path: Path) -> None:
+    r = make(tmp_path, health={"stall_timeout": 10, "first_step_grace": 20})
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.stop_gate.clear()
+    r.advance(21)  # a hang
+    settle_phase(r, Phase.RECOVERY_STOPPING)
+    r.reboot()
+    assert r.sup.phase == Phase.RECOVERY_STOPPING  # not adopted as live
+    r.stop_gate.set()
+    settle_phase(r, Phase.BACKOFF)
+    history = r.store.restart_history(r.run_id)
+    assert [(h.kind, h.counted) for h in history] == [("hang", True)]
+    r.advance(1)
+    r.settle(RunState.STARTING)
+    assert r.sup.attempt == 2
+
+
+def test_daemon_death_during_backoff_relaunches_without_a_second_restart(
+        tmp_path: Path) -> None:
+    r = make(tmp_path, restart={"max_restarts": 3, "window": 600, "backoff_initial": 100})
+    r.settle(RunState.STARTING)
+    r.crash()
+    settle_phase(r, Phase.BACKOFF)
+    r.reboot()
+    r.settle(RunState.STARTING)
+    assert r.sup.attempt == 2
+    assert len(r.store.restart_history(r.run_id)) == 1
+    assert r.store.attempts(r.run_id)[-1]["cause"] == "crash"
+
+
+def test_daemon_death_during_a_recovery_preflight_relaunches(tmp_path: Path) -> None:
+    r = make(tmp_path)
+    r.settle(RunState.STARTING)
+    r.crash()
+    settle_phase(r, Phase.BACKOFF)
+    r.preflight_gate.clear()
+    r.advance(1)
+    settle_phase(r, Phase.PREFLIGHT)
+    r.reboot()
+    r.preflight_gate.set()
+    r.settle(RunState.STARTING)
+    assert r.sup.attempt == 2
+    assert len(r.store.restart_history(r.run_id)) == 1
+
+
+def test_daemon_death_before_the_first_launch_begins_the_run(tmp_path: Path) -> None:
+    r = make(tmp_path)
+    r.preflight_gate.clear()
+    r.settle(RunState.PREFLIGHT)
+    r.reboot()
+    r.preflight_gate.set()
+    r.settle(RunState.STARTING)
+    assert r.sup.attempt == 1
+    assert r.store.attempts(r.run_id)[0]["cause"] == "first"
+    assert not r.store.restart_history(r.run_id)
+
+
+def test_a_live_running_attempt_is_adopted_without_a_restart(tmp_path: Path) -> None:
+    r = make(tmp_path)
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.say("trainer", "SUCCESS Step 3 | Time: 1s")
+    r.advance(1)
+    r.reboot(components_alive=True)
+    assert r.sup.phase == Phase.RUNNING
+    assert r.sup.step == 3
+    assert len(r.processes) == 1 and r.preflights == 1
+    assert r.events("takeover")[0].data["action"] == "adopt"
+
+
+def test_a_starting_attempt_in_component_mode_is_adopted_with_its_launch_rebuilt(
+        tmp_path: Path) -> None:
+    """The daemon dies while inference loads: the adopted attempt still has to start the
+    orchestrator once inference is ready, so its launch is resolved again (by prime-rl)."""
+    assert V04_PYTHON.exists(), "scripts/setup_primerl_venvs.sh builds the prime-rl v0.4 venv"
+    r = make(tmp_path, prime_rl={"mode": "components", "python": [str(V04_PYTHON)]})
+    r.settle(RunState.STARTING)
+    assert sorted(p.component for p in r.processes) == ["inference", "trainer"]
+    r.reboot(components_alive=True)
+    assert r.sup.phase == Phase.STARTING
+    for _ in range(300):  # prime-rl resolves the attempt again on a worker (a second or so)
+        r.manager.tick(0.02)
+        if "orchestrator" in r.sup._specs:
+            break
+    r.ready()
+    assert [p.component for p in r.processes][-1] == "orchestrator"
+    assert r.sup.phase == Phase.RUNNING
+
+
+# -- launch and preparation errors ---------------------------------------------------------------
+def test_spawn_errors_are_failures_with_their_reason(tmp_path: Path) -> None:
+    r = make(tmp_path, restart={"max_restarts": 1, "window": 600, "backoff_initial": 5})
+    r.launch_error = FileNotFoundError(2, "No such file or directory", "/opt/prime-rl/bin/rl")
+    settle_phase(r, Phase.BACKOFF)
+    assert "launch failed: No such file or directory (/opt/prime-rl/bin/rl)" in \
+        r.run().last_error
+    r.launch_error = PermissionError(13, "Permission denied", "/opt/prime-rl/bin/rl")
+    r.advance(5)
+    r.settle(RunState.FAILED)
+    assert "Permission denied" in r.run().last_error
+    assert r.run().last_error.startswith("crash loop")
+
+
+def test_a_failed_first_preflight_ends_the_run_and_a_later_one_is_retried(
+        tmp_path: Path) -> None:
+    r = make(tmp_path)
+    r.preflight_error = RuntimeError("GPU 0 has 3.1 GiB free, needs 40")
+    r.settle(RunState.FAILED)
+    assert r.run().last_error == "preflight failed: GPU 0 has 3.1 GiB free, needs 40"
+
+    r2 = make(tmp_path / "second")
+    r2.settle(RunState.STARTING)
+    r2.crash()
+    r2.preflight_error = RuntimeError("disk full")
+    settle_phase(r2, Phase.BACKOFF)
+    r2.advance(1)
+    settle_phase(r2, Phase.BACKOFF)  # the preflight failed: a crash, retried by the policy
+    r2.preflight_error = None
+    r2.advance(2)
+    r2.settle(RunState.STARTING)
+    assert r2.sup.attempt == 2
+    assert r2.store.attempts(r2.run_id)[0]["reason"].startswith("trainer exited")
+
+
+def test_an_internal_error_fails_the_attempt_instead_of_wedging_the_run(tmp_path: Path) -> None:
+    r = make(tmp_path)
+    r.settle(RunState.STARTING)
+    r.ready()
+
+    def broken(pid: int) -> dict[str, int]:
+        raise KeyError("orchestrator")
+
+    r.manager.hooks.members = broken
+    r.advance(3)
+    r.settle()
+    assert r.events("internal_error")
+    assert r.sup.phase == Phase.BACKOFF
+    assert r.run().last_error.startswith("internal error: KeyError")
+
+
+# -- commands in every phase ---------------------------------------------------------------------
+def test_stop_during_preflight_undoes_it_and_launches_nothing(tmp_path: Path) -> None:
+    r = make(tmp_path)
+    r.preflight_gate.clear()
+    r.settle(RunState.PREFLIGHT)
+    r.manager.request_stop(r.run_id)
+    settle_phase(r, Phase.STOPPING_STOPPED)
+    r.preflight_gate.set()
+    r.settle(RunState.STOPPED)
+    assert not r.processes and r.stops == 1
+
+
+def test_stop_during_backoff_ends_stopped(tmp_path: Path) -> None:
+    r = make(tmp_path, restart={"max_restarts": 3, "window": 600, "backoff_initial": 100})
+    r.settle(RunState.STARTING)
+    r.crash()
+    settle_phase(r, Phase.BACKOFF)
+    r.manager.request_stop(r.run_id)
+    r.settle(RunState.STOPPED)
+    assert r.sup.attempt == 1
+
+
+def test_stop_while_stopping_a_failed_attempt_ends_stopped(tmp_path: Path) -> None:
+    r = make(tmp_path)
+    r.settle(RunState.STARTING)
+    r.stop_gate.clear()
+    r.crash()
+    settle_phase(r, Phase.RECOVERY_STOPPING)
+    r.manager.request_stop(r.run_id)
+    settle_phase(r, Phase.STOPPING_STOPPED)
+    r.stop_gate.set()
+    r.settle(RunState.STOPPED)
+    assert not r.store.restart_history(r.run_id)
+
+
+def test_restart_during_backoff_relaunches_now(tmp_path: Path) -> None:
+    r = make(tmp_path, restart={"max_restarts": 3, "window": 600, "backoff_initial": 100})
+    r.settle(RunState.STARTING)
+    r.crash()
+    settle_phase(r, Phase.BACKOFF)
+    r.manager.request_restart(r.run_id)
+    r.settle(RunState.STARTING)
+    assert r.sup.attempt == 2
+    assert r.events("restart_now")
