@@ -23,6 +23,7 @@ STATE_STYLES = {
     "stopping": "yellow", "failed": "bold red", "stopped": "magenta",
 }
 EVENT_DETAIL_LINES = 5  # a failure's last log lines shown under its event
+PROCESS_KINDS = ("process", "member")  # airvisor's own processes; those prime-rl's `rl` started
 DEMO_NOTE = "demo: the real supervisor over simulated components"
 
 
@@ -68,7 +69,8 @@ def _strip_ansi(line: str) -> str:
 # -- events ----------------------------------------------------------------------------------
 def event_line(event: EventView) -> Text:
     """`HH:MM:SS [component] message`, the form every view prints an event in."""
-    text = Text(f"{clock(event.at)} ", style="dim")
+    text = Text()
+    text.append(f"{clock(event.at)} ", style="dim")
     if event.component:
         text.append(f"[{event.component}] ", style="cyan")
     text.append(event.message)
@@ -90,7 +92,7 @@ def progress_line(run: RunView) -> Text:
     text = Text("[")
     text.append_text(_state(run.state))
     text.append(f"] attempt {run.attempt} step {step_text(run)}")
-    states = [f"{c.name}={c.state}" for c in run.components if c.kind == "process"]
+    states = [f"{c.name}={c.state}" for c in run.components if c.kind in PROCESS_KINDS]
     if states:
         text.append(" | " + " ".join(states))
     text.no_wrap = True

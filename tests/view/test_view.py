@@ -14,6 +14,7 @@ from rich.console import Console
 from airvisor.daemon._models import RunOut
 from airvisor.store import ComponentRecord, EventRecord, RestartRecord, RunRecord, Store
 from airvisor.view import (
+    ComponentView,
     LogNotFound,
     LogStream,
     ProgressView,
@@ -153,12 +154,21 @@ def test_a_run_without_steps_or_components() -> None:
 def test_progress_line() -> None:
     line = progress_line(sample(state="running")).plain
     assert line == "[running] attempt 2 step 17/30 | trainer=exited"  # containers left out
+    member = ComponentView(name="orchestrator", kind="member", attempt=2, state="running",
+                           pid=7, pgid=7, gpus=[], restarts=0, exit_code=None,
+                           container_id=None, health=None, log_path=None, updated_at=NOW)
+    with_member = sample(state="running").model_copy(update={
+        "components": [*sample().components, member]})
+    assert progress_line(with_member).plain.endswith("| trainer=exited orchestrator=running")
 
 
 def test_event_line() -> None:
     event = sample().recent_events[1]
     stamp = time.strftime("%H:%M:%S", time.localtime(NOW - 35))
     assert event_line(event).plain == f"{stamp} restarting in 5 s"
+    crash = event_line(sample().recent_events[0])
+    # Only the time (dim) and the component (cyan) are styled: the message reads normally.
+    assert crash.style == "" and [str(span.style) for span in crash.spans] == ["dim", "cyan"]
 
 
 # -- against a real store ------------------------------------------------------------------------
