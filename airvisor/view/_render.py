@@ -16,6 +16,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from airvisor.reaper import format_age
 from airvisor.view._model import EventView, RunView
 
 STATE_STYLES = {
@@ -33,14 +34,7 @@ def clock(ts: float | None) -> str:
 
 
 def ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f}s ago"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f}m ago"
-    return f"{seconds / 3600:.1f}h ago"
+    return "-" if seconds is None else f"{format_age(max(0.0, seconds))} ago"
 
 
 def step_text(run: RunView) -> str:

@@ -151,6 +151,12 @@ def test_a_run_without_steps_or_components() -> None:
     assert "supervisor" not in text and "last error" not in text
 
 
+def test_ago_reads_like_the_process_tables() -> None:
+    from airvisor.view._render import ago
+
+    assert [ago(None), ago(-2), ago(30.4), ago(3725)] == ["-", "0s ago", "30s ago", "1h02m ago"]
+
+
 def test_progress_line() -> None:
     line = progress_line(sample(state="running")).plain
     assert line == "[running] attempt 2 step 17/30 | trainer=exited"  # containers left out
