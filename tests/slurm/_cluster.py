@@ -1,0 +1,615 @@
+"""A real Slurm cluster for the tests: Debian bookworm's Slurm 22.05 and munge.
+
+What runs (all as root, all state under ``STATE_DIR``, default ``/opt/airvisor-test/slurm``,
+``$AIRVISOR_SLURM_DIR`` to move it; the system's ``/etc/slurm`` and ``/etc/munge`` are never read):
+
+- on this machine: ``munged`` (own key and socket), ``slurmctld`` and one ``slurmd``, the node
+  named after this machine's short hostname, alone in partition ``local``;
+- when Docker and the node image (tests/images/build_slurm_node_image.sh) are there: two
+  container nodes ``node1`` and ``node2`` (partition ``multi``) on the Docker network
+  ``airvisor-slurm`` (fixed addresses), each running its own munged with the same key and
+  slurmd (scripts/slurm/node-entrypoint.sh), under Docker's --init.
+
+Every node sees, at the same path: the shared directory (``STATE_DIR/shared``, read-write), the
+checkout under test and its venv, and the venv's base interpreter (read-only), so a job on any
+node runs ``<cluster.python> -m airvisor.demo ...``. Jobs run as root. The daemons stay up after
+the tests (the next session finds them and starts in a second); ``python tests/slurm/_cluster.py
+down`` stops everything this module started (processes found by our pid files and our paths,
+containers by our label), ``up`` starts it, ``status`` prints sinfo.
+
+Fixture contract (tests/slurm/conftest.py: ``slurm_cluster`` session-scoped, ``slurm_multi``
+per test, which also puts every container node back in service before and after the test):
+
+``SlurmCluster``
+    ``env``: add to ``os.environ`` for sbatch/squeue/scancel/scontrol/sinfo/srun (SLURM_CONF);
+    ``conf_path``; ``partitions`` (name -> node names; ``local`` always, ``multi`` with Docker);
+    ``shared_dir`` and ``tmp_shared(name)`` (a fresh directory under it per call); ``python``
+    (the venv's interpreter, airvisor importable on every node); ``repo`` (the checkout);
+    ``run(*argv)`` (a Slurm command with ``env``); ``sbatch(*argv) -> job id`` (--parsable);
+    ``job_state(job_id)`` and ``wait_job(job_id, timeout)`` (final state, see below);
+    ``kill_node(name)`` (``docker kill``: the node dies abruptly; Slurm marks it DOWN within
+    ``SLURMD_TIMEOUT`` s and its jobs end NODE_FAIL); ``restore_node(name)`` (starts the
+    container again, resumes the node, waits until it is idle); ``wait_idle(nodes)``.
+
+Finished jobs: there is no slurmdbd (it needs MariaDB), so ``sacct`` has no accounting store.
+slurmctld keeps a finished job's record for ``MinJobAge`` (3600 s here): ``scontrol show job
+-o ID`` gives ``JobState=`` COMPLETED / FAILED / TIMEOUT / NODE_FAIL / CANCELLED / OUT_OF_MEMORY
+with ``ExitCode=``, and ``scontrol --json show job ID`` / ``squeue --json`` work with Debian's
+build (openapi v0.0.38). ``jobcomp/filetxt`` also appends one line per finished job to
+``STATE_DIR/log/jobcomp.txt`` (JobId=... JobState=...), which outlives slurmctld restarts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import ipaddress
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+STATE_DIR = Path(os.environ.get("AIRVISOR_SLURM_DIR", "/opt/airvisor-test/slurm"))
+# Not Slurm's default ports: a machine with a Slurm of its own keeps it.
+SLURMCTLD_PORT = 16817
+SLURMD_PORT = 16818
+NETWORK = "airvisor-slurm"
+# Outside Docker's default address pools, so no network Docker allocates by itself collides.
+SUBNET = ipaddress.ip_network(os.environ.get("AIRVISOR_SLURM_SUBNET", "10.213.77.0/24"))
+LABEL = "airvisor.test-slurm"
+CONTAINER_NODES = ("node1", "node2")
+# A dead node is noticed within about this many seconds (slurmctld pings every third of it).
+SLURMD_TIMEOUT = 6
+FINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "CANCELLED", "OUT_OF_MEMORY", "PREEMPTED",
+    "BOOT_FAIL", "DEADLINE",
+})
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be set up or does not answer; the message says what and where."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where this cluster keeps its files (all under one state directory)."""
+
+    root: Path
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def conf(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def munge_dir(self) -> Path:
+        return self.root / "munge"
+
+    @property
+    def munge_key(self) -> Path:
+        return self.munge_dir / "munge.key"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.munge_dir / "munge.socket.2"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def shared(self) -> Path:
+        return self.root / "shared"
+
+    @property
+    def jobcomp(self) -> Path:
+        return self.log / "jobcomp.txt"
+
+
+def _venv_python() -> Path:
+    """The checkout's venv interpreter (not resolved: the venv's own path, as on the nodes)."""
+    candidate = REPO / ".venv" / "bin" / "python"
+    return candidate if candidate.exists() else Path(sys.executable)
+
+
+def _base_prefix(python: Path) -> Path:
+    out = subprocess.run([str(python), "-c", "import sys; print(sys.base_prefix)"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def _bind_mounts(layout: Layout, python: Path) -> dict[str, dict[str, str]]:
+    """Host paths every container node sees at the same path (docker SDK `volumes` form)."""
+    mounts = {
+        str(layout.etc): {"bind": str(layout.etc), "mode": "ro"},
+        str(layout.munge_key): {"bind": str(layout.munge_key), "mode": "ro"},
+        str(layout.log): {"bind": str(layout.log), "mode": "rw"},
+        str(layout.shared): {"bind": str(layout.shared), "mode": "rw"},
+        str(REPO): {"bind": str(REPO), "mode": "ro"},
+    }
+    venv = python.parent.parent
+    if not venv.resolve().is_relative_to(REPO.resolve()):
+        mounts[str(venv)] = {"bind": str(venv), "mode": "ro"}
+    base = _base_prefix(python)
+    # A venv made from Debian's own python3 (/usr) runs on the image's python3; a pyenv or other
+    # build is mounted as it is.
+    if not str(base).startswith("/usr"):
+        mounts[str(base)] = {"bind": str(base), "mode": "ro"}
+    return mounts
+
+
+def render_slurm_conf(*, layout: Layout, host_node: str, controller_addr: str,
+                      container_nodes: Mapping[str, str]) -> str:
+    """slurm.conf for this cluster (pure); each departure from Slurm's defaults says why."""
+    lines = [
+        "# Generated by tests/slurm/_cluster.py: the airvisor test cluster. Do not edit.",
+        "ClusterName=airvisor-test",
+        f"SlurmctldHost={host_node}({controller_addr})",
+        f"SlurmctldPort={SLURMCTLD_PORT}",
+        f"SlurmdPort={SLURMD_PORT}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        # Our own munged: the system's munge (and its key) stay untouched.
+        f"AuthInfo=socket={layout.munge_socket}",
+        f"StateSaveLocation={layout.root / 'ctld'}",
+        f"SlurmdSpoolDir={layout.root / 'spool'}/%n",
+        f"SlurmctldPidFile={layout.run / 'slurmctld.pid'}",
+        f"SlurmdPidFile={layout.run}/slurmd-%n.pid",
+        f"SlurmctldLogFile={layout.log / 'slurmctld.log'}",
+        f"SlurmdLogFile={layout.log}/slurmd-%n.log",
+        f"PlugStackConfig={layout.etc / 'plugstack.conf'}",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        # Containers have no cgroup delegation: track a job's processes by their parent chain
+        # (linuxproc, which also follows children that start their own session, unlike pgid),
+        # and bind nothing to CPUs.
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "MpiDefault=none",
+        "SwitchType=switch/none",
+        # No slurmdbd (MariaDB would be a second service to set up): finished jobs are read from
+        # slurmctld (kept MinJobAge seconds) and from the job completion file.
+        "AccountingStorageType=accounting_storage/none",
+        "JobCompType=jobcomp/filetxt",
+        f"JobCompLoc={layout.jobcomp}",
+        "MinJobAge=3600",
+        "SchedulerType=sched/backfill",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_CPU",
+        # The nodes declare more CPUs than the machine has, so tests' jobs run side by side;
+        # slurm.conf wins over what slurmd detects.
+        "SlurmdParameters=config_overrides",
+        # A node that died and registers again returns to service by itself.
+        "ReturnToService=2",
+        # A dead node is noticed in seconds, and its job ends NODE_FAIL instead of requeued.
+        f"SlurmdTimeout={SLURMD_TIMEOUT}",
+        "SlurmctldTimeout=10",
+        "MessageTimeout=5",
+        "TCPTimeout=2",
+        "JobRequeue=0",
+        "InactiveLimit=0",
+        "KillWait=5",
+        "UnkillableStepTimeout=30",
+        f"NodeName={host_node} NodeAddr={controller_addr} CPUs=8 RealMemory=8000 State=UNKNOWN",
+    ]
+    for name, addr in container_nodes.items():
+        lines.append(f"NodeName={name} NodeAddr={addr} CPUs=8 RealMemory=8000 State=UNKNOWN")
+    lines.append(f"PartitionName=local Nodes={host_node} Default=YES MaxTime=INFINITE State=UP")
+    if container_nodes:
+        lines.append(f"PartitionName=multi Nodes={','.join(container_nodes)} MaxTime=INFINITE"
+                     " State=UP")
+    return "\n".join(lines) + "\n"
+
+
+def _host_node() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def _node_addresses() -> tuple[str, dict[str, str]]:
+    """The controller's address on our Docker network (its gateway) and each container node's."""
+    hosts = list(SUBNET.hosts())
+    return str(hosts[0]), {name: str(hosts[10 + i]) for i, name in enumerate(CONTAINER_NODES)}
+
+
+def node_image_tag() -> str:
+    out = subprocess.run([str(REPO / "tests/images/build_slurm_node_image.sh"), "--print-tag"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def _ours(pid_file: Path, name: str, marker: str) -> psutil.Process | None:
+    """The live process a pid file of ours names, if it is the daemon we started (its name and a
+    path of ours on its command line); a reused pid is not ours."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        proc = psutil.Process(pid)
+        if proc.name() == name and marker in " ".join(proc.cmdline()):
+            return proc
+    except (OSError, ValueError, psutil.Error):
+        pass
+    return None
+
+
+def _stop(proc: psutil.Process | None, timeout: float = 10) -> None:
+    if proc is None:
+        return
+    with contextlib.suppress(psutil.Error):
+        proc.terminate()
+        proc.wait(timeout)
+    with contextlib.suppress(psutil.Error):
+        proc.kill()
+
+
+def _docker():  # type: ignore[no-untyped-def]
+    import docker
+
+    return docker.from_env()
+
+
+def _docker_usable() -> bool:
+    try:
+        _docker().ping()
+    except Exception:
+        return False
+    return True
+
+
+class SlurmCluster:
+    """The running test cluster (see the module docstring for the contract)."""
+
+    def __init__(self, layout: Layout, *, host_node: str, container_nodes: Iterable[str],
+                 python: Path) -> None:
+        self.layout = layout
+        self.conf_path = layout.conf
+        self.shared_dir = layout.shared
+        self.repo = REPO
+        self.python = python
+        self.host_node = host_node
+        self.container_nodes = list(container_nodes)
+        self.partitions: dict[str, list[str]] = {"local": [host_node]}
+        if self.container_nodes:
+            self.partitions["multi"] = list(self.container_nodes)
+        self.env: dict[str, str] = {"SLURM_CONF": str(layout.conf)}
+
+    # -- Slurm commands -------------------------------------------------------------------
+    def run(self, *argv: str, check: bool = True,
+            timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """A Slurm client command against this cluster (argv, never a shell)."""
+        result = subprocess.run(list(argv), env={**os.environ, **self.env}, capture_output=True,
+                                text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise ClusterError(f"{' '.join(argv)} exited {result.returncode}: "
+                               f"{result.stderr.strip() or result.stdout.strip()}")
+        return result
+
+    def sbatch(self, *argv: str) -> str:
+        """Submits a job (``sbatch --parsable ARGV``) and returns its id."""
+        return self.run("sbatch", "--parsable", *argv).stdout.strip().split(";")[0]
+
+    def job_info(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job -o``'s fields of one job (finished ones too, for MinJobAge)."""
+        out = self.run("scontrol", "show", "job", "-o", job_id).stdout
+        fields: dict[str, str] = {}
+        for token in out.split():
+            key, sep, value = token.partition("=")
+            if sep and key not in fields:
+                fields[key] = value
+        return fields
+
+    def job_state(self, job_id: str) -> str:
+        return self.job_info(job_id)["JobState"]
+
+    def wait_job(self, job_id: str, timeout: float = 60,
+                 states: Iterable[str] = FINAL_STATES) -> str:
+        """Waits until the job's state is one of ``states`` (default: any final one)."""
+        wanted = set(states)
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.job_state(job_id)
+            if state in wanted:
+                return state
+            time.sleep(0.5)
+        raise ClusterError(f"job {job_id} still {state} after {timeout} s "
+                           f"(wanted {sorted(wanted)}); see {self.layout.log}")
+
+    def node_states(self) -> dict[str, str]:
+        """Node name -> Slurm state (``sinfo``'s long form, e.g. idle, mixed, down*, drained)."""
+        out = self.run("sinfo", "--noheader", "--Node", "--format=%N %T").stdout
+        states: dict[str, str] = {}
+        for line in out.splitlines():
+            name, state = line.split()
+            states[name] = state
+        return states
+
+    def wait_idle(self, nodes: Iterable[str] | None = None, timeout: float = 60) -> None:
+        """Waits until the nodes (default: all) are in service: idle, or running jobs."""
+        names = set(nodes) if nodes is not None else {self.host_node, *self.container_nodes}
+        deadline = time.monotonic() + timeout
+        states: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            states = self.node_states()
+            if all(states.get(n, "").rstrip("~#$@") in ("idle", "mixed", "allocated")
+                   for n in names):
+                return
+            time.sleep(0.5)
+        raise ClusterError(f"nodes not in service after {timeout} s: {states}; see "
+                           f"{self.layout.log}")
+
+    def tmp_shared(self, name: str) -> Path:
+        """A fresh directory on the shared filesystem (same path on every node)."""
+        path = self.shared_dir / f"{name}-{uuid.uuid4().hex[:8]}"
+        path.mkdir(parents=True)
+        return path
+
+    # -- container nodes ------------------------------------------------------------------
+    def _container(self, name: str):  # type: ignore[no-untyped-def]
+        if name not in self.container_nodes:
+            raise ClusterError(f"{name} is not a container node ({self.container_nodes})")
+        return _docker().containers.get(_container_name(name))
+
+    def kill_node(self, name: str) -> None:
+        """Kills a container node abruptly (SIGKILL to everything in it, as a power loss)."""
+        self._container(name).kill()
+
+    def restore_node(self, name: str, timeout: float = 60) -> None:
+        """Starts a killed container node again and puts it back in service."""
+        container = self._container(name)
+        container.reload()
+        if container.status != "running":
+            container.start()
+        self._resume([name])
+        self.wait_idle([name], timeout)
+
+    def ensure_nodes_up(self, timeout: float = 60) -> None:
+        """Every node running and in service (robust against an earlier test's kill)."""
+        for name in self.container_nodes:
+            container = self._container(name)
+            container.reload()
+            if container.status != "running":
+                container.start()
+        self._resume([self.host_node, *self.container_nodes])
+        self.wait_idle(timeout=timeout)
+
+    def _resume(self, names: list[str]) -> None:
+        """Resumes the nodes Slurm holds out of service (DOWN, DRAIN, FAIL); a node that is
+        registered again after a kill returns by itself (ReturnToService=2), but one that is
+        still marked DOWN by a ping in flight needs this."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            states = self.node_states()
+            held = [n for n in names if states.get(n, "").rstrip("*~#$@")
+                    in ("down", "drained", "draining", "fail", "failing")]
+            if not held:
+                return
+            result = self.run("scontrol", "update", f"nodename={','.join(held)}",
+                              "state=resume", check=False)
+            if result.returncode == 0:
+                return
+            time.sleep(1)  # the node has not registered yet: resuming it then is refused
+
+
+def _container_name(node: str) -> str:
+    return f"airvisor-slurm-{node}"
+
+
+# -- bringing the cluster up ------------------------------------------------------------------
+
+def _ensure_dirs(layout: Layout) -> None:
+    for path in (layout.etc, layout.log, layout.run, layout.shared, layout.root / "ctld",
+                 layout.root / "spool"):
+        path.mkdir(parents=True, exist_ok=True)
+    layout.munge_dir.mkdir(parents=True, exist_ok=True)
+    layout.munge_dir.chmod(0o755)  # munged refuses a socket others cannot reach
+    layout.shared.chmod(0o1777)
+    if not layout.munge_key.exists():
+        tmp = layout.munge_key.with_suffix(".tmp")
+        tmp.write_bytes(os.urandom(1024))
+        tmp.chmod(0o400)
+        tmp.replace(layout.munge_key)
+    plugstack = layout.etc / "plugstack.conf"
+    if not plugstack.exists():
+        plugstack.write_text("# no SPANK plugins in the airvisor test cluster\n")
+
+
+def _start_munged(layout: Layout) -> None:
+    pid_file = layout.run / "munged.pid"
+    if _ours(pid_file, "munged", str(layout.munge_socket)) is not None:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        layout.munge_socket.unlink()
+    subprocess.run(["munged", f"--key-file={layout.munge_key}", f"--socket={layout.munge_socket}",
+                    f"--pid-file={pid_file}", f"--seed-file={layout.munge_dir / 'munged.seed'}",
+                    f"--log-file={layout.log / 'munged.log'}"], check=True)
+
+
+def _start_daemon(layout: Layout, name: str, pid_file: Path) -> bool:
+    """Starts slurmctld or slurmd (they daemonize, writing their pid file); False if ours runs."""
+    if _ours(pid_file, name, str(layout.conf)) is not None:
+        return False
+    result = subprocess.run([name, "-f", str(layout.conf)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ClusterError(f"{name} did not start ({result.returncode}): {result.stderr.strip()}; "
+                           f"see {layout.log}")
+    return True
+
+
+def _stop_host_daemons(layout: Layout, host_node: str) -> None:
+    _stop(_ours(layout.run / f"slurmd-{host_node}.pid", "slurmd", str(layout.conf)))
+    _stop(_ours(layout.run / "slurmctld.pid", "slurmctld", str(layout.conf)))
+
+
+def _ensure_network(gateway: str):  # type: ignore[no-untyped-def]
+    import docker.errors
+    import docker.types
+
+    client = _docker()
+    try:
+        return client.networks.get(NETWORK)
+    except docker.errors.NotFound:
+        pool = docker.types.IPAMPool(subnet=str(SUBNET), gateway=gateway)
+        return client.networks.create(NETWORK, driver="bridge", labels={LABEL: "1"},
+                                      ipam=docker.types.IPAMConfig(pool_configs=[pool]))
+
+
+def _ensure_container_node(layout: Layout, name: str, addr: str, image: str,
+                           python: Path, recreate: bool) -> None:
+    import docker.errors
+
+    client = _docker()
+    cname = _container_name(name)
+    try:
+        container = client.containers.get(cname)
+        if recreate or container.image.tags != [image]:
+            container.remove(force=True)
+        else:
+            container.reload()
+            if container.status != "running":
+                container.start()
+            return
+    except docker.errors.NotFound:
+        pass
+    entrypoint = REPO / "scripts/slurm/node-entrypoint.sh"
+    container = client.containers.create(
+        image, [str(entrypoint)], name=cname, hostname=name, init=True, detach=True,
+        labels={LABEL: "1"},
+        environment={"SLURM_CONF": str(layout.conf), "AIRVISOR_SLURM_DIR": str(layout.root),
+                     "AIRVISOR_MUNGE_KEY": str(layout.munge_key),
+                     "AIRVISOR_MUNGE_SOCKET": str(layout.munge_socket),
+                     "AIRVISOR_SLURM_LOG_DIR": str(layout.log)},
+        volumes=_bind_mounts(layout, python), network=None,
+    )
+    network = client.networks.get(NETWORK)
+    with contextlib.suppress(docker.errors.APIError):
+        client.networks.get("bridge").disconnect(container)
+    network.connect(container, ipv4_address=addr)
+    container.start()
+
+
+def up(*, want_multi: bool = True, quiet: bool = False) -> SlurmCluster:
+    """Brings the cluster up (idempotent: what runs is kept) and waits until every node is in
+    service. Container nodes only when Docker answers and the node image is built. Sessions
+    that call it at once (several pytest runs) take turns on a lock file."""
+    if os.geteuid() != 0:
+        raise ClusterError("the test cluster runs its daemons and jobs as root: run as root")
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(STATE_DIR / "up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _up(want_multi=want_multi, quiet=quiet)
+
+
+def _up(*, want_multi: bool, quiet: bool) -> SlurmCluster:
+    if os.geteuid() != 0:
+        raise ClusterError("the test cluster runs its daemons and jobs as root: run as root")
+    for tool in ("munged", "slurmctld", "slurmd", "sbatch"):
+        if shutil.which(tool) is None:
+            raise ClusterError(f"{tool} is missing: run scripts/setup.d/70-slurm.sh (apt-get "
+                               "install slurmctld slurmd slurm-client munge)")
+    layout = Layout(STATE_DIR)
+    python = _venv_python()
+    host = _host_node()
+    gateway, addresses = _node_addresses()
+    image = ""
+    if want_multi and _docker_usable():
+        image = node_image_tag()
+        try:
+            _docker().images.get(image)
+        except Exception:
+            image = ""
+    multi = bool(image)
+    controller_addr = gateway if multi else "127.0.0.1"
+    _ensure_dirs(layout)
+    if multi:
+        _ensure_network(gateway)  # the controller's address must exist before it starts
+    conf = render_slurm_conf(layout=layout, host_node=host, controller_addr=controller_addr,
+                             container_nodes=addresses if multi else {})
+    changed = not layout.conf.exists() or layout.conf.read_text() != conf
+    if changed:
+        _stop_host_daemons(layout, host)
+        layout.conf.write_text(conf)
+    _start_munged(layout)
+    _start_daemon(layout, "slurmctld", layout.run / "slurmctld.pid")
+    _wait_controller(layout)
+    _start_daemon(layout, "slurmd", layout.run / f"slurmd-{host}.pid")
+    cluster = SlurmCluster(layout, host_node=host,
+                           container_nodes=addresses if multi else {}, python=python)
+    if multi:
+        for name, addr in addresses.items():
+            _ensure_container_node(layout, name, addr, image, python, recreate=changed)
+    cluster.ensure_nodes_up(timeout=60)
+    if not quiet:
+        print(cluster.run("sinfo").stdout, end="")
+    return cluster
+
+
+def _wait_controller(layout: Layout, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        result = subprocess.run(["scontrol", "ping"], env={**os.environ,
+                                "SLURM_CONF": str(layout.conf)}, capture_output=True, text=True)
+        last = result.stdout.strip() + result.stderr.strip()
+        if result.returncode == 0 and "UP" in last:
+            return
+        time.sleep(0.5)
+    raise ClusterError(f"slurmctld does not answer after {timeout} s ({last}); see "
+                       f"{layout.log / 'slurmctld.log'}")
+
+
+def down() -> None:
+    """Stops what ``up`` started: our containers and network (by label), our daemons (by pid
+    file, checked against their command line)."""
+    layout = Layout(STATE_DIR)
+    if _docker_usable():
+        client = _docker()
+        for container in client.containers.list(all=True, filters={"label": LABEL}):
+            container.remove(force=True)
+        for network in client.networks.list(filters={"label": LABEL}):
+            network.remove()
+    _stop_host_daemons(layout, _host_node())
+    _stop(_ours(layout.run / "munged.pid", "munged", str(layout.munge_socket)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("--local-only", action="store_true",
+                        help="no container nodes (no Docker needed)")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "up":
+            up(want_multi=not args.local_only)
+        elif args.action == "down":
+            down()
+        else:
+            result = subprocess.run(["sinfo"], env={**os.environ,
+                                    "SLURM_CONF": str(Layout(STATE_DIR).conf)})
+            return result.returncode
+    except (ClusterError, subprocess.CalledProcessError) as exc:
+        print(f"slurm test cluster: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

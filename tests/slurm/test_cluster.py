@@ -1,0 +1,117 @@
+"""The Slurm test cluster itself works: jobs run on the machine's node and across container
+nodes, their final states are read back (scontrol, squeue --json, the job completion file,
+``sacct -c``), scancel cancels, and a node killed mid-job fails the job and comes back."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _sacct_completion(cluster: Any, job_id: str) -> str:
+    """The job's line in the job completion file, through ``sacct -c`` (no slurmdbd here)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        out = cluster.run("sacct", "-c", "-j", job_id, "--noheader", "--parsable2",
+                          "--format=JobID,State").stdout
+        for line in out.splitlines():
+            fields = line.split("|")
+            if fields[0] == job_id:
+                return fields[1]
+        time.sleep(0.3)  # slurmctld writes the line just after the job's state changes
+    raise AssertionError(f"job {job_id} not in the job completion file")
+
+
+def test_a_job_on_the_local_node_completes_and_its_state_is_read_back(slurm_cluster: Any) -> None:
+    out_dir = slurm_cluster.tmp_shared("local")
+    job = slurm_cluster.sbatch(
+        "--partition=local", f"--output={out_dir}/out.txt", "--job-name=cluster-local",
+        f"--wrap={slurm_cluster.python} -c 'import airvisor, socket; print(socket.gethostname())'")
+    assert slurm_cluster.wait_job(job, timeout=60) == "COMPLETED"
+    info = slurm_cluster.job_info(job)
+    assert info["ExitCode"] == "0:0"
+    assert info["NodeList"] == slurm_cluster.host_node
+    assert (out_dir / "out.txt").read_text().split() == [slurm_cluster.host_node]
+    assert _sacct_completion(slurm_cluster, job) == "COMPLETED"
+    # squeue --json lists finished jobs too (MinJobAge), and ignores -j: filter by job id.
+    jobs = json.loads(slurm_cluster.run("squeue", "--json").stdout)["jobs"]
+    mine = [j for j in jobs if str(j["job_id"]) == job]
+    assert [(j["job_state"], j["exit_code"]) for j in mine] == [("COMPLETED", 0)]
+
+
+def test_a_failing_job_ends_failed_with_its_exit_code(slurm_cluster: Any) -> None:
+    job = slurm_cluster.sbatch("--partition=local", "--output=/dev/null", "--wrap=exit 3")
+    assert slurm_cluster.wait_job(job, timeout=60) == "FAILED"
+    assert slurm_cluster.job_info(job)["ExitCode"] == "3:0"
+    assert _sacct_completion(slurm_cluster, job) == "FAILED"
+
+
+def test_a_two_node_job_runs_a_step_on_both_container_nodes(slurm_multi: Any) -> None:
+    cluster = slurm_multi
+    out_dir = cluster.tmp_shared("multi")
+    # Each task writes into the shared directory from its own node, with the checkout's venv.
+    script = (f"import airvisor, socket, pathlib; host = socket.gethostname(); "
+              f"pathlib.Path('{out_dir}', host).write_text(airvisor.__file__)")
+    job = cluster.sbatch(
+        "--partition=multi", "--nodes=2", f"--output={out_dir}/out.txt",
+        f"--wrap=srun hostname && srun {cluster.python} -c \"{script}\"")
+    assert cluster.wait_job(job, timeout=60) == "COMPLETED"
+    assert sorted((out_dir / "out.txt").read_text().split()) == sorted(cluster.partitions["multi"])
+    written = {p.name: p.read_text() for p in out_dir.iterdir() if p.name != "out.txt"}
+    assert written == {node: str(cluster.repo / "airvisor" / "__init__.py")
+                       for node in cluster.partitions["multi"]}
+
+
+def _wait_running(cluster: Any, job: str) -> None:
+    cluster.wait_job(job, timeout=30, states={"RUNNING"})
+
+
+def _processes_on(cluster: Any, node: str, needle: str) -> list[str]:
+    out = cluster._container(node).exec_run(["ps", "-eo", "args"]).output.decode()
+    return [line for line in out.splitlines() if needle in line]
+
+
+def test_scancel_ends_a_running_job_cancelled_and_nothing_is_left(slurm_multi: Any) -> None:
+    cluster = slurm_multi
+    seconds = str(600 + secrets.randbelow(1000))  # tells this job's sleeps from any other's
+    job = cluster.sbatch("--partition=multi", "--nodes=2", "--output=/dev/null",
+                         f"--wrap=srun sleep {seconds}")
+    _wait_running(cluster, job)
+    nodes = cluster.partitions["multi"]
+    deadline = time.monotonic() + 10
+    while not all(_processes_on(cluster, n, f"sleep {seconds}") for n in nodes):
+        assert time.monotonic() < deadline, "the step's sleeps never started on both nodes"
+        time.sleep(0.2)
+    cluster.run("scancel", job)
+    assert cluster.wait_job(job, timeout=30) == "CANCELLED"
+    deadline = time.monotonic() + 15
+    while any(_processes_on(cluster, n, f"sleep {seconds}") for n in nodes):
+        assert time.monotonic() < deadline, "the cancelled job's processes outlived it"
+        time.sleep(0.2)
+
+
+def test_a_node_killed_mid_job_fails_the_job_and_is_restored(slurm_multi: Any) -> None:
+    cluster = slurm_multi
+    victim = cluster.partitions["multi"][1]
+    job = cluster.sbatch("--partition=multi", "--nodes=2", "--output=/dev/null",
+                         "--wrap=srun sleep 300")
+    _wait_running(cluster, job)
+    started = time.monotonic()
+    cluster.kill_node(victim)
+    assert cluster.wait_job(job, timeout=60) == "NODE_FAIL"
+    noticed = time.monotonic() - started
+    assert noticed < 40, f"Slurm took {noticed:.0f} s to notice the dead node"
+    assert cluster.node_states()[victim].startswith("down")
+    cluster.restore_node(victim)
+    # The restored node runs jobs again.
+    out_dir = cluster.tmp_shared("restored")
+    again = cluster.sbatch("--partition=multi", "--nodes=2", f"--output={out_dir}/out.txt",
+                           "--wrap=srun hostname")
+    assert cluster.wait_job(again, timeout=60) == "COMPLETED"
+    assert sorted((out_dir / "out.txt").read_text().split()) == sorted(cluster.partitions["multi"])
