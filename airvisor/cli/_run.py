@@ -164,6 +164,8 @@ def status(run_id: str | None, as_json: bool, local: bool) -> None:
     """Show the current run (or RUN_ID): state, step, attempt, components, recent events.
 
     The same view, text or JSON, whether a daemon answers or the state database is read."""
+    from pydantic import ValidationError
+
     from airvisor.view import RunView, build_run_view, find_run, render_run
 
     view: RunView | None = None
@@ -178,7 +180,13 @@ def status(run_id: str | None, as_json: bool, local: bool) -> None:
                 if exc.status != 404:
                     click.echo(f"airvisor: {exc}", err=True)
                     sys.exit(EXIT_BAD_INPUT)
-            except Exception as exc:  # e.g. the daemon went away, or answers another format
+            except ValidationError as exc:
+                click.echo(f"airvisor: the daemon at {client.url} describes runs in another "
+                           f"format (another airvisor version?): {exc.error_count()} "
+                           "fields differ; restart it after an upgrade, or pass --local",
+                           err=True)
+                sys.exit(EXIT_BAD_INPUT)
+            except Exception as exc:  # e.g. the daemon went away mid-request
                 click.echo(f"airvisor: the daemon at {client.url} did not answer: {exc}",
                            err=True)
                 sys.exit(EXIT_BAD_INPUT)
