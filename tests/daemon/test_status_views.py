@@ -87,6 +87,12 @@ def test_status_and_logs_are_the_same_with_and_without_the_daemon(
     assert logs["daemon"].returncode == logs["local"].returncode == 0, logs
     assert logs["daemon"].stdout == logs["local"].stdout
     assert "Step 7" in logs["local"].stdout
+    unknown = {name: airvisor("logs", "nonsense", env=env) for name, env in
+               (("daemon", with_daemon), ("local", without))}
+    assert unknown["daemon"].returncode == unknown["local"].returncode == 2
+    assert unknown["daemon"].stderr == unknown["local"].stderr
+    assert "no log of 'nonsense'" in unknown["local"].stderr and "known: " in unknown[
+        "local"].stderr
     # v0.4's trainer log starts again at the resume (its `rl` opens it "w"): at most 15.
     assert 0 < len(logs["local"].stdout.splitlines()) <= 15
 
