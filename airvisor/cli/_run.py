@@ -139,7 +139,11 @@ def _ProgressView(store: Store, run_id: str, *, live: bool) -> Any:
 
 
 def _follow_daemon(client: Any, run_id: str) -> int:
-    """`start --follow`: the foreground view of a run the daemon supervises."""
+    """`start --follow`: the foreground view of a run the daemon supervises. Ctrl-C stops
+    following, not the run; a daemon that goes away ends the view with a message."""
+    import httpx
+
+    from airvisor.daemon import DaemonError
     from airvisor.view import ApiSource, ProgressView
 
     view = ProgressView(ApiSource(client, run_id), live=sys.stdout.isatty())
@@ -151,6 +155,16 @@ def _follow_daemon(client: Any, run_id: str) -> int:
                 return {"succeeded": EXIT_OK, "stopped": EXIT_STOPPED}.get(run.state,
                                                                             EXIT_RUN_FAILED)
             time.sleep(0.1)
+    except KeyboardInterrupt:
+        view.close()
+        click.echo(f"stopped following run {run_id}; the daemon keeps supervising it "
+                   f"(`airvisor stop {run_id}` ends it)")
+        return EXIT_OK
+    except (DaemonError, httpx.HTTPError) as err:
+        view.close()
+        click.echo(f"airvisor: lost the daemon at {client.url} while following run {run_id}: "
+                   f"{err}; `airvisor status {run_id}` shows it", err=True)
+        return EXIT_BAD_INPUT
     finally:
         view.close()
 

@@ -4,12 +4,15 @@ demo stand-ins); the CLI then asks it, and reads the same state directory withou
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from airvisor.proc._marker import processes_with_marker
@@ -106,3 +109,41 @@ def test_no_run_yet_is_said_the_same_way(daemon: DaemonProcess) -> None:
         assert (missing.returncode, missing.stdout) == (2, ""), url
         assert missing.stderr == "no run with id 'nope-1'\n", url
 
+
+
+@pytest.mark.slow
+def test_following_a_run_whose_daemon_dies_ends_with_a_message(daemon: DaemonProcess) -> None:
+    env = {**daemon.env, "AIRVISOR_URL": daemon.url}
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "airvisor", "start", PROFILE, "--follow",
+         "--set", "prime_rl.overrides.max_steps=100000"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = Store(daemon.state / "airvisor.sqlite3")
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            run = store.current_run()
+            if run is not None and run.state == "running" and run.step:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the run did not reach a step:\n{daemon.output()}")
+        daemon.kill()
+        out, err = follow.communicate(timeout=30)
+        assert follow.returncode == 2, out + err
+        assert f"lost the daemon at {daemon.url} while following run {run.id}" in err
+        assert "Traceback" not in err
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait(10)
+        # The daemon died on purpose: its run's processes (they carry the run's marker) go too.
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            procs = [p for r in store.list_runs() for p in processes_with_marker(r.id)]
+            if not procs:
+                break
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(procs, timeout=3)
