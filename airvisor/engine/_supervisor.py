@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -58,6 +59,8 @@ log = get_logger("airvisor.engine")
 
 PROCESS_ORDER = ("inference", "trainer", "orchestrator")
 VIEWED = ("inference", "trainer", "orchestrator")
+# Free space the state directory needs for an attempt's logs before it is launched.
+STATE_DIR_MIN_FREE = 64 << 20
 FINISH_TIMEOUT = 150.0  # seconds for the launcher to exit once training has finished
 MEMBER_SCAN_INTERVAL = 2.0  # seconds between looks into the launcher's tree
 MEMBER_RESCAN_INTERVAL = 60.0  # once inference, trainer and orchestrator are found
@@ -128,10 +131,12 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
                     summary: str) -> PreparedAttempt:
     """Choose the resume step on disk, resolve the exact command line with prime-rl (so what
     prime-rl validated is what runs), and write the attempt's files. Blocking: a worker thread
-    runs it."""
+    runs it. The machine is checked again as `start` checked it (prime-rl's command still
+    there, the run directory writable, free disk): a disk that filled up or went read-only
+    since is named as the reason instead of surfacing as a crash of the next attempt."""
     def prepared_or_raise(step: int | None) -> Any:
         prepared = prepare_run(profile, resume_step=step, attempt_dir=attempt_dir,
-                               container_names=container_names, machine=False)
+                               container_names=container_names)
         if prepared.problems or prepared.plan is None:
             raise AttemptError("; ".join(str(p) for p in prepared.problems)
                                or "the attempt could not be planned")
@@ -150,11 +155,19 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
         moved = archive_run_dir(layout.run_dir, f"attempt-{number - 1}")
         summary += f"; no complete checkpoint: earlier files moved to {moved}"
     try:
+        # The attempt's logs go to the state directory: a full one would only show as the
+        # launcher dying on its first write.
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(attempt_dir).free
+        if free < STATE_DIR_MIN_FREE:
+            raise AttemptError(
+                f"cannot write the attempt's files under {attempt_dir}: too little free space "
+                f"({free >> 20} MiB free, the attempt's logs need {STATE_DIR_MIN_FREE >> 20} MiB)"
+                "; free space in airvisor's state directory (AIRVISOR_STATE_DIR)")
         for spec in prepared.plan.processes.values():
             for path, text in spec.files.items():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
-        attempt_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AttemptError(f"cannot write the attempt's files under {attempt_dir}: "
                            f"{exc.strerror or exc}") from exc

@@ -167,6 +167,8 @@ def _resolve(program: str, env: Mapping[str, str], cwd: Path) -> str:
         path = Path(program) if os.path.isabs(program) else Path(cwd) / program
         if path.is_file() and os.access(path, os.X_OK):
             return str(path)
+        if path.exists():  # as execve says it: EACCES, not "no such file"
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
     else:
         found = shutil.which(program, path=env.get("PATH", os.defpath))
         if found is not None:
