@@ -478,9 +478,13 @@ def _ensure_container_node(layout: Layout, name: str, addr: str, image: str,
 
     client = _docker()
     cname = _container_name(name)
+    mounts = _bind_mounts(layout, python)
     try:
         container = client.containers.get(cname)
-        if recreate or container.image.tags != [image]:
+        mounted = {m["Source"]: m["Destination"] for m in container.attrs.get("Mounts", [])}
+        # Another checkout or venv (a CI clone on a developer's machine) needs its own mounts.
+        if (recreate or container.image.tags != [image]
+                or mounted != {src: spec["bind"] for src, spec in mounts.items()}):
             container.remove(force=True)
         else:
             container.reload()
@@ -497,7 +501,7 @@ def _ensure_container_node(layout: Layout, name: str, addr: str, image: str,
                      "AIRVISOR_MUNGE_KEY": str(layout.munge_key),
                      "AIRVISOR_MUNGE_SOCKET": str(layout.munge_socket),
                      "AIRVISOR_SLURM_LOG_DIR": str(layout.log)},
-        volumes=_bind_mounts(layout, python), network=None,
+        volumes=mounts, network=None,
     )
     network = client.networks.get(NETWORK)
     with contextlib.suppress(docker.errors.APIError):
@@ -595,10 +599,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("--local-only", action="store_true",
                         help="no container nodes (no Docker needed)")
+    parser.add_argument("--require-multi", action="store_true",
+                        help="fail unless the container nodes (partition multi) are up")
     args = parser.parse_args(argv)
     try:
         if args.action == "up":
-            up(want_multi=not args.local_only)
+            cluster = up(want_multi=not args.local_only)
+            if args.require_multi and "multi" not in cluster.partitions:
+                raise ClusterError("no container nodes: Docker does not answer or the node "
+                                   "image is missing (tests/images/build_slurm_node_image.sh)")
         elif args.action == "down":
             down()
         else:
