@@ -89,7 +89,7 @@ def slurm_rl_config(out: Path, *, slurm: Mapping[str, Any] | None = None,
         "output_dir": str(out),
         "run": {"name": "slurm-run"},
         "model": {"name": "Qwen/Qwen3-0.6B"},
-        "deployment": {"gpus_per_node": 1, "num_train_gpus": 0, "num_infer_gpus": 1},
+        "deployment": {"gpus_per_node": 2, "num_train_gpus": 1, "num_infer_gpus": 1},
         "slurm": {"job_name": "airvisor-test", "partition": "local", **(slurm or {})},
         "ckpt": {"interval": 2},
         "orchestrator": {"batch_size": 16, "group_size": 4,
@@ -221,3 +221,45 @@ def full_step(run_dir: Path, step: int) -> None:
     """A complete main checkpoint of `step` (both halves, as tests/primerl/test_layout.py)."""
     main_trainer_save(run_dir, step)
     main_orchestrator_save(run_dir, step)
+
+
+def make_project(project: Path, python: str) -> Path:
+    """A prime-rl checkout as the templates use it (`cd $PROJECT_DIR; source .venv/bin/activate;
+    uv sync ...; uv run rl|inference|orchestrator|torchrun|env-server ...`), whose `uv` runs
+    airvisor's stand-ins: `uv sync` does nothing, `uv run X ARGS` is `python -m airvisor.demo
+    --prime-rl main X ARGS`. `vllm-router` (multi-node template, inference node 0) is a stand-in
+    inference server on the router's port; `python3` is the venv's interpreter."""
+    import os
+
+    bin_dir = project / ".venv" / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "activate").write_text(
+        f'export VIRTUAL_ENV="{project / ".venv"}"\n'
+        f'export PATH="{bin_dir}:$PATH"\n')
+    scripts = {
+        "uv": f"""#!/bin/bash
+# test shim of uv (tests/slurm/_support.py make_project)
+case "$1" in
+  sync) exit 0 ;;
+  run) shift; command="$1"; shift
+       exec "{python}" -m airvisor.demo --prime-rl main "$command" "$@" ;;
+esac
+echo "uv shim: unsupported: $*" >&2
+exit 2
+""",
+        "python3": f'#!/bin/bash\nexec "{python}" "$@"\n',
+        "vllm-router": f"""#!/bin/bash
+# test shim of vllm-router: a stand-in inference server on --port
+port=8000
+while [ $# -gt 0 ]; do
+  case "$1" in --port) port="$2"; shift 2 ;; *) shift ;; esac
+done
+exec "{python}" -m airvisor.demo --prime-rl main inference --server.host 0.0.0.0 \\
+  --server.port "$port"
+""",
+    }
+    for name, text in scripts.items():
+        path = bin_dir / name
+        path.write_text(text)
+        os.chmod(path, 0o755)
+    return project
