@@ -350,3 +350,26 @@ def test_openapi_schema_documents_every_endpoint(api: Api) -> None:
         "/gpus", "/processes", "/reap", "/metrics",
     }
     assert paths["/runs"]["post"]["security"] == [{"HTTPBearer": []}]
+
+
+def test_a_run_body_is_the_runs_view_with_phase_attempts_restarts_and_slurm(api: Api) -> None:
+    run_id = submit(api).json()["id"]
+    api.store.update_run(run_id, phase="running", supervisor_kind="daemon",
+                         supervisor_address="http://127.0.0.1:8765")
+    api.store.merge_run_details(run_id, slurm_job_id="4242", slurm_nodes=["n1", "n2"],
+                                slurm_state="RUNNING")
+    api.store.add_restart(run_id, attempt=1, kind="operator", reason="POST /restart",
+                          counted=False)
+    body = httpx.get(f"{api.url}/runs/{run_id}").json()
+    assert (body["phase"], body["supervisor_kind"], body["supervisor_address"]) == (
+        "running", "daemon", "http://127.0.0.1:8765")
+    assert body["slurm"] == {"job_id": "4242", "nodes": ["n1", "n2"], "state": "RUNNING"}
+    assert body["details"]["slurm_job_id"] == "4242"
+    assert [(a["number"], a["cause"]) for a in body["attempts"]] == [(1, None)]
+    assert body["restart_history"] == [{"at": body["restart_history"][0]["at"], "attempt": 1,
+                                        "kind": "operator", "reason": "POST /restart",
+                                        "counted": False}]
+    assert body["restarts"] == 1
+    # The list stays a summary.
+    listed = httpx.get(f"{api.url}/runs").json()[0]
+    assert "components" not in listed and listed["id"] == run_id
