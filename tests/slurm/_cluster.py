@@ -26,7 +26,9 @@ per test, which also puts every container node back in service before and after 
     ``shared_dir`` and ``tmp_shared(name)`` (a fresh directory under it per call); ``python``
     (the venv's interpreter, airvisor importable on every node); ``repo`` (the checkout);
     ``run(*argv)`` (a Slurm command with ``env``); ``sbatch(*argv) -> job id`` (--parsable);
-    ``job_state(job_id)`` and ``wait_job(job_id, timeout)`` (final state, see below);
+    ``job_state(job_id)``, ``job_info(job_id)`` (scontrol's fields) and ``wait_job(job_id,
+    timeout)`` (final state, see below); ``node_states()``; ``node_processes(node)`` (command
+    lines of every process on a node);
     ``kill_node(name)`` (``docker kill``: the node dies abruptly; Slurm marks it DOWN within
     ``SLURMD_TIMEOUT`` s and its jobs end NODE_FAIL); ``restore_node(name)`` (starts the
     container again, resumes the node, waits until it is idle); ``wait_idle(nodes)``.
@@ -194,6 +196,9 @@ def render_slurm_conf(*, layout: Layout, host_node: str, controller_addr: str,
         f"JobCompLoc={layout.jobcomp}",
         "MinJobAge=3600",
         "SchedulerType=sched/backfill",
+        # Batch jobs start at once (Slurm waits up to 3 s by default, to batch submissions), and
+        # a short job with --time backfills past a pending --exclusive one within a second.
+        "SchedulerParameters=batch_sched_delay=0,bf_interval=1",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU",
         # The nodes declare more CPUs than the machine has, so tests' jobs run side by side;
@@ -362,6 +367,21 @@ class SlurmCluster:
         path.mkdir(parents=True)
         return path
 
+    def node_processes(self, node: str) -> list[str]:
+        """The command lines of every process on a node (to show nothing of a job is left):
+        ``ps`` in a container node, psutil on this machine's node."""
+        if node == self.host_node:
+            lines = []
+            for proc in psutil.process_iter(["cmdline"]):
+                cmdline = proc.info["cmdline"]
+                if cmdline:
+                    lines.append(" ".join(cmdline))
+            return lines
+        result = self._container(node).exec_run(["ps", "-eo", "args", "--no-headers"])
+        if result.exit_code != 0:
+            raise ClusterError(f"ps on {node} exited {result.exit_code}")
+        return [line for line in result.output.decode().splitlines() if line]
+
     # -- container nodes ------------------------------------------------------------------
     def _container(self, name: str):  # type: ignore[no-untyped-def]
         if name not in self.container_nodes:
@@ -473,7 +493,7 @@ def _ensure_network(gateway: str):  # type: ignore[no-untyped-def]
 
 
 def _ensure_container_node(layout: Layout, name: str, addr: str, image: str,
-                           python: Path, recreate: bool) -> None:
+                           python: Path) -> None:
     import docker.errors
 
     client = _docker()
@@ -483,7 +503,7 @@ def _ensure_container_node(layout: Layout, name: str, addr: str, image: str,
         container = client.containers.get(cname)
         mounted = {m["Source"]: m["Destination"] for m in container.attrs.get("Mounts", [])}
         # Another checkout or venv (a CI clone on a developer's machine) needs its own mounts.
-        if (recreate or container.image.tags != [image]
+        if (container.image.tags != [image]
                 or mounted != {src: spec["bind"] for src, spec in mounts.items()}):
             container.remove(force=True)
         else:
@@ -559,7 +579,11 @@ def _up(*, want_multi: bool, quiet: bool) -> SlurmCluster:
                            container_nodes=addresses if multi else {}, python=python)
     if multi:
         for name, addr in addresses.items():
-            _ensure_container_node(layout, name, addr, image, python, recreate=changed)
+            _ensure_container_node(layout, name, addr, image, python)
+        if changed:
+            # The container nodes see the new slurm.conf through their mount; rereading it
+            # keeps their running jobs (recreating the containers would kill them).
+            cluster.run("scontrol", "reconfigure")
     cluster.ensure_nodes_up(timeout=60)
     if not quiet:
         print(cluster.run("sinfo").stdout, end="")

@@ -31,7 +31,7 @@ def _sacct_completion(cluster: Any, job_id: str) -> str:
 def test_a_job_on_the_local_node_completes_and_its_state_is_read_back(slurm_cluster: Any) -> None:
     out_dir = slurm_cluster.tmp_shared("local")
     job = slurm_cluster.sbatch(
-        "--partition=local", f"--output={out_dir}/out.txt", "--job-name=cluster-local",
+        "--partition=local", "--time=5", f"--output={out_dir}/out.txt",
         f"--wrap={slurm_cluster.python} -c 'import airvisor, socket; print(socket.gethostname())'")
     assert slurm_cluster.wait_job(job, timeout=60) == "COMPLETED"
     info = slurm_cluster.job_info(job)
@@ -46,7 +46,8 @@ def test_a_job_on_the_local_node_completes_and_its_state_is_read_back(slurm_clus
 
 
 def test_a_failing_job_ends_failed_with_its_exit_code(slurm_cluster: Any) -> None:
-    job = slurm_cluster.sbatch("--partition=local", "--output=/dev/null", "--wrap=exit 3")
+    job = slurm_cluster.sbatch("--partition=local", "--time=5", "--output=/dev/null",
+                               "--wrap=exit 3")
     assert slurm_cluster.wait_job(job, timeout=60) == "FAILED"
     assert slurm_cluster.job_info(job)["ExitCode"] == "3:0"
     assert _sacct_completion(slurm_cluster, job) == "FAILED"
@@ -59,7 +60,7 @@ def test_a_two_node_job_runs_a_step_on_both_container_nodes(slurm_multi: Any) ->
     script = (f"import airvisor, socket, pathlib; host = socket.gethostname(); "
               f"pathlib.Path('{out_dir}', host).write_text(airvisor.__file__)")
     job = cluster.sbatch(
-        "--partition=multi", "--nodes=2", f"--output={out_dir}/out.txt",
+        "--partition=multi", "--nodes=2", "--time=5", f"--output={out_dir}/out.txt",
         f"--wrap=srun hostname && srun {cluster.python} -c \"{script}\"")
     assert cluster.wait_job(job, timeout=60) == "COMPLETED"
     assert sorted((out_dir / "out.txt").read_text().split()) == sorted(cluster.partitions["multi"])
@@ -73,15 +74,14 @@ def _wait_running(cluster: Any, job: str) -> None:
 
 
 def _processes_on(cluster: Any, node: str, needle: str) -> list[str]:
-    out = cluster._container(node).exec_run(["ps", "-eo", "args"]).output.decode()
-    return [line for line in out.splitlines() if needle in line]
+    return [line for line in cluster.node_processes(node) if needle in line]
 
 
 def test_scancel_ends_a_running_job_cancelled_and_nothing_is_left(slurm_multi: Any) -> None:
     cluster = slurm_multi
     seconds = str(600 + secrets.randbelow(1000))  # tells this job's sleeps from any other's
-    job = cluster.sbatch("--partition=multi", "--nodes=2", "--output=/dev/null",
-                         f"--wrap=srun sleep {seconds}")
+    job = cluster.sbatch("--partition=multi", "--nodes=2", "--time=5",
+                         "--output=/dev/null", f"--wrap=srun sleep {seconds}")
     _wait_running(cluster, job)
     nodes = cluster.partitions["multi"]
     deadline = time.monotonic() + 10
@@ -99,8 +99,8 @@ def test_scancel_ends_a_running_job_cancelled_and_nothing_is_left(slurm_multi: A
 def test_a_node_killed_mid_job_fails_the_job_and_is_restored(slurm_multi: Any) -> None:
     cluster = slurm_multi
     victim = cluster.partitions["multi"][1]
-    job = cluster.sbatch("--partition=multi", "--nodes=2", "--output=/dev/null",
-                         "--wrap=srun sleep 300")
+    job = cluster.sbatch("--partition=multi", "--nodes=2", "--time=5",
+                         "--output=/dev/null", "--wrap=srun sleep 300")
     _wait_running(cluster, job)
     started = time.monotonic()
     cluster.kill_node(victim)
@@ -111,7 +111,7 @@ def test_a_node_killed_mid_job_fails_the_job_and_is_restored(slurm_multi: Any) -
     cluster.restore_node(victim)
     # The restored node runs jobs again.
     out_dir = cluster.tmp_shared("restored")
-    again = cluster.sbatch("--partition=multi", "--nodes=2", f"--output={out_dir}/out.txt",
-                           "--wrap=srun hostname")
+    again = cluster.sbatch("--partition=multi", "--nodes=2", "--time=5",
+                           f"--output={out_dir}/out.txt", "--wrap=srun hostname")
     assert cluster.wait_job(again, timeout=60) == "COMPLETED"
     assert sorted((out_dir / "out.txt").read_text().split()) == sorted(cluster.partitions["multi"])
