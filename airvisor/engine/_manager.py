@@ -48,7 +48,7 @@ from airvisor.policy import (
     phase_of_record,
     step_from_log_line,
 )
-from airvisor.proc import ProcessIdentity, terminate_tree
+from airvisor.proc import ProcessIdentity, process_alive, terminate_tree
 from airvisor.profile._schema import Profile
 from airvisor.store import RunRecord, Store
 
@@ -121,16 +121,7 @@ def run_ports(profile: Profile) -> dict[int, tuple[str, str]]:
 
 def supervisor_alive(run: RunRecord) -> bool:
     """Is the process recorded as this run's supervisor still that process?"""
-    if run.supervisor_pid is None:
-        return False
-    try:
-        proc = psutil.Process(run.supervisor_pid)
-        if run.supervisor_started is not None and \
-                abs(proc.create_time() - run.supervisor_started) > 0.01:
-            return False
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+    return process_alive(run.supervisor_pid, run.supervisor_started)
 
 
 def _own_create_time() -> float:

@@ -22,7 +22,7 @@ from airvisor.proc._kill import (
     protected_pids,
     terminate_tree,
 )
-from airvisor.proc._launch import Launched, ProcessIdentity, identity_of, launch
+from airvisor.proc._launch import Launched, ProcessIdentity, identity_of, launch, process_alive
 from airvisor.proc._marker import (
     MARKER_COMPONENT_ENV,
     MARKER_OWNER_ENV,
@@ -56,6 +56,7 @@ __all__ = [
     "owning_run",
     "parse_run_path",
     "pid_cgroup",
+    "process_alive",
     "processes_with_marker",
     "protected_pids",
     "read_marker",

@@ -75,12 +75,21 @@ class ProcessIdentity:
     create_time: float
 
     def alive(self) -> bool:
-        try:
-            proc = psutil.Process(self.pid)
-            same = abs(proc.create_time() - self.create_time) < 0.01
-            return same and proc.status() != psutil.STATUS_ZOMBIE
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return process_alive(self.pid, self.create_time)
+
+
+def process_alive(pid: int | None, create_time: float | None = None) -> bool:
+    """Is `pid` a live process (not a zombie) and, when its start time is given, still the
+    same process (pids are reused)? The one such check: runs' components, supervisors."""
+    if pid is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if create_time is not None and abs(proc.create_time() - create_time) >= 0.01:
             return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 @dataclass

@@ -15,24 +15,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from airvisor.proc._facts import ProcessFacts
+from airvisor.proc._launch import process_alive
 from airvisor.reaper._verdict import owner_instance
 
 DATABASE_NAME = "airvisor.sqlite3"  # as airvisor._paths.database_path names it
 
 
 def supervisor_alive(pid: int | None, started: float | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if started is not None and abs(proc.create_time() - started) > 0.01:
-            return False
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return process_alive(pid, started)
 
 
 def live_runs_of(state_dir: str | Path) -> frozenset[str] | None:
