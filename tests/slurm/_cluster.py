@@ -137,23 +137,23 @@ def _base_prefix(python: Path) -> Path:
     return Path(out.stdout.strip())
 
 
-def _bind_mounts(layout: Layout, python: Path) -> dict[str, dict[str, str]]:
-    """Host paths every container node sees at the same path (docker SDK `volumes` form)."""
+def _bind_mounts(layout: Layout, python: Path) -> dict[str, bool]:
+    """Host paths every container node sees at the same path -> read-only."""
     mounts = {
-        str(layout.etc): {"bind": str(layout.etc), "mode": "ro"},
-        str(layout.munge_key): {"bind": str(layout.munge_key), "mode": "ro"},
-        str(layout.log): {"bind": str(layout.log), "mode": "rw"},
-        str(layout.shared): {"bind": str(layout.shared), "mode": "rw"},
-        str(REPO): {"bind": str(REPO), "mode": "ro"},
+        str(layout.etc): True,
+        str(layout.munge_key): True,
+        str(layout.log): False,
+        str(layout.shared): False,
+        str(REPO): True,
     }
     venv = python.parent.parent
     if not venv.resolve().is_relative_to(REPO.resolve()):
-        mounts[str(venv)] = {"bind": str(venv), "mode": "ro"}
+        mounts[str(venv)] = True
     base = _base_prefix(python)
     # A venv made from Debian's own python3 (/usr) runs on the image's python3; a pyenv or other
     # build is mounted as it is.
     if not str(base).startswith("/usr"):
-        mounts[str(base)] = {"bind": str(base), "mode": "ro"}
+        mounts[str(base)] = True
     return mounts
 
 
@@ -253,6 +253,23 @@ def _ours(pid_file: Path, name: str, marker: str) -> psutil.Process | None:
     except (OSError, ValueError, psutil.Error):
         pass
     return None
+
+
+def _strays(name: str, marker: str) -> list[psutil.Process]:
+    """Daemons of ours on this machine that no pid file names (a pid file lost to a removed
+    state directory): the daemon's name and a path of ours on the command line, in this
+    machine's PID namespace (the container nodes' slurmd and munged have the same command
+    lines, and are left to their containers)."""
+    own_ns = os.readlink("/proc/self/ns/pid")
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if (proc.info["name"] == name and marker in " ".join(proc.info["cmdline"] or [])
+                    and os.readlink(f"/proc/{proc.pid}/ns/pid") == own_ns):
+                found.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return found
 
 
 def _stop(proc: psutil.Process | None, timeout: float = 10) -> None:
@@ -442,6 +459,9 @@ def _ensure_dirs(layout: Layout) -> None:
     layout.munge_dir.mkdir(parents=True, exist_ok=True)
     layout.munge_dir.chmod(0o755)  # munged refuses a socket others cannot reach
     layout.shared.chmod(0o1777)
+    if layout.munge_key.is_dir():
+        # What `docker run -v` leaves when the key was missing at a container's start.
+        shutil.rmtree(layout.munge_key)
     if not layout.munge_key.exists():
         tmp = layout.munge_key.with_suffix(".tmp")
         tmp.write_bytes(os.urandom(1024))
@@ -456,6 +476,8 @@ def _start_munged(layout: Layout) -> None:
     pid_file = layout.run / "munged.pid"
     if _ours(pid_file, "munged", str(layout.munge_socket)) is not None:
         return
+    for stray in _strays("munged", str(layout.munge_socket)):
+        _stop(stray)
     with contextlib.suppress(FileNotFoundError):
         layout.munge_socket.unlink()
     subprocess.run(["munged", f"--key-file={layout.munge_key}", f"--socket={layout.munge_socket}",
@@ -467,6 +489,8 @@ def _start_daemon(layout: Layout, name: str, pid_file: Path) -> bool:
     """Starts slurmctld or slurmd (they daemonize, writing their pid file); False if ours runs."""
     if _ours(pid_file, name, str(layout.conf)) is not None:
         return False
+    for stray in _strays(name, str(layout.conf)):
+        _stop(stray)  # it holds our port: a second one would not start
     result = subprocess.run([name, "-f", str(layout.conf)], capture_output=True, text=True)
     if result.returncode != 0:
         raise ClusterError(f"{name} did not start ({result.returncode}): {result.stderr.strip()}; "
@@ -475,8 +499,11 @@ def _start_daemon(layout: Layout, name: str, pid_file: Path) -> bool:
 
 
 def _stop_host_daemons(layout: Layout, host_node: str) -> None:
-    _stop(_ours(layout.run / f"slurmd-{host_node}.pid", "slurmd", str(layout.conf)))
-    _stop(_ours(layout.run / "slurmctld.pid", "slurmctld", str(layout.conf)))
+    for name, pid_file in (("slurmd", layout.run / f"slurmd-{host_node}.pid"),
+                           ("slurmctld", layout.run / "slurmctld.pid")):
+        _stop(_ours(pid_file, name, str(layout.conf)))
+        for stray in _strays(name, str(layout.conf)):
+            _stop(stray)
 
 
 def _ensure_network(gateway: str):  # type: ignore[no-untyped-def]
@@ -495,16 +522,16 @@ def _ensure_network(gateway: str):  # type: ignore[no-untyped-def]
 def _ensure_container_node(layout: Layout, name: str, addr: str, image: str,
                            python: Path) -> None:
     import docker.errors
+    import docker.types
 
     client = _docker()
     cname = _container_name(name)
     mounts = _bind_mounts(layout, python)
     try:
         container = client.containers.get(cname)
-        mounted = {m["Source"]: m["Destination"] for m in container.attrs.get("Mounts", [])}
+        mounted = {m["Source"]: not m["RW"] for m in container.attrs.get("Mounts", [])}
         # Another checkout or venv (a CI clone on a developer's machine) needs its own mounts.
-        if (container.image.tags != [image]
-                or mounted != {src: spec["bind"] for src, spec in mounts.items()}):
+        if container.image.tags != [image] or mounted != mounts:
             container.remove(force=True)
         else:
             container.reload()
@@ -521,7 +548,11 @@ def _ensure_container_node(layout: Layout, name: str, addr: str, image: str,
                      "AIRVISOR_MUNGE_KEY": str(layout.munge_key),
                      "AIRVISOR_MUNGE_SOCKET": str(layout.munge_socket),
                      "AIRVISOR_SLURM_LOG_DIR": str(layout.log)},
-        volumes=mounts, network=None,
+        # Mounts, not volumes: a missing source is an error here, where `-v` would create a
+        # directory in its place (a munge key that is a directory breaks every later start).
+        mounts=[docker.types.Mount(path, path, type="bind", read_only=ro)
+                for path, ro in mounts.items()],
+        network=None,
     )
     network = client.networks.get(NETWORK)
     with contextlib.suppress(docker.errors.APIError):
@@ -608,6 +639,13 @@ def down() -> None:
     """Stops what ``up`` started: our containers and network (by label), our daemons (by pid
     file, checked against their command line)."""
     layout = Layout(STATE_DIR)
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(STATE_DIR / "up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # not while a session's `up` is half-way
+        _down(layout)
+
+
+def _down(layout: Layout) -> None:
     if _docker_usable():
         client = _docker()
         for container in client.containers.list(all=True, filters={"label": LABEL}):
@@ -616,6 +654,8 @@ def down() -> None:
             network.remove()
     _stop_host_daemons(layout, _host_node())
     _stop(_ours(layout.run / "munged.pid", "munged", str(layout.munge_socket)))
+    for stray in _strays("munged", str(layout.munge_socket)):
+        _stop(stray)
 
 
 def main(argv: list[str] | None = None) -> int:
