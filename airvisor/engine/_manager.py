@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 import psutil
 
+from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
 from airvisor.engine._events import Command, Event
 from airvisor.engine._supervisor import (
@@ -31,7 +32,6 @@ from airvisor.engine._supervisor import (
     archive_run_dir,
     run_dir_used,
 )
-from airvisor.engine._tail import LogTail
 from airvisor.engine._takeover import (
     finish_if_completed,
     record_accepted,

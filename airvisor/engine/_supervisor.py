@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
 from airvisor.engine._event_levels import event_log_level
 from airvisor.engine._events import (
@@ -31,7 +32,6 @@ from airvisor.engine._events import (
 )
 from airvisor.engine._members import launcher_members
 from airvisor.engine._probe import InferenceProber, inference_base_url
-from airvisor.engine._tail import LogTail
 from airvisor.policy import (
     COUNTED_KINDS,
     GiveUp,
@@ -201,12 +201,7 @@ class LogView:
             except OSError:
                 return []
             self.tail = LogTail(path, from_end=self._from_end)
-        try:
-            if self.tail.path.stat().st_size < self.tail.offset:
-                self.tail = LogTail(self.tail.path)  # truncated (v0.4 rl opens its logs "w")
-        except OSError:
-            return []
-        return self.tail.read_new_lines()
+        return self.tail.read_new_lines()  # (a truncated file is read again from its start)
 
 
 class ContainerPoolLike(Protocol):

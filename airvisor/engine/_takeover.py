@@ -10,12 +10,12 @@ API accepted that the previous daemon did not carry out.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from airvisor._logfile import tail_lines
 from airvisor.policy import milestone_from_log_line, step_from_log_line
 from airvisor.primerl import LAUNCHER, run_layout
 from airvisor.proc import ProcessIdentity, read_marker, terminate_tree
@@ -23,7 +23,7 @@ from airvisor.profile._schema import Profile
 from airvisor.store import ComponentRecord, RunRecord, Store
 
 # The end of a log is where a run's last step and its "finished" lines are.
-LOG_TAIL_BYTES = 4 << 20
+LOG_TAIL_LINES = 20_000
 ACCEPTED_KIND = "command_accepted"
 # What the supervisor records when it acts on a command.
 CARRIED_OUT_KINDS = {"stop": "stop_requested", "restart": "restart_requested"}
@@ -71,14 +71,10 @@ def completed_step(facts: LogFacts, max_steps: int | None) -> int | None:
 
 def _tail_lines(path: Path) -> list[str]:
     try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - LOG_TAIL_BYTES))
-            data = handle.read()
+        lines, _ = tail_lines(path, LOG_TAIL_LINES)
     except OSError:
         return []
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    return lines[1:] if size > LOG_TAIL_BYTES else lines  # the first may be cut
+    return [line.rstrip("\n") for line in lines]
 
 
 def read_log_facts(logs: Mapping[str, Path]) -> LogFacts:

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
 from airvisor.engine._events import Command, Event, TaskDone
-from airvisor.engine._tail import LogTail
 from airvisor.policy import (
     GiveUp,
     RestartPolicy,

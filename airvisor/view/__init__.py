@@ -1,6 +1,7 @@
 """How a run is shown: one view model (built from the store, served by the API as JSON), one
 rich renderer for the terminal, and the log reader behind `airvisor logs` and the API."""
 
+from airvisor._logfile import tail_lines
 from airvisor.view._logfiles import LogNotFound, find_log, layout_sources, log_files
 from airvisor.view._model import (
     RECENT_EVENTS,
@@ -21,7 +22,7 @@ from airvisor.view._model import (
 )
 from airvisor.view._progress import ApiSource, ProgressView, RunSource, StoreSource
 from airvisor.view._render import event_line, progress_line, render_run, to_text
-from airvisor.view._tail import LogFollower, LogStream, tail_lines
+from airvisor.view._tail import LogStream
 
 __all__ = [
     "RECENT_EVENTS",
@@ -29,7 +30,6 @@ __all__ = [
     "AttemptView",
     "ComponentView",
     "EventView",
-    "LogFollower",
     "LogNotFound",
     "LogStream",
     "ProgressView",

@@ -6,77 +6,15 @@ it too) and of the run page.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
+from airvisor._logfile import LogTail, tail_lines
 from airvisor.store import RunRecord, Store
 from airvisor.view._logfiles import find_log, log_files
 
-BLOCK = 64 * 1024
 POLL_SECONDS = 0.25  # a followed log is read this often
 RECHECK_SECONDS = 1.0  # and its run's record (ended? restarted?) this often
-
-
-def tail_lines(path: Path, count: int) -> tuple[list[str], int]:
-    """The last `count` lines of a file and the offset of its end (where following starts).
-
-    Reads backwards in blocks, so a multi-gigabyte log costs only the bytes it returns.
-    """
-    with path.open("rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        if count <= 0:
-            return [], end
-        pos = end
-        chunks: list[bytes] = []
-        newlines = 0
-        while pos > 0 and newlines <= count:
-            step = min(BLOCK, pos)
-            pos -= step
-            f.seek(pos)
-            chunk = f.read(step)
-            chunks.append(chunk)
-            newlines += chunk.count(b"\n")
-        data = b"".join(reversed(chunks))
-    lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
-    return lines[-count:], end
-
-
-class LogFollower:
-    """Yields complete lines appended to a file after `offset` (a partial line waits)."""
-
-    def __init__(self, path: Path, offset: int) -> None:
-        self.path = path
-        self.offset = offset
-        self._partial = b""
-
-    def read_new(self, limit: int = 1024 * 1024) -> list[str]:
-        try:
-            with self.path.open("rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                if size < self.offset:  # truncated or replaced: start again from its start
-                    self.offset = 0
-                    self._partial = b""
-                f.seek(self.offset)
-                data = f.read(limit)
-        except FileNotFoundError:
-            return []
-        self.offset += len(data)
-        data = self._partial + data
-        complete, _, self._partial = data.rpartition(b"\n")
-        if not complete and not _:
-            return []
-        return (complete + b"\n").decode("utf-8", errors="replace").splitlines(keepends=True)
-
-    def rest(self) -> list[str]:
-        """What is left, the partial last line included (for the end of a stream)."""
-        lines = self.read_new()
-        if self._partial:
-            lines.append(self._partial.decode("utf-8", errors="replace") + "\n")
-            self._partial = b""
-        return lines
-
 
 
 class LogStream:
@@ -101,13 +39,13 @@ class LogStream:
         self.attempt = run.attempt if attempt is None else attempt
         self.switch_attempts = attempt is None
         self.recheck = recheck
-        self.follower = LogFollower(path, end)
+        self.follower = LogTail(path, offset=end)
         self._next_check = 0.0  # the first poll asks the store at once
 
     def poll(self) -> tuple[list[str], bool]:
         """What was appended since (lines with their newlines), and whether the stream has
         ended (the run did). Reads the run's record at most every `recheck` seconds."""
-        lines = self.follower.read_new()
+        lines = self.follower.read_new_lines(keepends=True)
         if lines:
             return lines, False
         now = time.monotonic()
@@ -122,7 +60,7 @@ class LogStream:
             if self.component in newer:
                 lines = [*self.follower.rest(), f"--- airvisor: attempt {run.attempt} ---\n"]
                 self.attempt = run.attempt
-                self.follower = LogFollower(newer[self.component], 0)
+                self.follower = LogTail(newer[self.component])
                 return lines, False
         return [], False
 

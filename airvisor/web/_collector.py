@@ -15,12 +15,13 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
 from airvisor.daemon._machine import GPUReport
 from airvisor.notify import EventWatcher
 from airvisor.policy import step_from_log_line, strip_ansi
 from airvisor.store import RunRecord, SeriesStore, Store
-from airvisor.view import LogFollower, layout_sources
+from airvisor.view import layout_sources
 
 log = get_logger("airvisor.web")
 
@@ -86,8 +87,8 @@ class RunSampler:
     def __init__(self, run_id: str, metrics_path: Path | None) -> None:
         self.run_id = run_id
         self.metrics_path = metrics_path
-        self.metrics = LogFollower(metrics_path, 0) if metrics_path is not None else None
-        self.logs: dict[str, LogFollower] = {}  # by log path
+        self.metrics = LogTail(metrics_path) if metrics_path is not None else None
+        self.logs: dict[str, LogTail] = {}  # by log path
         self.last_step: int | None = None
         self.last_step_at = float("-inf")
         self.last_gpu_at = float("-inf")
@@ -101,14 +102,14 @@ class RunSampler:
         found: list[tuple[int, dict[str, float]]] = []
         if self.metrics is not None and self.metrics_path is not None \
                 and self.metrics_path.exists():
-            for row in self.metrics.read_new():
+            for row in self.metrics.read_new_lines(keepends=True):
                 parsed = metrics_from_row(row)
                 if parsed is not None:
                     found.append(parsed)
         else:
             for path in log_paths:
-                follower = self.logs.setdefault(path, LogFollower(Path(path), 0))
-                for line in follower.read_new():
+                follower = self.logs.setdefault(path, LogTail(Path(path)))
+                for line in follower.read_new_lines(keepends=True):
                     parsed = metrics_from_log_line(line)
                     if parsed is not None:
                         found.append(parsed)

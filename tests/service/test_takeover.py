@@ -14,7 +14,7 @@ import pytest
 
 from airvisor.engine._event_levels import event_log_level
 from airvisor.engine._takeover import (
-    LOG_TAIL_BYTES,
+    LOG_TAIL_LINES,
     LogFacts,
     completed_step,
     facts_from_lines,
@@ -56,7 +56,7 @@ def test_read_log_facts_reads_the_end_of_a_long_log(tmp_path: Path) -> None:
     log = tmp_path / "trainer.log"
     filler = "x" * 1000 + "\n"
     early = "Step 9 | before the tail\n"
-    log.write_text(early + filler * (LOG_TAIL_BYTES // 1000 + 10) + "Step 7 | x\n" + TRAINER_DONE)
+    log.write_text(early + filler * (LOG_TAIL_LINES + 10) + "Step 7 | x\n" + TRAINER_DONE)
     facts = read_log_facts({"trainer": log, "orchestrator": tmp_path / "missing.log"})
     assert facts.step == 7 and facts.finished == {"trainer"}
     assert facts.last_write == log.stat().st_mtime
