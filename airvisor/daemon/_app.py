@@ -66,9 +66,9 @@ log = get_logger("airvisor.daemon.api")
 
 FOLLOW_POLL_SECONDS = 0.25
 FOLLOW_RECHECK_SECONDS = 1.0
-# Request bodies are small JSON documents (a profile reference and a few overrides).
+# Request bodies are small JSON documents (a profile reference and a few overrides). The limit
+# holds for every request, whatever its method or route, and before any authentication.
 MAX_BODY_BYTES = 64 * 1024
-BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 NO_RUN = "No run with this id (GET /runs lists them)."
 NOT_LIVE = "The run has already ended, or a change to it is under way."
 
@@ -225,38 +225,67 @@ class _BodyTooLarge(HTTPException):
 
 
 class LimitRequestBody:
-    """Refuses (413) request bodies over MAX_BODY_BYTES, by Content-Length at once, else as the
-    body arrives (a chunked upload): memory stays bounded whatever a client sends.
+    """Refuses (413) request bodies over MAX_BODY_BYTES, on every route and method, before
+    routing and before the token check (a dependency of the route): an unauthenticated client
+    cannot make the daemon read, or hold, more than the limit.
 
-    Starlette has no such limit built in. Raised as an HTTPException from `receive`, the
-    excess becomes an ordinary error answer when a handler reads the body.
+    - A Content-Length over the limit is refused at once, nothing of the body read.
+    - A body without one (chunked) is read here, at most MAX_BODY_BYTES plus one chunk of
+      uvicorn's, and refused once over the limit; under it, the app gets it as it arrived.
+      Without this, a route that never reads its body (most: stop, restart, every GET) would
+      answer while uvicorn pauses the upload, and only a route that reads would refuse it.
+
+    Starlette has no such limit built in.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
         self.app = app
         self.max_bytes = max_bytes
 
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _error_response(413, _BodyTooLarge().detail,
+                              headers={"Connection": "close"})(scope, receive, send)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for name, value in scope["headers"]:
-            if name == b"content-length" and (not value.isdigit()
-                                              or int(value) > self.max_bytes):
-                await _error_response(413, _BodyTooLarge().detail)(scope, receive, send)
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        if length is not None:
+            if not length.isdigit() or int(length) > self.max_bytes:
+                await self._refuse(scope, receive, send)
                 return
-        received = 0
-
-        async def limited_receive() -> Message:
-            nonlocal received
+            # The server delivers no more than Content-Length bytes.
+            await self.app(scope, receive, send)
+            return
+        if b"transfer-encoding" not in headers:
+            await self.app(scope, receive, send)  # no body
+            return
+        body = bytearray()
+        first: Message = {"type": "http.request", "body": b"", "more_body": False}
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _BodyTooLarge()
-            return message
+            if message["type"] != "http.request":
+                first = message  # the client went away: the app hears it first thing
+                break
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                first = {"type": "http.request", "body": bytes(body), "more_body": False}
+                break
+        replayed = False
 
-        await self.app(scope, limited_receive, send)
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return first
+
+        await self.app(scope, replay, send)
 
 
 def _error_response(status: int, detail: str, *, errors: Sequence[dict[str, Any]] = (),
@@ -322,7 +351,7 @@ def document_errors(schema: dict[str, Any]) -> dict[str, Any]:
       media type (FastAPI would declare a text/plain route's errors as text/plain) and in
       place of FastAPI's validation-error model, which the API never sends;
     - the statuses that layers outside the handlers answer are declared: 500
-      (UnexpectedErrors), 413 (LimitRequestBody, methods with a body), 400 (a body that is not
+      (UnexpectedErrors), 413 (LimitRequestBody, every operation), 400 (a body that is not
       text: FastAPI cannot decode it), 401 (operations with a security requirement), 422
       (operations with parameters or a body: validation, repeated query parameters).
     """
@@ -339,9 +368,7 @@ def document_errors(schema: dict[str, Any]) -> dict[str, Any]:
                         response.setdefault("headers", declared["headers"])
                     if response.get("description") in (None, "", "Validation Error"):
                         response["description"] = declared["description"]
-            needed = [500]
-            if method.upper() in BODY_METHODS:
-                needed.append(413)
+            needed = [500, 413]  # LimitRequestBody answers on every route
             if operation.get("requestBody"):
                 needed.append(400)
             if operation.get("security"):
