@@ -193,3 +193,32 @@ def test_sigterm_with_stop_runs_stops_the_training_too(daemons: Daemons) -> None
     run = current(again)
     assert run["id"] == run_id and run["state"] == "stopped" and not run["live"]
     assert "adopted" not in event_kinds(again, run_id)
+
+
+def test_stop_goes_through_the_daemon_and_never_signals_it(daemons: Daemons) -> None:
+    """`airvisor stop --local` on a run the daemon supervises, with no daemon address in the
+    environment: the stop goes to the address recorded with the run (the API), the daemon
+    lives on (a signalled daemon exits 0 and systemd does not restart it)."""
+    import os
+    import subprocess
+    import sys
+
+    daemon = daemons.start()
+    submitted = httpx.post(f"{daemon.url}/runs", json={"profile": PROFILE}, timeout=30)
+    assert submitted.status_code == 201, submitted.text
+    run_id = submitted.json()["id"]
+    daemons.run_ids.append(run_id)
+    wait_for("running", lambda: current(daemon)["state"] == "running")
+    record = current(daemon)
+    assert record["supervisor_kind"] == "daemon"
+    assert record["supervisor_address"] == daemon.url
+    env = {k: v for k, v in daemon.env.items() if k != "AIRVISOR_URL"}
+    stopped = subprocess.run([sys.executable, "-m", "airvisor", "stop", "--local", run_id],
+                             env=env, capture_output=True, text=True, timeout=90,
+                             cwd=os.getcwd())
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert f"stop requested from the daemon at {daemon.url}" in stopped.stdout
+    assert f"run {run_id} stopped" in stopped.stdout
+    assert daemon.proc.poll() is None, "the daemon was signalled"
+    assert httpx.get(f"{daemon.url}/health", timeout=5).status_code == 200
+    assert "stop_requested" in event_kinds(daemon, run_id)
