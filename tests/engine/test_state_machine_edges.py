@@ -8,10 +8,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from airvisor.engine import RunConflict
 from airvisor.policy import Phase, RunState
 from airvisor.primerl import LAUNCHER
 from airvisor.proc import ProcessIdentity
+from airvisor.profile import load_profile
 
+from .conftest import demo_profile_dict, write_profile
 from .test_component_mode import V04_PYTHON
 from .test_supervisor_replay import Replay
 
@@ -349,3 +354,24 @@ def test_restart_during_backoff_relaunches_now(tmp_path: Path) -> None:
     r.settle(RunState.STARTING)
     assert r.sup.attempt == 2
     assert r.events("restart_now")
+
+
+# -- conflicts with live runs ----------------------------------------------------------------------
+def test_a_second_run_on_a_live_runs_rendezvous_or_inference_port_is_refused(
+        tmp_path: Path) -> None:
+    r = make(tmp_path, trainer={"min_free_gib": 0, "rdzv_port": 29555})
+    r.settle(RunState.STARTING)
+    other_gpus = {"inference_gpu_ids": [2], "trainer_gpu_ids": [3]}
+    second = demo_profile_dict(tmp_path / "run2", rl=other_gpus,
+                               trainer={"min_free_gib": 0, "rdzv_port": 29555})
+    profile = load_profile(write_profile(tmp_path / "p2.toml", second))
+    with pytest.raises(RunConflict, match=r"listens on port 29555, this run's trainer's "
+                                          r"torchrun rendezvous port \(\[trainer\] rdzv_port\)"):
+        r.manager.submit(profile)
+    port = r.sup.profile.inference.port
+    assert port is not None
+    third = demo_profile_dict(tmp_path / "run3", rl={**other_gpus,
+                                                     "inference": {"server": {"port": port}}})
+    profile = load_profile(write_profile(tmp_path / "p3.toml", third))
+    with pytest.raises(RunConflict, match=f"listens on port {port}, this run's inference"):
+        r.manager.submit(profile)
