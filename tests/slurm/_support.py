@@ -4,7 +4,9 @@ and a driver that plays the manager's part (events in, ticks) for one SlurmRunSu
 from __future__ import annotations
 
 import itertools
+import os
 import queue
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -155,8 +157,9 @@ class Driver:
 
     def __init__(self, store: Store, profile: Profile, *, slurm: Any,
                  render: Callable[..., JobScript] | None = None, run_id: str | None = None,
-                 create: bool = True) -> None:
+                 create: bool = True, real_time: bool = False) -> None:
         self.now = 1000.0
+        self.real_time = real_time
         self.store = store
         self.events: queue.Queue[Event] = queue.Queue()
         if run_id is None:
@@ -168,10 +171,13 @@ class Driver:
         self.run_id = run_id
         self.sup = SlurmRunSupervisor(run_id=run_id, profile=profile, store=store,
                                       post=self.events.put, hooks=NoHooks(),
-                                      clock=lambda: self.now, slurm=slurm,
-                                      render=render or FakeRender())
-        self.sup.finish_grace = 0.0
-        self.sup.poll_interval = 0.0  # every tick (the fake clock moves only when told)
+                                      clock=time.monotonic if real_time else lambda: self.now,
+                                      slurm=slurm, render=render or FakeRender())
+        if not real_time:
+            self.sup.finish_grace = 0.0
+            self.sup.poll_interval = 0.0  # every tick (the fake clock moves only when told)
+        else:
+            self.sup.poll_interval = 0.5
 
     def pump(self, until: Callable[[], bool], *, timeout: float = 20.0,
              advance: float = 0.05) -> None:
@@ -263,3 +269,29 @@ exec "{python}" -m airvisor.demo --prime-rl main inference --server.host 0.0.0.0
         path.write_text(text)
         os.chmod(path, 0o755)
     return project
+
+
+STRICT = os.environ.get("CI", "").lower() == "true"
+MAIN_VENV = Path(os.environ.get("AIRVISOR_PRIMERL_MAIN_VENV", "/opt/airvisor-test/primerl-main"))
+
+
+def primerl_main_python(scratch: Path) -> str:
+    """prime-rl main's interpreter with its `rl` entry point and jinja2 (its templates); a
+    missing one fails the test in CI and skips it elsewhere."""
+    import pytest
+
+    python = MAIN_VENV / "bin" / "python"
+    check = "import jinja2; from prime_rl.entrypoints.rl import rl_slurm, write_slurm_script"
+    problem = f"no prime-rl main test venv at {MAIN_VENV}" if not python.exists() else ""
+    if not problem:
+        done = subprocess.run([str(python), "-c", check], capture_output=True, text=True,
+                              cwd=scratch, timeout=120)
+        if done.returncode != 0:
+            problem = f"{check!r} fails in {MAIN_VENV}: " + \
+                (done.stderr.strip().splitlines() or ["?"])[-1]
+    if problem:
+        message = f"{problem}; build it with scripts/setup_primerl_venvs.sh"
+        if STRICT:
+            pytest.fail(message)
+        pytest.skip(message)
+    return str(python)

@@ -5,8 +5,6 @@ interpreter renders its own templates; airvisor's node check goes in through pri
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,30 +17,12 @@ from airvisor.slurm import (
     slurm_settings,
 )
 
-from ._support import full_step, make_project, slurm_profile
-
-STRICT = os.environ.get("CI", "").lower() == "true"
-MAIN_VENV = Path(os.environ.get("AIRVISOR_PRIMERL_MAIN_VENV", "/opt/airvisor-test/primerl-main"))
+from ._support import full_step, make_project, primerl_main_python, slurm_profile
 
 
 @pytest.fixture(scope="module")
 def primerl_main(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """prime-rl main's interpreter with its `rl` entry point and jinja2 (the templates)."""
-    python = MAIN_VENV / "bin" / "python"
-    check = "import jinja2; from prime_rl.entrypoints.rl import rl_slurm, write_slurm_script"
-    problem = f"no prime-rl main test venv at {MAIN_VENV}" if not python.exists() else ""
-    if not problem:
-        done = subprocess.run([str(python), "-c", check], capture_output=True, text=True,
-                              cwd=tmp_path_factory.mktemp("check"), timeout=120)
-        if done.returncode != 0:
-            problem = f"{check!r} fails in {MAIN_VENV}: " + \
-                (done.stderr.strip().splitlines() or ["?"])[-1]
-    if problem:
-        message = f"{problem}; build it with scripts/setup_primerl_venvs.sh"
-        if STRICT:
-            pytest.fail(message)
-        pytest.skip(message)
-    return str(python)
+    return primerl_main_python(tmp_path_factory.mktemp("check"))
 
 
 def test_single_node_script_from_prime_rls_template(tmp_path: Path, primerl_main: str) -> None:

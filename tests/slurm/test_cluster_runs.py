@@ -1,0 +1,176 @@
+"""Slurm mode against the real test cluster (tests/slurm/_cluster.py: Debian's Slurm 22.05).
+
+The job script is prime-rl main's own, from its `rl --dry-run`; the job runs airvisor's
+stand-ins where the template places prime-rl's components (the PROJECT_DIR's `uv run X` is the
+stand-in X, tests/slurm/_support.py make_project), and airvisor's node check on every node.
+
+The cluster has no GPUs, and prime-rl's templates ask for them (`#SBATCH --gres=gpu:N`): where
+the cluster declares no GPU gres, the tests submit with sbatch's documented input variable
+`SBATCH_GRES=gpu:0`, which overrides that one directive; the rest of the script is prime-rl's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airvisor.engine._events import Command
+from airvisor.policy import RunState
+from airvisor.profile import Profile
+from airvisor.slurm import CommandSlurm, render_job_script
+from airvisor.store import Store
+
+from ._support import Driver, make_project, primerl_main_python, slurm_profile
+
+FAST = {"inference": {"startup_delay": 0.2}, "trainer": {"step_time": 0.6},
+        "orchestrator": {"step_time": 0.3}}
+
+
+@pytest.fixture(scope="module")
+def primerl_main(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return primerl_main_python(tmp_path_factory.mktemp("check"))
+
+
+@pytest.fixture
+def cluster_env(slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for key, value in slurm_cluster.env.items():
+        monkeypatch.setenv(key, value)
+    # The node check runs with the interpreter every node has at the same path.
+    monkeypatch.setenv("AIRVISOR_SLURM_PYTHON", str(slurm_cluster.python))
+    nodes = slurm_cluster.run("scontrol", "show", "node", "-o").stdout
+    if "Gres=gpu" not in nodes:
+        monkeypatch.setenv("SBATCH_GRES", "gpu:0")
+    yield slurm_cluster
+
+
+def start_run(cluster: Any, primerl: str, name: str, *, partition: str = "local",
+              demo: dict[str, Any] | None = None, rl: dict[str, Any] | None = None,
+              **extra: Any) -> Driver:
+    base = cluster.tmp_shared(name)
+    project = make_project(base / "project", str(cluster.python))
+    config = {"slurm": {"project_dir": str(project), "partition": partition,
+                        "cleanup_grace_period": 0}, **(rl or {})}
+    profile: Profile = slurm_profile(base, python=[primerl], rl=config,
+                                     demo=demo or FAST, **extra)
+    driver = Driver(Store(base / "state" / "airvisor.sqlite3"), profile,
+                    slurm=CommandSlurm(), render=render_job_script, real_time=True)
+    driver.sup.begin()
+    return driver
+
+
+def attempts(d: Driver) -> list[dict[str, Any]]:
+    return d.store.attempts(d.run_id)
+
+
+def no_job_processes(cluster: Any, nodes: list[str], marker: str) -> list[str]:
+    return [f"{node}: {line}" for node in nodes for line in cluster.node_processes(node)
+            if marker in line and "airvisor.demo" in line]
+
+
+def test_clean_run_to_the_end(cluster_env: Any, primerl_main: str) -> None:
+    d = start_run(cluster_env, primerl_main, "clean")
+    d.pump(lambda: d.sup.finished.is_set(), timeout=150)
+    assert d.sup.state == RunState.SUCCEEDED, d.messages("failure")
+    run = d.store.get_run(d.run_id)
+    assert run is not None and run.step == 6
+    (attempt,) = attempts(d)
+    job = attempt["details"]["job_id"]
+    assert run.details["slurm_job_id"] == job
+    assert run.details["slurm_nodes"] == cluster_env.partitions["local"]
+    assert cluster_env.job_state(job) == "COMPLETED"  # prime-rl's `rl` ended the job itself
+    (check,) = d.messages("node_check")
+    assert check.startswith(f"node {cluster_env.host_node}: ")
+
+
+def test_component_crash_resubmits_from_newest_complete_checkpoint(
+        cluster_env: Any, primerl_main: str) -> None:
+    demo = {**FAST, "trainer": {"step_time": 0.6, "crash_at_step": 4}}
+    d = start_run(cluster_env, primerl_main, "crash", demo=demo)
+    d.pump(lambda: d.sup.finished.is_set(), timeout=200)
+    assert d.sup.state == RunState.SUCCEEDED
+    first, second = attempts(d)
+    assert cluster_env.job_state(first["details"]["job_id"]) == "FAILED"
+    assert "trainer exited with status" in first["reason"]
+    assert second["resume_step"] == 2 and second["cause"] == "crash"  # ckpt.interval = 2
+    assert second["details"]["job_id"] != first["details"]["job_id"]
+    (restart,) = d.store.restart_history(d.run_id)
+    assert restart.kind == "crash" and restart.counted
+
+
+def test_stall_cancels_and_resubmits(cluster_env: Any, primerl_main: str) -> None:
+    demo = {**FAST, "trainer": {"step_time": 0.6, "hang_at_step": 4}}
+    d = start_run(cluster_env, primerl_main, "stall", demo=demo,
+                  health={"stall_timeout": 6, "first_step_grace": 60})
+    d.pump(lambda: d.sup.finished.is_set(), timeout=200)
+    assert d.sup.state == RunState.SUCCEEDED
+    first, second = attempts(d)
+    assert cluster_env.job_state(first["details"]["job_id"]) == "CANCELLED"
+    assert "hung: step" in first["reason"] and second["cause"] == "hang"
+    assert second["resume_step"] == 2
+
+
+def test_stop_cancels_the_job_and_leaves_nothing_on_any_node(
+        slurm_multi: Any, cluster_env: Any, primerl_main: str) -> None:
+    # prime-rl's multi-node template: inference (+ router) on the first node, trainer and
+    # orchestrator on the second.
+    demo = {**FAST, "trainer": {"step_time": 0.6}}
+    d = start_run(cluster_env, primerl_main, "stop", partition="multi", demo=demo, rl={
+        "max_steps": 100,
+        "deployment": {"type": "multi_node", "num_train_nodes": 1, "num_infer_nodes": 1,
+                       "gpus_per_node": 1}})
+    d.pump(lambda: (d.sup.step or 0) >= 2, timeout=150)
+    nodes = list(d.sup.job.nodes) if d.sup.job else []
+    assert sorted(nodes) == sorted(cluster_env.partitions["multi"])
+    assert {m.split(":")[0].removeprefix("node ") for m in d.messages("node_check")} \
+        == set(nodes)
+    d.sup.handle(Command(d.run_id, "stop"))
+    d.pump(lambda: d.sup.finished.is_set(), timeout=90)
+    assert d.sup.state == RunState.STOPPED
+    job = attempts(d)[0]["details"]["job_id"]
+    assert cluster_env.job_state(job) == "CANCELLED"
+    deadline = time.monotonic() + 30
+    left = no_job_processes(cluster_env, nodes, "--prime-rl main")
+    while left and time.monotonic() < deadline:
+        time.sleep(1)
+        left = no_job_processes(cluster_env, nodes, "--prime-rl main")
+    assert left == []
+
+
+def test_a_killed_node_fails_the_job_and_it_is_resubmitted_without_it(
+        slurm_multi: Any, cluster_env: Any, primerl_main: str) -> None:
+    demo = {**FAST, "trainer": {"step_time": 1.0}}
+    d = start_run(cluster_env, primerl_main, "nodekill", partition="multi", demo=demo,
+                  rl={"max_steps": 8})
+    d.pump(lambda: (d.sup.step or 0) >= 3, timeout=150)
+    assert d.sup.job is not None
+    (victim,) = d.sup.job.nodes
+    cluster_env.kill_node(victim)
+    d.pump(lambda: len(attempts(d)) == 2 and attempts(d)[1]["details"].get("nodes"),
+           timeout=120)
+    first, second = attempts(d)
+    assert cluster_env.job_state(first["details"]["job_id"]) == "NODE_FAIL"
+    assert victim not in second["details"]["nodes"]
+    assert first["details"]["blamed"] == [victim]
+    d.pump(lambda: d.sup.finished.is_set(), timeout=150)
+    assert d.sup.state == RunState.SUCCEEDED
+
+
+def test_a_restarted_daemon_reattaches_to_the_job_by_id(cluster_env: Any,
+                                                         primerl_main: str) -> None:
+    demo = {**FAST, "trainer": {"step_time": 0.8}}
+    d = start_run(cluster_env, primerl_main, "reattach", demo=demo)
+    d.pump(lambda: (d.sup.step or 0) >= 2, timeout=150)
+    d.sup.detach()  # the daemon dies; the job keeps running
+    time.sleep(2)
+    run = d.store.get_run(d.run_id)
+    assert run is not None
+    again = Driver(d.store, d.sup.profile, slurm=CommandSlurm(), render=render_job_script,
+                   run_id=d.run_id, create=False, real_time=True)
+    again.sup.reattach(run)
+    assert again.sup.job_id == run.details["slurm_job_id"]
+    again.pump(lambda: again.sup.finished.is_set(), timeout=150)
+    assert again.sup.state == RunState.SUCCEEDED and len(attempts(d)) == 1
+    assert "reattached" in again.kinds()
