@@ -6,6 +6,7 @@ it, so root's commands see the runs the service supervises; otherwise the user's
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,8 +17,10 @@ SYSTEM_PROFILE_DIR = Path("/etc/airvisor/profiles")
 # The system unit's StateDirectory=airvisor.
 SYSTEM_STATE_DIR = Path("/var/lib/airvisor")
 DATABASE_NAME = "airvisor.sqlite3"
-# The repository's configs/ when airvisor runs from a checkout (editable install).
-REPO_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+# The profiles shipped with airvisor: package data `airvisor/profiles`, which in the repository
+# is a symlink to its top-level configs/ (setuptools copies the files into the wheel).
+SHIPPED_PROFILES_PACKAGE = "airvisor"
+SHIPPED_PROFILES_DIR = "profiles"
 
 
 def user_state_dir(env: Mapping[str, str]) -> Path:
@@ -56,13 +59,26 @@ def database_path() -> Path:
     return state_dir() / DATABASE_NAME
 
 
+def shipped_profiles() -> Path | None:
+    """The directory of the profiles shipped in the package (the checkout's configs/, resolved,
+    when airvisor runs from one); None when the package is not on a file system."""
+    shipped = importlib.resources.files(SHIPPED_PROFILES_PACKAGE) / SHIPPED_PROFILES_DIR
+    if not isinstance(shipped, Path) or not shipped.is_dir():
+        return None
+    return shipped.resolve()
+
+
 def profile_search_path() -> list[Path]:
-    """configs/ of the checkout (and of the cwd), then $AIRVISOR_PROFILES, then /etc."""
-    dirs = [Path.cwd() / "configs", REPO_CONFIGS]
+    """configs/ of the cwd, then $AIRVISOR_PROFILES, then /etc/airvisor/profiles, then the
+    profiles shipped with airvisor: this box's own profiles win over the shipped examples."""
+    dirs = [Path.cwd() / "configs"]
     extra = os.environ.get(PROFILE_DIRS_ENV)
     if extra:
         dirs.extend(Path(p).expanduser() for p in extra.split(os.pathsep) if p)
     dirs.append(SYSTEM_PROFILE_DIR)
+    shipped = shipped_profiles()
+    if shipped is not None:
+        dirs.append(shipped)
     unique: list[Path] = []
     for d in dirs:
         if d.resolve() not in [u.resolve() for u in unique]:

@@ -117,3 +117,26 @@ def check(profile: str, overrides: tuple[str, ...], show_config: bool, as_json: 
                    "report it with the profile", err=True)
         status = 2
     sys.exit(status)
+
+
+@main.command("profiles")
+@click.option("--json", "as_json", is_flag=True, help="Print {name: path} as JSON.")
+def list_profiles(as_json: bool) -> None:
+    """List the profiles `check` and `start` find by name, with the file each name means
+    (configs/ of the current directory, $AIRVISOR_PROFILES, /etc/airvisor/profiles, then the
+    profiles shipped with airvisor; the first one found wins)."""
+    from airvisor._paths import profile_search_path
+    from airvisor.profile import available_profiles
+
+    found = available_profiles()
+    if as_json:
+        click.echo(json.dumps({name: str(path) for name, path in sorted(found.items())},
+                              indent=2))
+        return
+    if not found:
+        searched = ", ".join(str(d) for d in profile_search_path())
+        click.echo(f"no profiles found (searched {searched})", err=True)
+        sys.exit(EXIT_PROBLEMS)
+    width = max(len(name) for name in found)
+    for name, path in sorted(found.items()):
+        click.echo(f"{name:<{width}}  {path}")

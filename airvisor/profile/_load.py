@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from airvisor._paths import profile_search_path
+from airvisor._paths import profile_search_path, state_dir
 from airvisor.profile._locate import KeyLocator, Loc
 from airvisor.profile._problems import Problem, ProfileError
 from airvisor.profile._schema import Profile
@@ -29,6 +29,7 @@ from airvisor.profile._toml import TomlDocument, read_toml
 
 PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 PYTHON_PLACEHOLDER = "{python}"
+STATE_DIR_PLACEHOLDER = "{state_dir}"
 
 # Path-valued keys that are resolved against the profile file's directory.
 _PATH_KEYS: tuple[tuple[str, str], ...] = (
@@ -214,12 +215,25 @@ def _set_override(raw: dict[str, Any], key: str, value: Any) -> Problem | None:
     return None
 
 
+def _expand_state_dir(value: str) -> str:
+    """'{state_dir}' is airvisor's state directory (created when missing, as any command that
+    opens the state database does): where a shipped profile such as the demo writes, since
+    the profile's own directory may be inside an installed package."""
+    if STATE_DIR_PLACEHOLDER not in value:
+        return value
+    state = state_dir()
+    with contextlib.suppress(OSError):  # unwritable: the checks report the directory
+        state.mkdir(parents=True, exist_ok=True)
+    return value.replace(STATE_DIR_PLACEHOLDER, str(state))
+
+
 def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
-    """Make relative paths absolute against the profile's directory; expand '{python}'."""
+    """Make relative paths absolute against the profile's directory; expand '{python}' and
+    '{state_dir}'."""
 
     def resolve(value: Any) -> Any:
         if isinstance(value, str) and value:
-            path = Path(value).expanduser()
+            path = Path(_expand_state_dir(value)).expanduser()
             # normpath, not resolve(): tidy `configs/../outputs` but keep the user's symlinks.
             return os.path.normpath(path if path.is_absolute() else base / path)
         return value
