@@ -231,14 +231,16 @@ def bind(profile: Profile, resolution: Resolution) -> Profile:
     """
     facts = resolution.facts
     # The demo's stand-ins use no GPU whatever their config says: nothing to check or reserve.
-    demo = profile.run.demo
+    # Nor does a Slurm-mode run on this machine: its GPUs and ports are on the job's nodes.
+    demo = profile.run.demo or facts.slurm
     gpus = profile.gpus.model_copy(update={
         "inference": [] if demo else profile.gpus.inference or list(facts.inference_gpus),
         "trainer": [] if demo else profile.gpus.trainer or list(facts.trainer_gpus),
         "inference_memory_share": facts.inference_memory_share,
     })
     inference = profile.inference.model_copy(update={
-        "host": _client_host(facts.inference_host), "port": facts.inference_port})
+        "host": _client_host(facts.inference_host),
+        "port": None if facts.slurm else facts.inference_port})
     run = profile.run.model_copy(update={"output_dir": facts.run_dir,
                                          "max_steps": facts.max_steps})
     bound = profile.model_copy(update={"gpus": gpus, "inference": inference, "run": run,
