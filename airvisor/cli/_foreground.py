@@ -73,24 +73,37 @@ class _Output:
     """Where the foreground run's lines go: the terminal until it goes away, then a log file.
 
     `detach` points this process's stdout and stderr (the file descriptors, so airvisor's own
-    log lines follow) at the log file; writing to a hung-up terminal fails with EIO, and
-    nobody would read it.
+    log lines follow) at the log file: writing to a hung-up terminal fails with EIO, and
+    nobody would read it. On SIGHUP only the descriptors that were a terminal move (output
+    already sent to a file or a pipe stays there); after a failed write, both do.
     """
 
     def __init__(self, log_path: Path) -> None:
         self.log_path = log_path
         self.detached = False
+        # Asked now: a hung-up terminal no longer answers isatty().
+        self.terminals = [fd for fd in (1, 2) if os.isatty(fd)]
 
-    def detach(self, view: Any, reason: str) -> None:
-        if self.detached:
+    def _open_log(self) -> int:
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(self.log_path,
+                           os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)  # still never EIO
+
+    def detach(self, view: Any, reason: str, *, only_terminals: bool = True) -> None:
+        targets = self.terminals if only_terminals else [1, 2]
+        if self.detached or not targets:
+            if not self.detached:  # nothing of ours on a terminal: say it where output goes
+                self.write(lambda: view.note(f"{reason}: airvisor keeps supervising"),
+                           view=view)
             return
         self.detached = True
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                     0o644)
+        fd = self._open_log()
         try:
-            os.dup2(fd, 1, inheritable=False)
-            os.dup2(fd, 2, inheritable=False)
+            for target in targets:
+                os.dup2(fd, target, inheritable=False)
         finally:
             os.close(fd)
         # A file gets plain lines, not a progress line redrawn in place.
@@ -103,14 +116,14 @@ class _Output:
                                      f"to {self.log_path} from now on"))
 
     def write(self, action: Callable[[], object], *, view: Any = None) -> None:
-        """Run `action` (which prints); a terminal that went away moves the output to the log
-        file, and the action is tried once more there."""
+        """Run `action` (which prints); a terminal or pipe that went away moves the output to
+        the log file, and the action is tried once more there."""
         try:
             action()
         except OSError:
             if self.detached or view is None:
                 return  # nothing left to write to: supervising matters more than the line
-            self.detach(view, "terminal gone (write failed)")
+            self.detach(view, "output gone (a write failed)", only_terminals=False)
             with contextlib.suppress(OSError):
                 action()
 
