@@ -153,13 +153,14 @@ def _run_foreground(profile: Any, mode: str) -> int:
 
     store = _store()
     manager = RunManager(store, foreground=True)
+    # Installed before the run exists: a signal during submit is acted on once it does.
+    flag = _StopFlag()
+    flag.install()
     try:
         record = manager.submit(profile, start_mode=typing.cast(StartMode, mode))
     except RunConflict as exc:
         click.echo(f"airvisor: {exc}", err=True)
         return EXIT_BAD_INPUT
-    flag = _StopFlag()
-    flag.install()
     view = _ProgressView(store, record.id, live=sys.stdout.isatty())
     output = _Output(store.path.parent / "runs" / record.id / FOREGROUND_LOG)
 
