@@ -3,8 +3,10 @@
 # bookworm minbase rootfs with Debian's slurmd, slurm-client (srun inside jobs) and munge, the
 # same packages and version as on the controller machine, plus python3 and the shared libraries
 # a pyenv-built CPython needs (the nodes run the checkout's venv, bind-mounted read-only at the
-# same path; see docs/slurm-test-cluster.md). No daemon starts here: the container's command,
-# scripts/slurm/node-entrypoint.sh from the checkout, starts munged and slurmd.
+# same path; see docs/slurm-test-cluster.md), and the tools prime-rl's sbatch templates call on
+# a node besides bash and pkill (ip, hostname -I, curl). No daemon starts here: the container's
+# command, scripts/slurm/node-entrypoint.sh from the checkout, starts munged and slurmd.
+# Older tags of this image that no container uses are removed after a build.
 # The tag carries a hash of this script, so a change of packages builds a new image.
 # Usage: tests/images/build_slurm_node_image.sh [--print-tag]   (idempotent: skips when present)
 set -euo pipefail
@@ -26,7 +28,7 @@ chmod 0755 "$rootfs"  # mktemp's 0700 would be the image's /: package scripts th
 # Libraries: what python3.11 and its lib-dynload modules link (ssl, ctypes, sqlite3, lzma, bz2,
 # readline, curses, uuid, dbm, nis), so a venv made from a pyenv build runs on the node.
 packages=(
-  slurmd slurm-client munge python3 procps
+  slurmd slurm-client munge python3 procps iproute2 curl
   libssl3 libffi8 libsqlite3-0 libbz2-1.0 liblzma5 zlib1g libreadline8 libncursesw6
   libuuid1 libgdbm6 libgdbm-compat4 libnsl2 libtirpc3 libexpat1
 )
@@ -43,3 +45,6 @@ tar -C "$rootfs" -c . | docker import \
   --change 'ENV container=docker' \
   - "$tag" >/dev/null
 echo "built image $tag"
+for old in $(docker image ls --format '{{.Repository}}:{{.Tag}}' airvisor-test/slurm-node); do
+  [ "$old" = "$tag" ] || docker image rm "$old" >/dev/null 2>&1 || true
+done

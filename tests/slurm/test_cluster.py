@@ -69,6 +69,33 @@ def test_a_two_node_job_runs_a_step_on_both_container_nodes(slurm_multi: Any) ->
                        for node in cluster.partitions["multi"]}
 
 
+def test_prime_rl_template_allocation_gets_gpus_and_hostnames(slurm_multi: Any) -> None:
+    """What prime-rl's multi-node sbatch template asks for (--exclusive, --gres=gpu:N, one task
+    per node) and calls on the batch node (scontrol show hostnames) and on every node (hostname
+    -I, ip) works here; each node's step sees its GPUs in CUDA_VISIBLE_DEVICES."""
+    cluster = slurm_multi
+    out_dir = cluster.tmp_shared("template")
+    script = out_dir / "job.sbatch"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:8\n"
+        "#SBATCH --partition=multi\n#SBATCH --time=5\n#SBATCH --exclusive\n"
+        f"#SBATCH --output={out_dir}/job_%j.log\n"
+        "set -e\n"
+        "HOSTNAMES=( $(scontrol show hostnames $SLURM_JOB_NODELIST) )\n"
+        f"echo \"${{HOSTNAMES[*]}}\" > {out_dir}/hostnames\n"
+        "srun bash -c 'echo $(hostname) $(hostname -I) $CUDA_VISIBLE_DEVICES "
+        f"$(ip -o -4 addr show eth0 | wc -l)' > {out_dir}/steps\n")
+    job = cluster.sbatch(str(script))
+    log = out_dir / f"job_{job}.log"
+    assert cluster.wait_job(job, timeout=60) == "COMPLETED", log.read_text()
+    assert (out_dir / "hostnames").read_text().split() == cluster.partitions["multi"]
+    steps = sorted(line.split() for line in (out_dir / "steps").read_text().splitlines())
+    assert [(s[0], s[2], s[3]) for s in steps] == [
+        (node, "0,1,2,3,4,5,6,7", "1") for node in cluster.partitions["multi"]]
+    assert cluster.job_info(job)["NumCPUs"] == "16"  # --exclusive: both nodes whole
+
+
 def _wait_running(cluster: Any, job: str) -> None:
     cluster.wait_job(job, timeout=30, states={"RUNNING"})
 
