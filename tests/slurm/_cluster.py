@@ -10,7 +10,9 @@ What runs (all as root, all state under ``STATE_DIR``, default ``/opt/airvisor-t
   ``airvisor-slurm`` (fixed addresses), each running its own munged with the same key and
   slurmd (scripts/slurm/node-entrypoint.sh), under Docker's --init.
 
-Every node sees, at the same path: the shared directory (``STATE_DIR/shared``, read-write), the
+Every node declares 8 CPUs and 8 GPUs (``--gres=gpu:8 --exclusive``, as prime-rl's sbatch
+templates ask, is granted; steps get CUDA_VISIBLE_DEVICES; no GPU is touched). Every node sees,
+at the same path: the shared directory (``STATE_DIR/shared``, read-write), the
 checkout under test and its venv, and the venv's base interpreter (read-only), so a job on any
 node runs ``<cluster.python> -m airvisor.demo ...``. Jobs run as root. The daemons stay up after
 the tests (the next session finds them and starts in a second); ``python tests/slurm/_cluster.py
@@ -29,16 +31,18 @@ per test, which also puts every container node back in service before and after 
     ``job_state(job_id)``, ``job_info(job_id)`` (scontrol's fields) and ``wait_job(job_id,
     timeout)`` (final state, see below); ``node_states()``; ``node_processes(node)`` (command
     lines of every process on a node);
-    ``kill_node(name)`` (``docker kill``: the node dies abruptly; Slurm marks it DOWN within
-    ``SLURMD_TIMEOUT`` s and its jobs end NODE_FAIL); ``restore_node(name)`` (starts the
-    container again, resumes the node, waits until it is idle); ``wait_idle(nodes)``.
+    ``kill_node(name)`` (``docker kill``: the node dies abruptly; Slurm marks it DOWN about
+    15 s later and its jobs end NODE_FAIL); ``restore_node(name)`` (starts the container again,
+    resumes the node, waits until it is idle); ``ensure_nodes_up()``; ``wait_idle(nodes)``.
 
 Finished jobs: there is no slurmdbd (it needs MariaDB), so ``sacct`` has no accounting store.
 slurmctld keeps a finished job's record for ``MinJobAge`` (3600 s here): ``scontrol show job
 -o ID`` gives ``JobState=`` COMPLETED / FAILED / TIMEOUT / NODE_FAIL / CANCELLED / OUT_OF_MEMORY
-with ``ExitCode=``, and ``scontrol --json show job ID`` / ``squeue --json`` work with Debian's
-build (openapi v0.0.38). ``jobcomp/filetxt`` also appends one line per finished job to
-``STATE_DIR/log/jobcomp.txt`` (JobId=... JobState=...), which outlives slurmctld restarts.
+with ``ExitCode=``. ``squeue --json`` works (openapi v0.0.38) and lists finished jobs too, but
+in 22.05 ignores ``-j``/``-t`` (filter by ``job_id`` yourself); ``scontrol --json`` does not exist
+before 23.02. ``jobcomp/filetxt`` appends one line per finished job to ``STATE_DIR/log/
+jobcomp.txt``, kept across restarts, which ``sacct -c -j ID`` reads (its state is right, its
+ExitCode column is always 0:0).
 """
 
 from __future__ import annotations
