@@ -81,13 +81,13 @@ def run_node_check(*, run_id: str, report_dir: Path, host: str | None = None) ->
         def log(kind: str, data: dict[str, Any]) -> None:
             if kind in ("reaper.candidate", "reaper.left_alone", "reaper.reaped",
                         "preflight.waiting"):
-                events.append({"kind": kind, **data})
+                events.append({**data, "event": kind})
 
         result = prepare_machine(_node_profile(profile, gpus), run_id=run_id,
                                  live_run_ids=live, own_pids=own, log=log)
         report.update(ok=True, summary=result.summary, gpus=gpus,
-                      reaped=[e for e in events if e["kind"] == "reaper.candidate"],
-                      left_alone=[e for e in events if e["kind"] == "reaper.left_alone"])
+                      reaped=[e for e in events if e["event"] == "reaper.candidate"],
+                      left_alone=[e for e in events if e["event"] == "reaper.left_alone"])
     except PreflightError as exc:
         report.update(summary=f"preflight failed: {exc}", error=str(exc), events=events)
     except Exception as exc:  # the report must be written whatever happened
