@@ -4,6 +4,7 @@ files the job writes on the shared filesystem, and advances the clock by hand.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -216,3 +217,43 @@ def test_reattach_to_a_running_job_and_to_one_that_ended(tmp_path: Path,
     third.sup.reattach(run)
     third.pump(lambda: third.sup.finished.is_set())
     assert third.sup.state == RunState.SUCCEEDED and len(slurm.submissions) == 1
+
+
+def test_an_operator_restart_cancels_and_resubmits_uncounted(tmp_path: Path,
+                                                             profile: Profile) -> None:
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    first = slurm.last
+    slurm.set(first, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    d.sup.handle(Command(d.run_id, "restart"))
+    d.pump(lambda: len(slurm.submissions) == 2)
+    assert slurm.cancelled == [first]
+    (restart,) = d.store.restart_history(d.run_id)
+    assert restart.kind == "operator" and not restart.counted
+    assert d.store.attempts(d.run_id)[1]["cause"] == "operator"
+
+
+class FlakySlurm(FakeSlurm):
+    """slurmctld does not answer for a while."""
+
+    down = True
+
+    def job(self, job_id: str) -> Any:
+        from airvisor.slurm import SlurmError
+
+        if self.down:
+            raise SlurmError("scontrol show job failed (exit 1): Unable to contact slurm "
+                             "controller (connect failure)")
+        return super().job(job_id)
+
+
+def test_an_unreachable_controller_is_reported_never_taken_for_a_failed_job(
+        tmp_path: Path, profile: Profile) -> None:
+    slurm = FlakySlurm()
+    d = start(tmp_path, profile, slurm)
+    slurm.set(slurm.last, "RUNNING")
+    d.pump(lambda: len(d.messages("slurm_unreachable")) == 1)
+    assert d.sup.state == RunState.STARTING and len(slurm.submissions) == 1
+    slurm.down = False
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
