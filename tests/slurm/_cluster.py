@@ -78,6 +78,7 @@ CONTAINER_NODES = ("node1", "node2")
 # A dead node is noticed within about this many seconds (slurmctld pings every third of it).
 SLURMD_TIMEOUT = 6
 GPUS_PER_NODE = 8
+SHARED_KEEP_S = 24 * 3600
 FINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "CANCELLED", "OUT_OF_MEMORY", "PREEMPTED",
     "BOOT_FAIL", "DEADLINE",
@@ -431,7 +432,7 @@ class SlurmCluster:
         return _docker().containers.get(_container_name(name))
 
     def _kill_mark(self, name: str) -> Path:
-        return self.layout.run / f"killed-{name}"
+        return _kill_mark(self.layout, name)
 
     def kill_node(self, name: str) -> None:
         """Kills a container node abruptly (SIGKILL to everything in it, as a power loss).
@@ -452,11 +453,7 @@ class SlurmCluster:
         self._kill_mark(name).unlink(missing_ok=True)
 
     def _killed_by_other(self, name: str) -> bool:
-        try:
-            pid = int(self._kill_mark(name).read_text())
-        except (OSError, ValueError):
-            return False
-        return pid != os.getpid() and psutil.pid_exists(pid)
+        return _killed_by_other(self.layout, name)
 
     def ensure_nodes_up(self, timeout: float = 60) -> None:
         """Every node running and in service (robust against an earlier test's kill). A node
@@ -494,6 +491,19 @@ class SlurmCluster:
             time.sleep(1)  # the node has not registered yet: resuming it then is refused
 
 
+def _kill_mark(layout: Layout, node: str) -> Path:
+    return layout.run / f"killed-{node}"
+
+
+def _killed_by_other(layout: Layout, node: str) -> bool:
+    """Whether another live process killed the node (kill_node's mark) and will restore it."""
+    try:
+        pid = int(_kill_mark(layout, node).read_text())
+    except (OSError, ValueError):
+        return False
+    return pid != os.getpid() and psutil.pid_exists(pid)
+
+
 def _container_name(node: str) -> str:
     return f"airvisor-slurm-{node}"
 
@@ -507,6 +517,15 @@ def _ensure_dirs(layout: Layout) -> None:
     layout.munge_dir.mkdir(parents=True, exist_ok=True)
     layout.munge_dir.chmod(0o755)  # munged refuses a socket others cannot reach
     layout.shared.chmod(0o1777)
+    # tmp_shared directories of earlier days: kept a day for a look after a failed test.
+    for entry in layout.shared.iterdir():
+        with contextlib.suppress(OSError):
+            if time.time() - entry.stat().st_mtime <= SHARED_KEEP_S:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     if layout.munge_key.is_dir():
         # What `docker run -v` leaves when the key was missing at a container's start.
         shutil.rmtree(layout.munge_key)
@@ -589,7 +608,9 @@ def _ensure_container_node(layout: Layout, name: str, addr: str, image: str,
             container.remove(force=True)
         else:
             container.reload()
-            if container.status != "running":
+            # A node another live session killed is its to restore (its test is watching the
+            # node fail); ensure_nodes_up waits for that.
+            if container.status != "running" and not _killed_by_other(layout, name):
                 container.start()
             return
     except docker.errors.NotFound:
