@@ -275,6 +275,13 @@ class SlurmRunSupervisor:
             return
         if self.state.terminal:
             return
+        if self.state == RunState.STOPPING:
+            # The dead daemon was ending the run: finish that (cancel the job if it lives).
+            target = (run.details or {}).get("slurm_stop_target") or str(RunState.STOPPED)
+            self._event("reattached", f"daemon restarted during a stop: finishing it "
+                        f"(job {self.job_id})")
+            self._stop(RunState(target))
+            return
         since = (run.details or {}).get("slurm_submitted_at") or 0.0
         self._open_views(float(since), catch_up=True)
         self._report_dir = self._report_dir_of(self.attempt)
@@ -430,7 +437,6 @@ class SlurmRunSupervisor:
             return
         if self.state not in (RunState.STARTING, RunState.RUNNING):
             return
-        self._read_reports()
         self._read_progress(now)
         if now >= self._next_poll and "poll" not in self._tasks and self.job_id is not None:
             self._next_poll = now + self.poll_interval
@@ -497,6 +503,7 @@ class SlurmRunSupervisor:
         self._record_job(job)
         if self.state not in (RunState.STARTING, RunState.RUNNING):
             return
+        self._read_reports()  # at the poll's pace: a glob of the shared filesystem
         if job.phase in ("running", "ending") and self.state == RunState.STARTING:
             self._running_since = self._clock()
             self._set_state(RunState.RUNNING)
@@ -641,6 +648,7 @@ class SlurmRunSupervisor:
         self._final = final
         self._restart_at = None
         self._set_state(RunState.STOPPING)
+        self.store.merge_run_details(self.run_id, slurm_stop_target=str(final))
         alive = self.job_id is not None and (self.job is None or self.job.phase != "ended")
         if alive and "cancel" not in self._tasks:
             self._cancel()

@@ -257,3 +257,21 @@ def test_an_unreachable_controller_is_reported_never_taken_for_a_failed_job(
     assert d.sup.state == RunState.STARTING and len(slurm.submissions) == 1
     slurm.down = False
     d.pump(lambda: d.sup.state == RunState.RUNNING)
+
+
+def test_a_daemon_that_died_while_stopping_finishes_the_stop(tmp_path: Path,
+                                                            profile: Profile) -> None:
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    slurm.set(slurm.last, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    d.sup.handle(Command(d.run_id, "stop"))
+    d.sup.detach()  # dies before the cancel task reports
+    slurm.jobs[slurm.last] = slurm.jobs[slurm.last].__class__(job_id=slurm.last,
+                                                              state="RUNNING")
+    run = d.store.get_run(d.run_id)
+    assert run is not None and run.state == "stopping"
+    again = Driver(d.store, profile, slurm=slurm, run_id=d.run_id, create=False)
+    again.sup.reattach(run)
+    again.pump(lambda: again.sup.finished.is_set())
+    assert again.sup.state == RunState.STOPPED and slurm.cancelled.count(slurm.last) == 2
