@@ -4,9 +4,8 @@ The job script is prime-rl main's own, from its `rl --dry-run`; the job runs air
 stand-ins where the template places prime-rl's components (the PROJECT_DIR's `uv run X` is the
 stand-in X, tests/slurm/_support.py make_project), and airvisor's node check on every node.
 
-The cluster has no GPUs, and prime-rl's templates ask for them (`#SBATCH --gres=gpu:N`): where
-the cluster declares no GPU gres, the tests submit with sbatch's documented input variable
-`SBATCH_GRES=gpu:0`, which overrides that one directive; the rest of the script is prime-rl's.
+prime-rl's templates allocate GPUs (`#SBATCH --exclusive --gres=gpu:N`); the test cluster's
+nodes declare 8 GPUs by gres (no devices: nothing here uses them), so the script runs unchanged.
 """
 
 from __future__ import annotations
@@ -40,9 +39,6 @@ def cluster_env(slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator
         monkeypatch.setenv(key, value)
     # The node check runs with the interpreter every node has at the same path.
     monkeypatch.setenv("AIRVISOR_SLURM_PYTHON", str(slurm_cluster.python))
-    nodes = slurm_cluster.run("scontrol", "show", "node", "-o").stdout
-    if "Gres=gpu" not in nodes:
-        monkeypatch.setenv("SBATCH_GRES", "gpu:0")
     yield slurm_cluster
 
 
