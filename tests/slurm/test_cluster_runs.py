@@ -108,15 +108,36 @@ def test_stall_cancels_and_resubmits(cluster_env: Any, primerl_main: str) -> Non
     assert second["resume_step"] == 2
 
 
+MULTI_NODE = {"deployment": {"type": "multi_node", "num_train_nodes": 1, "num_infer_nodes": 1,
+                              "gpus_per_node": 1}}
+
+
+def test_multi_node_run_to_the_end_cancels_the_serving_inference_node(
+        slurm_multi: Any, cluster_env: Any, primerl_main: str) -> None:
+    # With the orchestrator on the trainer's node (the default), the template's `wait -n` there
+    # ends the trainer as soon as the orchestrator is done, which under filesystem broadcast is
+    # before the trainer's last steps: the orchestrator runs on the inference node here. The
+    # run succeeds when trainer and orchestrator finished, cancelling what still serves.
+    deployment = {**MULTI_NODE["deployment"], "orchestrator_on_inference": True}
+    d = start_run(cluster_env, primerl_main, "multi-end", partition="multi",
+                  rl={"max_steps": 4, "deployment": deployment})
+    d.pump(lambda: d.sup.finished.is_set(), timeout=180)
+    assert d.sup.state == RunState.SUCCEEDED, d.messages("failure")
+    run = d.store.get_run(d.run_id)
+    assert run is not None and run.step == 4
+    (attempt,) = attempts(d)
+    assert sorted(attempt["details"]["nodes"]) == sorted(cluster_env.partitions["multi"])
+    assert cluster_env.job_state(attempt["details"]["job_id"]) in ("COMPLETED", "CANCELLED")
+    assert d.messages("success")
+
+
 def test_stop_cancels_the_job_and_leaves_nothing_on_any_node(
         slurm_multi: Any, cluster_env: Any, primerl_main: str) -> None:
     # prime-rl's multi-node template: inference (+ router) on the first node, trainer and
     # orchestrator on the second.
     demo = {**FAST, "trainer": {"step_time": 0.6}}
-    d = start_run(cluster_env, primerl_main, "stop", partition="multi", demo=demo, rl={
-        "max_steps": 100,
-        "deployment": {"type": "multi_node", "num_train_nodes": 1, "num_infer_nodes": 1,
-                       "gpus_per_node": 1}})
+    d = start_run(cluster_env, primerl_main, "stop", partition="multi", demo=demo,
+                  rl={"max_steps": 100, **MULTI_NODE})
     d.pump(lambda: (d.sup.step or 0) >= 2, timeout=150)
     nodes = list(d.sup.job.nodes) if d.sup.job else []
     assert sorted(nodes) == sorted(cluster_env.partitions["multi"])
