@@ -18,7 +18,7 @@
 #     into the third-party folder), verifiers-a60a606 on the path, and the packages verifiers
 #     imports when prime_rl.configs is imported, at prime-rl-main/uv.lock's versions. Also
 #     prime-rl-main/src on the path (prime_rl is a namespace package in main: no __init__.py in
-#     either part), with psutil, setproctitle and loguru, so that the `rl` launcher module
+#     either part), with psutil, setproctitle, loguru and jinja2 (its Slurm templates), so that the `rl` launcher module
 #     itself (src/prime_rl/entrypoints/rl.py: write_subconfigs, env_servers) is importable and
 #     the resolver calls prime-rl's own dump code instead of a copy of it. main's parser imports
 #     each environment source's taskset package (verifiers.v1 resolve_env_field), so this
@@ -106,7 +106,7 @@ up_to_date() {
 }
 
 check_v04='from prime_rl.rl import RLConfig; from prime_rl.trainer.rl.config import RLTrainerConfig; from prime_rl.orchestrator.config import OrchestratorConfig; from prime_rl.inference.config import InferenceConfig'
-check_main='from prime_rl.configs.rl import RLConfig; from prime_rl.configs.trainer import TrainerConfig; from prime_rl.configs.orchestrator import OrchestratorConfig; from prime_rl.configs.inference import InferenceConfig; from prime_rl.entrypoints.rl import write_subconfigs, env_servers; import air_mlgym'
+check_main='from prime_rl.configs.rl import RLConfig; from prime_rl.configs.trainer import TrainerConfig; from prime_rl.configs.orchestrator import OrchestratorConfig; from prime_rl.configs.inference import InferenceConfig; from prime_rl.entrypoints.rl import write_subconfigs, env_servers, write_slurm_script; import jinja2, air_mlgym'
 
 write_torch_wandb_stub() {
   # A placeholder for torch / wandb, see the header. One file per module that v0.4's config
@@ -193,7 +193,7 @@ make_main() {
   pip_install "$main/bin/python" pydantic==2.13.4 "prime-pydantic-config[toml]==0.4.3" \
     tomli==2.4.1 tomli-w==1.2.0 httpx==0.28.1 openai==2.38.0 anthropic==0.104.1 numpy==2.3.5 \
     aiohttp==3.13.5 math-verify==0.9.0 mcp==1.27.1 prime-sandboxes==0.2.39 tenacity==9.1.4 \
-    psutil==7.2.2 setproctitle==1.3.7 loguru==0.7.3 docker pyyaml
+    psutil==7.2.2 setproctitle==1.3.7 loguru==0.7.3 docker pyyaml jinja2==3.1.6 markupsafe==3.0.3
   pip_install "$main/bin/python" --no-deps renderers==0.1.12
   # Built from a copy: pip/hatchling must not write build files into the read-only source.
   cp -r "$src_main/packages/prime-rl-configs" "$work/prime-rl-configs"
