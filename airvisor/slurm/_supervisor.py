@@ -237,7 +237,7 @@ class SlurmRunSupervisor:
 
     # -- lifecycle -------------------------------------------------------------------------
     def begin(self) -> None:
-        self.store.update_run(self.run_id, supervisor_kind="slurm")
+        # (The supervisor's kind stays the manager's: daemon or foreground; `stop` goes to it.)
         self._event("slurm_mode", "Slurm mode: prime-rl writes the job script (rl --dry-run), "
                     "airvisor submits and watches the job")
         self._submit(cause="first")
