@@ -75,7 +75,7 @@ def stepping(tmp_path: Path, at_least: int) -> Callable[[], RunRecord | None]:
 
 
 @pytest.fixture
-def cleanup() -> Iterator[list[subprocess.Popen[bytes]]]:
+def cleanup(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Whatever a failed test leaves: the foreground airvisor, then its run's processes."""
     started: list[subprocess.Popen[bytes]] = []
     yield started
@@ -83,6 +83,9 @@ def cleanup() -> Iterator[list[subprocess.Popen[bytes]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+    run = current_run(tmp_path)
+    for leftover in processes_with_marker(run.id) if run is not None else []:
+        leftover.kill()
 
 
 def test_closing_the_terminal_keeps_the_run_supervised(
