@@ -53,7 +53,24 @@ def log_files(store: Store, run: RunRecord, attempt: int | None = None) -> dict[
         if sources is not None:
             for name, path in sources[1].items():
                 found.setdefault(name, path)
+    job_id = slurm_job_of(store, run, attempt)
+    if job_id is not None:
+        # Slurm mode: the job's own output (prime-rl's template: #SBATCH --output=
+        # <output_dir>/job_%j.log), with the node check's and the launcher's lines.
+        found.setdefault("job", Path(run.run_dir) / f"job_{job_id}.log")
     return found
+
+
+def slurm_job_of(store: Store, run: RunRecord, attempt: int | None) -> str | None:
+    """The Slurm job of an attempt of a Slurm run (None for a one-box run)."""
+    if attempt is None or attempt == run.attempt:
+        job = run.details.get("slurm_job_id")
+        return str(job) if job else None
+    for row in store.attempts(run.id):
+        if row["number"] == attempt:
+            job = row["details"].get("job_id")
+            return str(job) if job else None
+    return None
 
 
 def find_log(store: Store, run: RunRecord, component: str, attempt: int | None = None

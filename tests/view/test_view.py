@@ -331,3 +331,22 @@ def test_log_lookup_errors_say_what_there_is(store: Store, tmp_path: Path) -> No
     store.upsert_component(run.id, 1, "gone", state="exited",
                            log_path=str(tmp_path / "out" / "gone.log"))
     assert LogStream(store, run, "gone", tail=5).first == []  # not written yet: empty
+
+
+def test_a_slurm_runs_job_log_is_found_per_attempt(store: Store, tmp_path: Path) -> None:
+    """Slurm mode: `airvisor logs job` is the job's own output (prime-rl's template writes
+    <output_dir>/job_<id>.log), the current attempt's job by default, an earlier one by
+    attempt number."""
+    run, _ = logged_run(store, tmp_path)
+    store.merge_attempt_details(run.id, 1, job_id="41")
+    store.start_attempt(run.id, 2, 10, cause="crash")
+    store.merge_attempt_details(run.id, 2, job_id="42")
+    store.merge_run_details(run.id, slurm_job_id="42", slurm_state="RUNNING")
+    (tmp_path / "out" / "job_41.log").write_text("node check: gpu01 clean\nfirst job\n")
+    (tmp_path / "out" / "job_42.log").write_text("second job\n")
+    run = store.get_run(run.id) or run
+    assert LogStream(store, run, "job", tail=5).first == ["second job\n"]
+    assert LogStream(store, run, "job", tail=1, attempt=1).first == ["first job\n"]
+    one_box, _ = logged_run(Store(tmp_path / "other.sqlite3"), tmp_path / "b")
+    with pytest.raises(LogNotFound, match=r"known: trainer\)"):
+        find_log(Store(tmp_path / "other.sqlite3"), one_box, "job")
