@@ -345,7 +345,7 @@ class RunManager:
             if _is_slurm(profile):
                 with self._lock:
                     self._claim(run.id)
-                    slurm_supervisor = self._new_supervisor(run.id, profile)
+                    slurm_supervisor = self._new_supervisor(run.id, profile, Phase.TAKEOVER)
                     self._runs[run.id] = slurm_supervisor
                 self._guard(slurm_supervisor, functools.partial(
                     slurm_supervisor.reattach, run))  # type: ignore[attr-defined]
@@ -427,13 +427,14 @@ class RunManager:
         return handles, dead
 
     # -- internals --------------------------------------------------------------------------------
-    def _new_supervisor(self, run_id: str, profile: Profile) -> Supervisor:
+    def _new_supervisor(self, run_id: str, profile: Profile,
+                        phase: Phase = Phase.PENDING) -> Supervisor:
         if _is_slurm(profile):
             from airvisor.slurm import SlurmRunSupervisor
 
             return SlurmRunSupervisor(run_id=run_id, profile=profile, store=self.store,
                                       post=self._queue.put, hooks=self.hooks, clock=self._clock,
-                                      wall=self._wall_clock)
+                                      wall=self._wall_clock, phase=phase)
         return self._new_box_supervisor(run_id, profile)
 
     def _new_box_supervisor(self, run_id: str, profile: Profile,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from airvisor.profile._schema import Profile
 
@@ -13,6 +14,23 @@ if TYPE_CHECKING:
 
 def _gpus(ids: list[int] | tuple[int, ...]) -> str:
     return ", ".join(str(i) for i in ids) if ids else "none"
+
+
+def _slurm_line(extras: Mapping[str, Any]) -> str:
+    settings = extras.get("slurm_settings") or {}
+    deployment = extras.get("deployment") or {}
+    kind = str(deployment.get("type") or "single_node").replace("_", "-")
+    parts = [kind]
+    if settings.get("partition"):
+        parts.append(f"partition {settings['partition']}")
+    nodes = [f"{deployment[key]} {what}" for key, what in
+             (("num_train_nodes", "trainer"), ("num_infer_nodes", "inference"))
+             if deployment.get(key)]
+    if nodes:
+        parts.append("nodes: " + ", ".join(nodes))
+    if settings.get("exclude"):
+        parts.append(f"excluding {settings['exclude']}")
+    return "; ".join(parts)
 
 
 def render_plan(profile: Profile, plan: AttemptPlan, *, show_config: bool = False) -> str:
@@ -36,11 +54,18 @@ def render_plan(profile: Profile, plan: AttemptPlan, *, show_config: bool = Fals
         keep = facts.keep_last if facts.keep_last is not None else "all"
         cadence = f"checkpoint every {facts.ckpt_interval}, keep {keep}"
     lines.append(f"  steps:       {steps}; {cadence}")
-    lines.append(f"  GPUs:        inference {_gpus(facts.inference_gpus)}, trainer "
-                 f"{_gpus(facts.trainer_gpus)}" + (
-                     f", containers {_gpus(profile.containers.gpus or profile.gpus.containers)}"
-                     if profile.containers.enabled else ""))
-    if facts.inference_port is not None:
+    if facts.slurm:
+        lines.append(f"  slurm:       {_slurm_line(facts.extras)}")
+        lines.append("               one job per attempt: prime-rl writes its script (rl ... "
+                     "--dry-run), airvisor submits it (sbatch --parsable), first runs its node "
+                     "check on every node, watches the job and resubmits from the newest "
+                     "complete checkpoint")
+    else:
+        lines.append(f"  GPUs:        inference {_gpus(facts.inference_gpus)}, trainer "
+                     f"{_gpus(facts.trainer_gpus)}" + (
+                         f", containers {_gpus(profile.containers.gpus or profile.gpus.containers)}"
+                         if profile.containers.enabled else ""))
+    if facts.inference_port is not None and not facts.slurm:
         lines.append(f"  inference:   http://{profile.inference.host}:{facts.inference_port} "
                      "(/health probed)")
     restart = profile.restart
@@ -54,8 +79,13 @@ def render_plan(profile: Profile, plan: AttemptPlan, *, show_config: bool = Fals
         lines.append(f"  resume:      from step {plan.resume_step}")
     for name, spec in plan.processes.items():
         lines.append("")
-        lines.append(f"{name}:")
-        lines.append(f"  argv:     {shlex.join(spec.argv)}")
+        if facts.slurm:
+            lines.append("job script, written by prime-rl for each attempt (on the nodes, the "
+                         "template's own commands run):")
+            lines.append(f"  argv:     {shlex.join([*spec.argv, '--dry-run'])}")
+        else:
+            lines.append(f"{name}:")
+            lines.append(f"  argv:     {shlex.join(spec.argv)}")
         lines.append(f"  cwd:      {spec.cwd}")
         for path, text in spec.files.items():
             lines.append(f"  file:     {path}")

@@ -27,18 +27,21 @@ from airvisor._logging import get_logger
 from airvisor.engine._events import Command, Event, TaskDone
 from airvisor.policy import (
     GiveUp,
+    Phase,
+    RestartKind,
     RestartPolicy,
     ResumeChoice,
     RunState,
     StallRule,
+    advance,
     choose_resume_step,
     decide_restart,
     milestone_from_log_line,
+    phase_of_record,
     stalled_for,
     step_from_log_line,
     step_from_metrics_row,
     strip_ansi,
-    transition,
 )
 from airvisor.primerl import RunLayout, run_layout
 from airvisor.profile._schema import Profile
@@ -132,6 +135,7 @@ class SlurmRunSupervisor:
         slurm: SlurmClient | None = None,
         render: Callable[..., JobScript] = render_job_script,
         wall: Callable[[], float] = time.time,
+        phase: Phase = Phase.PENDING,
     ) -> None:
         self.run_id = run_id
         self.profile = profile
@@ -143,7 +147,7 @@ class SlurmRunSupervisor:
         self.slurm: SlurmClient = slurm or CommandSlurm()
         self._render = render
         self.layout: RunLayout | None = run_layout(profile) if profile.resolved else None
-        self.state = RunState.PENDING
+        self.phase = phase
         self.attempt = 0
         self.step: int | None = None
         self.last_progress_wall: float | None = None
@@ -163,12 +167,11 @@ class SlurmRunSupervisor:
         self._attempt_max_step = 0
         self._milestones: set[str] = set()
         self._done_at: float | None = None
-        self._stop_requested = False
-        self._final: RunState | None = None
-        self._restart_at: float | None = None
-        self._next_cause = "first"
+        # Payloads of the phases (airvisor.policy.Phase): the failure a recovery is for, and
+        # the end of the backoff; what a stop ends in is the stopping phase itself.
         self._failure: str | None = None
-        self._failure_kind = "crash"
+        self._failure_kind: RestartKind = "crash"
+        self._backoff_until: float | None = None
         self._blames: list[list[str]] = []
         self._reported: set[str] = set()
         self._report_dir: Path | None = None
@@ -189,16 +192,25 @@ class SlurmRunSupervisor:
                                       "slurm_unreachable") else "info"
         getattr(log, level)(message, run=self.run_id, kind=kind, component=component)
 
-    def _set_state(self, target: RunState) -> None:
-        """The one place the run's state changes (airvisor.policy.transition checks the edge)."""
-        if target == self.state:
+    @property
+    def state(self) -> RunState:
+        return self.phase.state
+
+    def _set_phase(self, target: Phase) -> None:
+        """The one place the run's phase (and so its state) changes: `policy.advance` checks
+        the edge; phase and state are persisted together."""
+        if target == self.phase:
             return
-        self.state = transition(self.state, target)
-        fields: dict[str, Any] = {"state": str(target)}
+        previous = self.phase
+        self.phase = advance(self.phase, target)
+        fields: dict[str, Any] = {"phase": str(target), "state": str(target.state)}
         if target.terminal:
             fields["ended_at"] = self._wall()
+        if target == Phase.SUCCEEDED:
+            fields["last_error"] = None  # the failures it recovered from stay in its history
         self.store.update_run(self.run_id, **fields)
-        self._event("state", f"run {target}")
+        if target.state != previous.state:
+            self._event("state", f"run {target.state}", phase=str(target))
         if target.terminal:
             self.finished.set()
 
@@ -237,6 +249,8 @@ class SlurmRunSupervisor:
 
     # -- lifecycle -------------------------------------------------------------------------
     def begin(self) -> None:
+        if self.phase not in (Phase.PENDING, Phase.TAKEOVER):
+            return
         # (The supervisor's kind stays the manager's: daemon or foreground; `stop` goes to it.)
         self._event("slurm_mode", "Slurm mode: prime-rl writes the job script (rl --dry-run), "
                     "airvisor submits and watches the job")
@@ -255,39 +269,58 @@ class SlurmRunSupervisor:
         self._blames = [list(a.get("details", {}).get("blamed") or [])
                         for a in self.store.attempts(self.run_id)
                         if a.get("details", {}).get("blamed")]
-        # Not a transition: the recorded state is where this supervisor starts.
-        self.state = RunState(run.state) if run.state in set(RunState) else RunState.RUNNING
-        if self.state in (RunState.PENDING, RunState.PREFLIGHT) or self.job_id is None:
-            self.state = RunState.RECOVERING if self.attempt else RunState.PENDING
+        # This supervisor starts in TAKEOVER (the manager made it so); the recorded phase says
+        # where it goes (a state file from before phases: its public state).
+        recorded = phase_of_record(run.phase, run.state)
+        if recorded.terminal:
+            return
+        if recorded in (Phase.PENDING, Phase.PREFLIGHT) or self.job_id is None:
             self._event("reattached", "daemon restarted before a job was submitted: "
                         "submitting now")
             if self.attempt:
-                self._restart_at = self._clock()
-                self._next_cause = "boot"
+                self._submit(cause="boot")
             else:
                 self.begin()
             return
-        if self.state == RunState.RECOVERING:
-            self._restart_at = self._clock()  # the backoff was the dead daemon's
-            self._next_cause = "boot"
-            self._event("reattached", f"daemon restarted during a recovery: submitting the "
+        pending = (run.details or {}).get("recovery") or {}
+        kinds: dict[str, RestartKind] = {"crash": "crash", "hang": "hang",
+                                         "operator": "operator", "boot": "boot"}
+        if recorded == Phase.BACKOFF:
+            # The failed job is gone and its restart is counted: submit the next one now.
+            self._failure = str(pending.get("reason") or run.last_error or "")
+            self._failure_kind = kinds.get(str(pending.get("kind")), "boot")
+            self._event("reattached", f"daemon restarted during a backoff: submitting the "
                         f"next job (last job {self.job_id})")
+            self._submit(cause=self._failure_kind)
             return
-        if self.state.terminal:
+        if recorded == Phase.RECOVERY_STOPPING:
+            # It was ending the failed job: finish that (cancel it if it lives), then the
+            # restart policy decides with the failure's own kind.
+            self._failure = str(pending.get("reason") or run.last_error
+                                or "the daemon restarted during a recovery")
+            self._failure_kind = kinds.get(str(pending.get("kind")), "boot")
+            self._event("reattached", f"daemon restarted during a recovery: ending job "
+                        f"{self.job_id}, then resubmitting")
+            self._set_phase(Phase.RECOVERY_STOPPING)
+            self._cancel()
             return
-        if self.state == RunState.STOPPING:
+        if recorded.stopping:
             # The dead daemon was ending the run: finish that (cancel the job if it lives).
-            target = (run.details or {}).get("slurm_stop_target") or str(RunState.STOPPED)
+            target = (run.details or {}).get("slurm_stop_target")
+            stop_to = {"succeeded": Phase.STOPPING_SUCCEEDED, "failed": Phase.STOPPING_FAILED
+                       }.get(str(target), recorded if recorded != Phase.STOPPING_STOPPED
+                             else Phase.STOPPING_STOPPED)
             self._event("reattached", f"daemon restarted during a stop: finishing it "
                         f"(job {self.job_id})")
-            self._stop(RunState(target))
+            self._stop(stop_to)
             return
+        self._set_phase(Phase.RUNNING if recorded == Phase.RUNNING else Phase.STARTING)
         since = (run.details or {}).get("slurm_submitted_at") or 0.0
         self._open_views(float(since), catch_up=True)
         self._report_dir = self._report_dir_of(self.attempt)
         self._attempt_max_step = self.step or 0
         now = self._clock()
-        self._running_since = now if self.state == RunState.RUNNING else None
+        self._running_since = now if self.phase == Phase.RUNNING else None
         self._attempt_progress = now if self.step is not None else None
         self._next_poll = 0.0
         self._event("reattached", f"re-attached to Slurm job {self.job_id} "
@@ -303,7 +336,8 @@ class SlurmRunSupervisor:
 
     # -- submission ------------------------------------------------------------------------
     def _submit(self, *, cause: str) -> None:
-        self._set_state(RunState.PREFLIGHT)
+        self._backoff_until = None
+        self._set_phase(Phase.PREFLIGHT)
         number = self.attempt + 1
         profile, layout, run_id = self.profile, self.layout, self.run_id
         attempt_dir = self.attempt_dir_of(number)
@@ -370,8 +404,9 @@ class SlurmRunSupervisor:
         self._reported = set()
         self._child_failure = None
         self._open_views(submitted_at - 1.0, catch_up=False)
-        self._set_state(RunState.STARTING)
         self._next_poll = 0.0
+        if self.phase == Phase.PREFLIGHT:
+            self._set_phase(Phase.STARTING)
 
     def _open_views(self, since: float, *, catch_up: bool) -> None:
         layout = self.layout
@@ -398,26 +433,37 @@ class SlurmRunSupervisor:
         if self.state.terminal:
             return
         if action == "stop":
-            self._stop_requested = True
             self._event("stop_requested", "stop requested")
+            if self.phase.stopping:
+                return  # already ending (a success being wrapped up stays a success)
             if "submit" in self._tasks or "cancel" in self._tasks:
-                return  # acted on when that task reports
-            self._stop(RunState.STOPPED)
+                # Acted on when that task reports: the job it submits or cancels is known then.
+                self._set_phase(Phase.STOPPING_STOPPED)
+                return
+            self._stop(Phase.STOPPING_STOPPED)
         elif action == "restart":
             self._event("restart_requested", "restart requested")
-            if self.state in (RunState.RUNNING, RunState.STARTING):
+            if self.phase in (Phase.RUNNING, Phase.STARTING):
                 self._fail("restart requested", kind="operator", cancel=True)
+            elif self.phase == Phase.BACKOFF:
+                self._event("restart_now", "restart requested during backoff: submitting now")
+                self._submit(cause=self._failure_kind)
+            else:
+                self._event("restart_ignored", f"nothing to restart: the run is {self.phase}")
 
     def _on_task_done(self, event: TaskDone) -> None:
         self._tasks.discard(event.task)
         if event.task == "submit":
             if event.error is not None:
+                if self.phase.stopping:
+                    self._stop(self.phase)  # nothing was submitted: the stop ends here
+                    return
                 self._fail(f"job submission failed: {event.error}", kind="crash",
                            cancel=False, before_any_job=self.attempt == 0)
                 return
             self._on_submitted(event.result)
-            if self._stop_requested:
-                self._stop(RunState.STOPPED)
+            if self.phase.stopping:
+                self._stop(self.phase)  # stopped while submitting: cancel what was submitted
         elif event.task == "poll":
             if event.attempt != self.attempt or self.state.terminal:
                 return
@@ -430,18 +476,17 @@ class SlurmRunSupervisor:
         if self._detached or self.state.terminal:
             return
         now = self._clock()
-        if self.state == RunState.RECOVERING and self._restart_at is not None \
-                and now >= self._restart_at and not self._tasks:
-            self._restart_at = None
-            self._submit(cause=self._next_cause)
+        if self.phase == Phase.BACKOFF:
+            if (self._backoff_until is None or now >= self._backoff_until) and not self._tasks:
+                self._submit(cause=self._failure_kind)
             return
-        if self.state not in (RunState.STARTING, RunState.RUNNING):
+        if self.phase not in (Phase.STARTING, Phase.RUNNING):
             return
         self._read_progress(now)
         if now >= self._next_poll and "poll" not in self._tasks and self.job_id is not None:
             self._next_poll = now + self.poll_interval
             self._poll()
-        if self.state != RunState.RUNNING:
+        if self.phase != Phase.RUNNING:
             return
         if self._training_done():
             self._done_at = self._done_at or now
@@ -449,7 +494,7 @@ class SlurmRunSupervisor:
                 self._event("success", "trainer and orchestrator finished; the job did not end "
                             "by itself (prime-rl's inference nodes keep serving) and is "
                             "cancelled")
-                self._stop(RunState.SUCCEEDED)
+                self._stop(Phase.STOPPING_SUCCEEDED)
             return
         rule = StallRule(self.profile.health.stall_timeout, self.profile.health.first_step_grace)
         overdue = stalled_for(rule, now=now, attempt_started_at=self._running_since or now,
@@ -501,18 +546,18 @@ class SlurmRunSupervisor:
         polled: Polled = event.result
         job = polled.job
         self._record_job(job)
-        if self.state not in (RunState.STARTING, RunState.RUNNING):
+        if self.phase not in (Phase.STARTING, Phase.RUNNING):
             return
         self._read_reports()  # at the poll's pace: a glob of the shared filesystem
-        if job.phase in ("running", "ending") and self.state == RunState.STARTING:
+        if job.phase in ("running", "ending") and self.phase == Phase.STARTING:
             self._running_since = self._clock()
-            self._set_state(RunState.RUNNING)
+            self._set_phase(Phase.RUNNING)
         if job.phase != "ended":
             return
         self._read_reports()
         self._read_progress(self._clock())
         decision = decide_job_end(job, training_done=self._training_done(),
-                                  stop_requested=self._stop_requested,
+                                  stop_requested=self.phase.stopping,
                                   child_failure=self._child_failure)
         self._on_job_ended(job, decision, polled.node_states)
 
@@ -520,14 +565,12 @@ class SlurmRunSupervisor:
                       node_states: dict[str, str]) -> None:
         if decision.action == "succeeded":
             self._event("success", decision.reason)
-            self._set_state(RunState.STOPPING)
-            self.store.end_attempt(self.run_id, self.attempt, "succeeded", None)
-            self._set_state(RunState.SUCCEEDED)
+            self._set_phase(Phase.STOPPING_SUCCEEDED)
+            self._finish()
             return
         if decision.action == "stopped":
-            self._set_state(RunState.STOPPING)
-            self.store.end_attempt(self.run_id, self.attempt, "stopped", None)
-            self._set_state(RunState.STOPPED)
+            self._set_phase(Phase.STOPPING_STOPPED)
+            self._finish()
             return
         failed_checks = [host for host, report in self._reports().items()
                          if not report.get("ok")]
@@ -601,26 +644,27 @@ class SlurmRunSupervisor:
             lines = trainer.last_lines[-15:]
         return lines
 
-    def _fail(self, reason: str, *, kind: str, cancel: bool,
+    def _fail(self, reason: str, *, kind: RestartKind, cancel: bool,
               before_any_job: bool = False) -> None:
+        if self.phase.terminal or self.phase.stopping or self.phase == Phase.RECOVERY_STOPPING:
+            return  # already ending or recovering: one failure per attempt
         self._failure = reason
         self._failure_kind = kind
         self.store.update_run(self.run_id, last_error=reason)
         self._event("failure", reason, attempt=self.attempt, job_id=self.job_id,
                     last_lines=self._last_lines())
-        if self.attempt and self.state != RunState.PREFLIGHT:  # PREFLIGHT: the last one ended
+        if self.attempt and self.phase != Phase.PREFLIGHT:  # PREFLIGHT: the last one ended
             self.store.end_attempt(self.run_id, self.attempt, "failed", reason)
             self.store.merge_attempt_details(self.run_id, self.attempt, reason=reason)
-        if self._stop_requested:
-            self._stop(RunState.STOPPED)
-            return
         if before_any_job:
             # Nothing ever ran (prime-rl refused the config, sbatch refused the job): a retry
             # will not heal it.
-            self._set_state(RunState.STOPPING)
-            self._set_state(RunState.FAILED)
+            self._set_phase(Phase.STOPPING_FAILED)
+            self._finish()
             return
-        self._set_state(RunState.RECOVERING)
+        # Persisted with the phase: a daemon that dies now resumes this recovery.
+        self.store.merge_run_details(self.run_id, recovery={"reason": reason, "kind": kind})
+        self._set_phase(Phase.RECOVERY_STOPPING)
         if cancel and self.job_id is not None:
             self._cancel()
         else:
@@ -642,24 +686,25 @@ class SlurmRunSupervisor:
 
         self._run_task("cancel", job)
 
-    def _stop(self, final: RunState) -> None:
-        """End the run in `final`: cancel the job (and wait for Slurm to end it) if one is
-        alive, else end at once."""
-        self._final = final
-        self._restart_at = None
-        self._set_state(RunState.STOPPING)
-        self.store.merge_run_details(self.run_id, slurm_stop_target=str(final))
+    def _stop(self, stopping: Phase) -> None:
+        """End the run as the stopping phase says: cancel the job (and wait for Slurm to end
+        it) if one is alive, else end at once."""
+        self._backoff_until = None
+        self._set_phase(stopping)
+        self.store.merge_run_details(self.run_id,
+                                     slurm_stop_target=str(stopping.stop_target))
         alive = self.job_id is not None and (self.job is None or self.job.phase != "ended")
         if alive and "cancel" not in self._tasks:
             self._cancel()
         elif not alive:
-            self._finish(final)
+            self._finish()
 
-    def _finish(self, final: RunState) -> None:
-        if self.attempt and final != RunState.FAILED:
+    def _finish(self) -> None:
+        final = self.phase.stop_target
+        if self.attempt and final != Phase.FAILED:
             self.store.end_attempt(self.run_id, self.attempt,
-                                   "succeeded" if final == RunState.SUCCEEDED else "stopped", None)
-        self._set_state(final)
+                                   "succeeded" if final == Phase.SUCCEEDED else "stopped", None)
+        self._set_phase(final)
 
     def _on_cancelled(self, event: TaskDone) -> None:
         if isinstance(event.result, JobInfo):
@@ -668,13 +713,10 @@ class SlurmRunSupervisor:
         else:
             summary = f"scancel {self.job_id}: {event.error}"
         self._event("stopped_components", summary, job_id=self.job_id)
-        if self.state == RunState.STOPPING:
-            self._finish(self._final or RunState.STOPPED)
+        if self.phase.stopping:
+            self._finish()
             return
-        if self._stop_requested:
-            self._stop(RunState.STOPPED)
-            return
-        if self.state == RunState.RECOVERING:
+        if self.phase == Phase.RECOVERY_STOPPING:
             self._after_down()
 
     def _after_down(self) -> None:
@@ -688,12 +730,12 @@ class SlurmRunSupervisor:
             reason = f"{decision.reason}; last failure: {self._failure}"
             self.store.update_run(self.run_id, last_error=reason)
             self._event("gave_up", reason)
-            self._set_state(RunState.FAILED)
+            self._set_phase(Phase.FAILED)
             return
         self.store.add_restart(self.run_id, attempt=self.attempt, kind=self._failure_kind,
                                reason=self._failure or "", counted=counted, at=now)
-        self._next_cause = self._failure_kind
-        self._restart_at = self._clock() + decision.delay
+        self._set_phase(Phase.BACKOFF)
+        self._backoff_until = self._clock() + decision.delay
         self._event("restart_scheduled",
                     f"resubmitting in {decision.delay:.1f} s "
                     f"({decision.recent_restarts} recent restart(s))", delay=decision.delay)

@@ -17,6 +17,7 @@ from typing import Any
 import tomli_w
 
 from airvisor.engine._events import Event
+from airvisor.policy import Phase
 from airvisor.primerl import prepare_run
 from airvisor.profile import Profile, load_profile
 from airvisor.slurm import JobInfo, JobScript, SlurmRunSupervisor, report_dir_for
@@ -172,7 +173,9 @@ class Driver:
         self.sup = SlurmRunSupervisor(run_id=run_id, profile=profile, store=store,
                                       post=self.events.put, hooks=NoHooks(),
                                       clock=time.monotonic if real_time else lambda: self.now,
-                                      slurm=slurm, render=render or FakeRender())
+                                      slurm=slurm, render=render or FakeRender(),
+                                      # a supervisor for an existing run: a daemon's takeover
+                                      phase=Phase.PENDING if create else Phase.TAKEOVER)
         if not real_time:
             self.sup.finish_grace = 0.0
             self.sup.poll_interval = 0.0  # every tick (the fake clock moves only when told)

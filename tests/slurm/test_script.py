@@ -89,3 +89,23 @@ def test_prime_rls_refusal_is_reported_in_its_words(tmp_path: Path, primerl_main
     with pytest.raises(ScriptError, match="already contains artifacts"):
         render_job_script(profile, run_id="run-1", attempt=1, resume_step=None,
                           attempt_dir=tmp_path / "a")
+
+
+def test_check_prints_the_slurm_plan_not_a_one_box_one(tmp_path: Path, primerl_main: str
+                                                        ) -> None:
+    """`airvisor check` of a Slurm profile: the job prime-rl's resolution describes (template,
+    partition, exclusions) and the dry run that writes its script; no GPUs or inference URL of
+    the login node."""
+    from airvisor.primerl import prepare_run
+    from airvisor.profile._plan import render_plan
+
+    project = make_project(tmp_path / "project", "/usr/bin/python3")
+    profile = slurm_profile(tmp_path, python=[primerl_main], rl={"slurm": {
+        "project_dir": str(project), "partition": "gpu", "exclude": "bad1"}})
+    prepared = prepare_run(profile, machine=False)
+    assert prepared.plan is not None and prepared.resolution is not None
+    assert prepared.resolution.checked_by_prime_rl
+    text = render_plan(prepared.profile, prepared.plan)
+    assert "  slurm:       single-node; partition gpu; excluding bad1\n" in text
+    assert "GPUs:" not in text and "inference:" not in text
+    assert "rl @ " in text and text.rstrip().split("\n")[-3].endswith("--dry-run")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from airvisor.engine._events import Command
-from airvisor.policy import RunState
+from airvisor.policy import Phase, RunState
 from airvisor.profile import Profile
 from airvisor.store import Store
 
@@ -275,3 +275,50 @@ def test_a_daemon_that_died_while_stopping_finishes_the_stop(tmp_path: Path,
     again.sup.reattach(run)
     again.pump(lambda: again.sup.finished.is_set())
     assert again.sup.state == RunState.STOPPED and slurm.cancelled.count(slurm.last) == 2
+
+
+def test_the_phase_is_persisted_and_a_daemon_dead_in_backoff_submits_without_recounting(
+        tmp_path: Path, profile: Profile) -> None:
+    """The Slurm supervisor runs on the same phase machine as one box: a daemon that died
+    while backing off submits the next job at once, its restart already counted once."""
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    slurm.set(slurm.last, "FAILED", code=1)
+    d.pump(lambda: d.sup.phase == Phase.BACKOFF)
+    run = d.store.get_run(d.run_id)
+    assert run is not None and run.phase == "recovering.backoff" and run.state == "recovering"
+    d.sup.detach()
+    again = Driver(d.store, profile, slurm=slurm, run_id=d.run_id, create=False)
+    again.sup.reattach(run)
+    again.pump(lambda: len(slurm.submissions) == 2)
+    assert [(r.kind, r.counted) for r in d.store.restart_history(d.run_id)] == [("crash", True)]
+    assert d.store.attempts(d.run_id)[-1]["cause"] == "crash"
+
+
+def test_a_daemon_dead_while_ending_a_failed_job_finishes_that_recovery(
+        tmp_path: Path, profile: Profile) -> None:
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    slurm.set(slurm.last, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    write_log(run_dir(profile), 1, "trainer", STEP.format(1))
+    d.pump(lambda: d.sup.step == 1)
+    d.pump(lambda: d.sup.phase == Phase.RECOVERY_STOPPING, advance=2.0)  # a stall
+    d.sup.detach()  # dies before the cancel reports
+    run = d.store.get_run(d.run_id)
+    assert run is not None and run.phase == "recovering.stopping"
+    again = Driver(d.store, profile, slurm=slurm, run_id=d.run_id, create=False)
+    again.sup.reattach(run)
+    again.pump(lambda: len(slurm.submissions) == 2)
+    assert [(r.kind, r.counted) for r in d.store.restart_history(d.run_id)] == [("hang", True)]
+
+
+def test_a_stop_while_submitting_cancels_what_was_submitted(tmp_path: Path,
+                                                           profile: Profile) -> None:
+    slurm = FakeSlurm()
+    d = Driver(Store(tmp_path / "state" / "airvisor.sqlite3"), profile, slurm=slurm)
+    d.sup.begin()  # the submit task is running
+    d.sup.handle(Command(d.run_id, "stop"))
+    assert d.sup.phase == Phase.STOPPING_STOPPED
+    d.pump(lambda: d.sup.finished.is_set())
+    assert d.sup.state == RunState.STOPPED and slurm.cancelled == [slurm.last]
