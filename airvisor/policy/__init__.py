@@ -27,7 +27,6 @@ from airvisor.policy._state import (
     advance,
     edges,
     phase_of_record,
-    transition,
 )
 from airvisor.policy._stop import StopDecision, StopRoute, decide_stop_route
 from airvisor.policy._takeover import BootAction, decide_takeover
@@ -62,5 +61,4 @@ __all__ = [
     "step_from_log_line",
     "step_from_metrics_row",
     "strip_ansi",
-    "transition",
 ]

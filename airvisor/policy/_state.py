@@ -145,12 +145,3 @@ def phase_of_record(phase: str | None, state: str) -> Phase:
                 RunState.STOPPING: Phase.STOPPING_STOPPED}
     public = RunState(state)
     return fallback[public] if public in fallback else Phase(public.value)
-
-
-def transition(current: RunState, target: RunState) -> RunState:
-    """For supervisors that hold only the public state (Slurm mode): the same edges, seen
-    through the public states."""
-    allowed = {p.state for source in Phase if source.state == current for p in _EDGES[source]}
-    if target not in allowed:
-        raise InvalidTransition(f"run cannot go from {current} to {target}")
-    return target

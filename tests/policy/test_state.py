@@ -1,33 +1,34 @@
 import pytest
 
-from airvisor.policy import InvalidTransition, RunState, transition
+from airvisor.policy import InvalidTransition, Phase, RunState, advance
 
 
-def walk(*states: RunState) -> RunState:
-    current = RunState.PENDING
-    for target in states:
-        current = transition(current, target)
+def walk(*phases: Phase) -> Phase:
+    current = Phase.PENDING
+    for target in phases:
+        current = advance(current, target)
     return current
 
 
 def test_successful_run() -> None:
-    end = walk(RunState.PREFLIGHT, RunState.STARTING, RunState.RUNNING, RunState.STOPPING,
-               RunState.SUCCEEDED)
-    assert end.terminal
+    end = walk(Phase.PREFLIGHT, Phase.STARTING, Phase.RUNNING, Phase.STOPPING_SUCCEEDED,
+               Phase.SUCCEEDED)
+    assert end.terminal and end.state == RunState.SUCCEEDED
 
 
 def test_recovery_cycle_then_failure() -> None:
-    end = walk(RunState.PREFLIGHT, RunState.STARTING, RunState.RUNNING, RunState.RECOVERING,
-               RunState.PREFLIGHT, RunState.STARTING, RunState.RECOVERING, RunState.FAILED)
-    assert end == RunState.FAILED
+    end = walk(Phase.PREFLIGHT, Phase.STARTING, Phase.RUNNING, Phase.RECOVERY_STOPPING,
+               Phase.BACKOFF, Phase.PREFLIGHT, Phase.STARTING, Phase.RECOVERY_STOPPING,
+               Phase.FAILED)
+    assert end.state == RunState.FAILED
 
 
-def test_terminal_states_are_final() -> None:
-    for state in (RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED):
+def test_terminal_phases_are_final() -> None:
+    for phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED):
         with pytest.raises(InvalidTransition):
-            transition(state, RunState.PREFLIGHT)
+            advance(phase, Phase.PREFLIGHT)
 
 
 def test_cannot_skip_preflight() -> None:
     with pytest.raises(InvalidTransition, match="pending to running"):
-        transition(RunState.PENDING, RunState.RUNNING)
+        advance(Phase.PENDING, Phase.RUNNING)
