@@ -49,4 +49,43 @@ step "lint and types"
 .venv/bin/mypy --config-file envs/air_mlgym/pyproject.toml envs/air_mlgym/air_mlgym
 
 step "tests"
-.venv/bin/python -m pytest -ra --durations=30 "$@"
+if [ $# -gt 0 ] || [ "${AIRVISOR_TEST_SERIAL:-}" = 1 ]; then
+  exec .venv/bin/python -m pytest -ra --durations=30 "$@"
+fi
+# The whole suite as two pytest processes side by side (most tests wait on real processes,
+# containers and Slurm jobs, not on the CPU), in groups that share nothing a test could disturb:
+# "isolated": everything inside Docker (the MLGym environment, task containers, the systemd
+# scenarios), the reaper's PID-namespace sandboxes, the stand-ins run bare (no airvisor marker)
+# and prime-rl's config code. "host": everything supervised on this machine's own process table
+# (runs, daemons, Slurm jobs and their node check, containment), in one process because a
+# host-wide reaper (a preflight, Slurm's node check) would rightly judge another test's briefly
+# unsupervised run stale.
+isolated=(tests/envs tests/containers tests/reaper tests/service tests/demo tests/primerl
+          tests/engine/test_container_run.py)
+host=()
+for path in tests/*/; do
+  path="${path%/}"
+  case " ${isolated[*]} " in *" $path "*) continue ;; esac
+  [ "$path" = tests/fixtures ] || [ "$path" = tests/images ] && continue
+  host+=("$path")
+done
+logs="$(mktemp -d /tmp/airvisor-tests.XXXXXX)"
+run_group() {  # name, then paths
+  local name="$1"; shift
+  .venv/bin/python -m pytest -ra --durations=15 -p no:cacheprovider \
+    --basetemp="$logs/tmp-$name" "$@" >"$logs/$name.log" 2>&1
+}
+run_group host --ignore=tests/engine/test_container_run.py "${host[@]}" &
+host_pid=$!
+run_group isolated "${isolated[@]}" &
+isolated_pid=$!
+status=0
+wait "$host_pid" || status=1
+host_done="$(date -u +%H:%M:%S)"
+wait "$isolated_pid" || status=1
+for name in host isolated; do
+  printf '\n== tests: %s group (%s)\n' "$name" "$(date -u +%H:%M:%S)"
+  cat "$logs/$name.log"
+done
+echo "host group ended at $host_done; logs in $logs"
+exit "$status"
