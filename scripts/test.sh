@@ -55,12 +55,13 @@ fi
 # The whole suite as two pytest processes side by side (most tests wait on real processes,
 # containers and Slurm jobs, not on the CPU), in groups that share nothing a test could disturb:
 # "isolated": everything inside Docker (the MLGym environment, task containers, the systemd
-# scenarios), the reaper's PID-namespace sandboxes, the stand-ins run bare (no airvisor marker)
-# and prime-rl's config code. "host": everything supervised on this machine's own process table
-# (runs, daemons, Slurm jobs and their node check, containment), in one process because a
-# host-wide reaper (a preflight, Slurm's node check) would rightly judge another test's briefly
-# unsupervised run stale.
-isolated=(tests/envs tests/containers tests/reaper tests/service tests/demo tests/primerl
+# scenarios) and the stand-ins run bare (no airvisor marker). "host": everything supervised on
+# this machine's own process table (runs, daemons, Slurm jobs and their node check,
+# containment), in one process because a host-wide reaper (a preflight, Slurm's node check)
+# would rightly judge another test's briefly unsupervised run stale; the reaper's own scenarios
+# (each in a PID namespace, which a host-wide reaper leaves alone) and prime-rl's config code
+# balance the two.
+isolated=(tests/envs tests/containers tests/service tests/demo
           tests/engine/test_container_run.py)
 host=()
 for path in tests/*/; do
