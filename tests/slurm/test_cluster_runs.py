@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from airvisor.engine import RunManager
 from airvisor.engine._events import Command
 from airvisor.policy import RunState
 from airvisor.profile import Profile
@@ -191,3 +192,45 @@ def test_a_restarted_daemon_reattaches_to_the_job_by_id(cluster_env: Any,
     again.pump(lambda: again.sup.finished.is_set(), timeout=150)
     assert again.sup.state == RunState.SUCCEEDED and len(attempts(d)) == 1
     assert "reattached" in again.kinds()
+
+
+def test_the_engine_supervises_a_slurm_profile_and_a_new_daemon_reattaches(
+        cluster_env: Any, primerl_main: str) -> None:
+    """Through the engine as the daemon runs it: RunManager makes the Slurm supervisor for a
+    [slurm] profile; the daemon goes away mid-job (the job runs on); the next daemon's boot
+    takeover re-attaches to the job by its recorded id and sees the run to its end, no resubmit."""
+    base = cluster_env.tmp_shared("engine")
+    project = make_project(base / "project", str(cluster_env.python))
+    config = {"slurm": {"project_dir": str(project), "partition": "local",
+                        "cleanup_grace_period": 0}}
+    profile: Profile = slurm_profile(base, python=[primerl_main], rl=config,
+                                     demo={**FAST, "trainer": {"step_time": 0.8}})
+    store = Store(base / "state" / "airvisor.sqlite3")
+    first = RunManager(store)
+    run_id = first.submit(profile).id
+    assert type(first.supervisor(run_id)).__name__ == "SlurmRunSupervisor"
+
+    def run() -> Any:
+        record = store.get_run(run_id)
+        assert record is not None
+        return record
+
+    deadline = time.monotonic() + 150
+    while (run().step or 0) < 2:
+        assert time.monotonic() < deadline, run()
+        first.tick(0.1)
+    job_id = run().details["slurm_job_id"]
+    first.shutdown(stop_runs=False)  # the daemon goes away; the job keeps running
+    store.update_run(run_id, supervisor_started=1.0)  # that process is gone
+    second = RunManager(store)
+    assert second.adopt_on_boot() == [run_id]
+    supervisor = second.supervisor(run_id)
+    assert supervisor is not None
+    deadline = time.monotonic() + 150
+    while not supervisor.state.terminal:
+        assert time.monotonic() < deadline, run()
+        second.tick(0.1)
+    assert supervisor.state == RunState.SUCCEEDED, run().last_error
+    assert [a["details"]["job_id"] for a in store.attempts(run_id)] == [job_id]
+    kinds = [e.kind for e in store.events(run_id)]
+    assert "reattached" in kinds and "failure" not in kinds
