@@ -54,29 +54,28 @@ if [ $# -gt 0 ] || [ "${AIRVISOR_TEST_SERIAL:-}" = 1 ]; then
 fi
 # The whole suite as two pytest processes side by side (most tests wait on real processes,
 # containers and Slurm jobs, not on the CPU), in groups that share nothing a test could disturb:
-# "isolated": everything inside Docker (the MLGym environment, task containers, the systemd
-# scenarios) and the stand-ins run bare (no airvisor marker). "host": everything supervised on
-# this machine's own process table (runs, daemons, Slurm jobs and their node check,
-# containment), in one process because a host-wide reaper (a preflight, Slurm's node check)
-# would rightly judge another test's briefly unsupervised run stale; the reaper's own scenarios
-# (each in a PID namespace, which a host-wide reaper leaves alone) and prime-rl's config code
-# balance the two.
-isolated=(tests/envs tests/containers tests/service tests/demo
-          tests/engine/test_container_run.py)
+# "isolated": what neither plants nor supervises marked processes on this machine nor creates
+# airvisor-labelled containers: the MLGym environment (its own containers), the systemd scenarios
+# (inside containers), the stand-ins run bare (no marker: a host-wide reaper leaves them alone as
+# not ours) and prime-rl's config code. "host": everything else (runs, daemons, takeovers, Slurm
+# jobs and their node check, the reaper, task containers), in one process because a host-wide
+# reaper (a preflight, `airvisor reap`, Slurm's node check) would rightly judge another test's
+# unsupervised run, or its task containers, stale.
+isolated=(tests/envs tests/demo tests/primerl tests/service/test_systemd_scenarios.py)
 host=()
 for path in tests/*/; do
   path="${path%/}"
   case " ${isolated[*]} " in *" $path "*) continue ;; esac
   [ "$path" = tests/fixtures ] || [ "$path" = tests/images ] && continue
   host+=("$path")
-done
+done  # (tests/service is in both: its systemd scenarios isolated, the rest on the host)
 logs="$(mktemp -d /tmp/airvisor-tests.XXXXXX)"
 run_group() {  # name, then paths
   local name="$1"; shift
   .venv/bin/python -m pytest -ra --durations=15 -p no:cacheprovider \
     --basetemp="$logs/tmp-$name" "$@" >"$logs/$name.log" 2>&1
 }
-run_group host --ignore=tests/engine/test_container_run.py "${host[@]}" &
+run_group host --ignore=tests/service/test_systemd_scenarios.py "${host[@]}" &
 host_pid=$!
 run_group isolated "${isolated[@]}" &
 isolated_pid=$!
