@@ -60,10 +60,13 @@ def test_unused_old_leftovers_are_removed_and_the_rest_kept(
     in_dir = planter.spawn(["sleep", "60"], cwd=elastic_in_use)
 
     def ready() -> bool:
-        fds = {os.readlink(f"/proc/{holder.pid}/fd/{fd}")
-               for fd in os.listdir(f"/proc/{holder.pid}/fd")}
-        maps = Path(f"/proc/{mapper.pid}/maps").read_text()
-        cwd = os.readlink(f"/proc/{in_dir.pid}/cwd")
+        try:  # (an fd listed can close before it is read while the interpreter starts)
+            fds = {os.readlink(f"/proc/{holder.pid}/fd/{fd}")
+                   for fd in os.listdir(f"/proc/{holder.pid}/fd")}
+            maps = Path(f"/proc/{mapper.pid}/maps").read_text()
+            cwd = os.readlink(f"/proc/{in_dir.pid}/cwd")
+        except OSError:
+            return False
         return str(held) in fds and str(mapped) in maps and cwd == str(elastic_in_use)
 
     planting.wait_until(ready, what="holders in place")
