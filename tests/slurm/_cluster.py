@@ -31,9 +31,10 @@ per test, which also puts every container node back in service before and after 
     ``job_state(job_id)``, ``job_info(job_id)`` (scontrol's fields) and ``wait_job(job_id,
     timeout)`` (final state, see below); ``node_states()``; ``node_processes(node)`` (command
     lines of every process on a node);
-    ``kill_node(name)`` (``docker kill``: the node dies abruptly; Slurm marks it DOWN about
-    15 s later and its jobs end NODE_FAIL); ``restore_node(name)`` (starts the container again,
-    resumes the node, waits until it is idle); ``ensure_nodes_up()``; ``wait_idle(nodes)``.
+    ``kill_node(name)`` (``docker kill``: the node dies abruptly; Slurm marks it DOWN some
+    seconds later; its jobs end NODE_FAIL, or FAILED when srun notices first: timing decides);
+    ``restore_node(name)`` (starts the container again, resumes the node, waits until idle);
+    ``ensure_nodes_up()``; ``wait_idle(nodes)``.
 
 Finished jobs: there is no slurmdbd (it needs MariaDB), so ``sacct`` has no accounting store.
 slurmctld keeps a finished job's record for ``MinJobAge`` (3600 s here): ``scontrol show job

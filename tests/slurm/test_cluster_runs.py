@@ -62,6 +62,12 @@ def attempts(d: Driver) -> list[dict[str, Any]]:
     return d.store.attempts(d.run_id)
 
 
+def assert_last_attempt_succeeded(d: Driver) -> dict[str, Any]:
+    last = attempts(d)[-1]
+    assert last["outcome"] == "succeeded", attempts(d)
+    return last
+
+
 def no_job_processes(cluster: Any, nodes: list[str], marker: str) -> list[str]:
     return [f"{node}: {line}" for node in nodes for line in cluster.node_processes(node)
             if marker in line and "airvisor.demo" in line]
@@ -87,13 +93,17 @@ def test_component_crash_resubmits_from_newest_complete_checkpoint(
     demo = {**FAST, "trainer": {"step_time": 0.6, "crash_at_step": 4}}
     d = start_run(cluster_env, primerl_main, "crash", demo=demo)
     d.pump(lambda: d.sup.finished.is_set(), timeout=200)
-    assert d.sup.state == RunState.SUCCEEDED
-    first, second = attempts(d)
+    assert d.sup.state == RunState.SUCCEEDED, d.messages("failure")
+    # What airvisor guarantees, not how many jobs Slurm needed: the first attempt failed as
+    # injected, the next one resumed from the newest complete checkpoint, the last succeeded.
+    # (An extra attempt, e.g. a job Slurm could not start, is allowed.)
+    first, second, *_ = attempts(d)
+    assert_last_attempt_succeeded(d)
     assert cluster_env.job_state(first["details"]["job_id"]) == "FAILED"
-    assert "trainer exited with status" in first["reason"]
+    assert first["outcome"] == "failed" and "trainer exited with status" in first["reason"]
     assert second["resume_step"] == 2 and second["cause"] == "crash"  # ckpt.interval = 2
     assert second["details"]["job_id"] != first["details"]["job_id"]
-    (restart,) = d.store.restart_history(d.run_id)
+    restart = d.store.restart_history(d.run_id)[0]
     assert restart.kind == "crash" and restart.counted
 
 
@@ -102,9 +112,10 @@ def test_stall_cancels_and_resubmits(cluster_env: Any, primerl_main: str) -> Non
     d = start_run(cluster_env, primerl_main, "stall", demo=demo,
                   health={"stall_timeout": 6, "first_step_grace": 60})
     d.pump(lambda: d.sup.finished.is_set(), timeout=200)
-    assert d.sup.state == RunState.SUCCEEDED
-    first, second = attempts(d)
-    assert cluster_env.job_state(first["details"]["job_id"]) == "CANCELLED"
+    assert d.sup.state == RunState.SUCCEEDED, d.messages("failure")
+    first, second, *_ = attempts(d)  # an extra attempt is allowed (see the crash test)
+    assert_last_attempt_succeeded(d)
+    assert cluster_env.job_state(first["details"]["job_id"]) == "CANCELLED"  # airvisor's scancel
     assert "hung: step" in first["reason"] and second["cause"] == "hang"
     assert second["resume_step"] == 2
 
@@ -166,14 +177,20 @@ def test_a_killed_node_fails_the_job_and_it_is_resubmitted_without_it(
     assert d.sup.job is not None
     (victim,) = d.sup.job.nodes
     cluster_env.kill_node(victim)
-    d.pump(lambda: len(attempts(d)) == 2 and attempts(d)[1]["details"].get("nodes"),
-           timeout=120)
-    first, second = attempts(d)
-    assert cluster_env.job_state(first["details"]["job_id"]) == "NODE_FAIL"
-    assert victim not in second["details"]["nodes"]
-    assert first["details"]["blamed"] == [victim]
-    d.pump(lambda: d.sup.finished.is_set(), timeout=150)
-    assert d.sup.state == RunState.SUCCEEDED
+    d.pump(lambda: d.sup.finished.is_set(), timeout=270)
+    assert d.sup.state == RunState.SUCCEEDED, d.messages("failure")
+    first, *later = attempts(d)
+    assert later, "the killed node's job was not followed by another attempt"
+    # Slurm records the killed job NODE_FAIL or FAILED depending on which it noticed first
+    # (the node's timeout or srun losing it); airvisor blames the node when Slurm says the
+    # node failed (tests/slurm/test_states.py covers that rule on both states).
+    state = cluster_env.job_state(first["details"]["job_id"])
+    assert state in ("NODE_FAIL", "FAILED") and first["outcome"] == "failed"
+    if state == "NODE_FAIL":
+        assert first["details"]["blamed"] == [victim]
+    # The node stays dead, so the attempt that succeeded ran elsewhere.
+    last = assert_last_attempt_succeeded(d)
+    assert victim not in last["details"]["nodes"]
 
 
 def test_a_restarted_daemon_reattaches_to_the_job_by_id(cluster_env: Any,
