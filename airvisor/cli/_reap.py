@@ -172,7 +172,7 @@ def reap_command(profile_ref: str | None, pids: tuple[int, ...], dry_run: bool, 
     """Stop stale training processes (whole trees) and remove what they left behind."""
     from airvisor.reaper import (
         find_leftovers,
-        orphan_containers,
+        judge_containers,
         profile_ports,
         reap,
         remove_leftovers,
@@ -185,7 +185,8 @@ def reap_command(profile_ref: str | None, pids: tuple[int, ...], dry_run: bool, 
     _print_candidates(candidates, blocked)
     leftovers = remove_leftovers(find_leftovers(), own_uid=os.getuid(),
                                  allow_other_users=allow_others, dry_run=True)
-    containers, container_note = orphan_containers(live, dry_run=True)
+    containers, containers_left, container_note = judge_containers(
+        live, dry_run=True, reap_all=reap_all)
     if leftovers.removed:
         click.echo("")
         click.echo("Leftover files of dead processes:")
@@ -195,8 +196,14 @@ def reap_command(profile_ref: str | None, pids: tuple[int, ...], dry_run: bool, 
     if containers:
         click.echo("")
         click.echo("Orphan task containers (their run is not live):")
-        for status in containers:
-            click.echo(f"  {status.name}  {status.state}")
+        for judged in containers:
+            click.echo(f"  {judged.status.name}  {judged.status.state}  ({judged.reason})")
+    if containers_left:
+        click.echo("")
+        click.echo("Task containers left alone (not ours; see each reason):")
+        for judged in containers_left:
+            click.echo(f"  {judged.status.name}  {judged.status.state}  ({judged.reason}; "
+                       f"{judged.blocked_by})")
     if container_note:
         click.echo(container_note)
     if dry_run:
@@ -214,7 +221,8 @@ def reap_command(profile_ref: str | None, pids: tuple[int, ...], dry_run: bool, 
     report = reap(candidates, grace=grace, ports=ports, live_run_ids=live,
                   allow_other_users=allow_others, leftovers=True, containers=False)
     if containers:
-        containers, container_note = orphan_containers(live, dry_run=False)
+        containers, _, container_note = judge_containers(live, dry_run=False,
+                                                         reap_all=reap_all)
         if container_note:
             click.echo(container_note)
         click.echo(f"removed {len(containers)} orphan container(s)")

@@ -1,14 +1,22 @@
 """MLGym task containers through the Docker engine (the docker SDK, never the CLI).
 
 `ContainerPool` runs one run's pool of task containers: preflight (engine, image), up (create +
-start, labelled `airvisor.run` / `airvisor.component=mlgym` / `airvisor.index`), check (running +
+start, labelled `airvisor.run` / `airvisor.component=mlgym` / `airvisor.index`, and with the
+owning airvisor's state dir and attempt in `airvisor.owner` / `airvisor.attempt`), check (running +
 an exec round-trip within a timeout; unhealthy containers are recreated up to a limit), down and
-status. `reap_orphan_containers` removes task containers whose run is not live; containers
-without airvisor's labels are never touched.
+status. `judge_orphan_containers` / `reap_orphan_containers` remove this airvisor's task
+containers whose run is not live; another airvisor's (another state dir) are listed as not ours
+and removed only with `--all`; containers without airvisor's labels are never touched.
 """
 
 from airvisor.containers._policy import container_gpus, container_name
-from airvisor.containers._pool import ContainerPool, reap_orphan_containers
+from airvisor.containers._pool import (
+    ContainerPool,
+    JudgedContainer,
+    OrphanReport,
+    judge_orphan_containers,
+    reap_orphan_containers,
+)
 from airvisor.containers._types import (
     ContainerError,
     ContainerEvent,
@@ -22,7 +30,10 @@ __all__ = [
     "ContainerEventKind",
     "ContainerPool",
     "ContainerStatus",
+    "JudgedContainer",
+    "OrphanReport",
     "container_gpus",
     "container_name",
+    "judge_orphan_containers",
     "reap_orphan_containers",
 ]

@@ -27,6 +27,11 @@ RUN_NAME_LABEL = "airvisor.run_name"
 # How often this index was recreated before this container was made: carried on the container so
 # a supervisor that restarts and adopts the containers keeps counting against max_recreates.
 RESTARTS_LABEL = "airvisor.restarts"
+# The owning airvisor: its state directory (resolved, as markers and cgroups record it), so two
+# airvisors on one Docker engine (two users, a daemon and a foreground `start`) each judge only
+# their own task containers; and the attempt that made the container.
+OWNER_LABEL = "airvisor.owner"
+ATTEMPT_LABEL = "airvisor.attempt"
 
 # Docker's container-name grammar: [a-zA-Z0-9][a-zA-Z0-9_.-]+
 _NAME_INVALID = re.compile(r"[^a-zA-Z0-9_.-]+")
@@ -47,14 +52,22 @@ def container_name(run_name: str, run_id: str, index: int) -> str:
     return f"airvisor-{name_part}-{id_part}-{COMPONENT}-{index}"
 
 
-def container_labels(run_id: str, run_name: str, index: int, restarts: int) -> dict[str, str]:
-    return {
+def container_labels(
+    run_id: str, run_name: str, index: int, restarts: int, *, owner: str | None = None,
+    attempt: int | None = None,
+) -> dict[str, str]:
+    labels = {
         RUN_LABEL: run_id,
         COMPONENT_LABEL: COMPONENT,
         INDEX_LABEL: str(index),
         RUN_NAME_LABEL: run_name,
         RESTARTS_LABEL: str(restarts),
     }
+    if owner is not None:
+        labels[OWNER_LABEL] = owner
+    if attempt is not None:
+        labels[ATTEMPT_LABEL] = str(attempt)
+    return labels
 
 
 def is_airvisor_container(labels: Mapping[str, str]) -> bool:
@@ -116,12 +129,15 @@ def build_spec(
     index: int,
     gpu_ids: Sequence[int],
     restarts: int,
+    owner: str | None = None,
+    attempt: int | None = None,
 ) -> ContainerSpec:
     return ContainerSpec(
         name=container_name(run_name, run_id, index),
         image=section.image,
         command=tuple(section.command),
-        labels=container_labels(run_id, run_name, index, restarts),
+        labels=container_labels(run_id, run_name, index, restarts, owner=owner,
+                                attempt=attempt),
         env=dict(section.env),
         user=section.user,
         working_dir=section.workdir,
@@ -182,3 +198,65 @@ def decide(verdict: Verdict, *, recreates: int, max_recreates: int) -> Action:
     if recreates < max_recreates:
         return "recreate"
     return "give_up"
+
+
+OrphanAction = Literal["remove", "leave"]
+NOT_OURS_CONTAINER = "not ours, left alone (removed only with --all)"
+
+
+@dataclass(frozen=True)
+class OrphanVerdict:
+    """What the orphan reaper does with one task container, and why (shown to the user)."""
+
+    action: OrphanAction
+    owner: str | None  # the owning airvisor's state dir (None: no owner label)
+    reason: str
+    blocked_by: str | None = None  # set when left alone
+
+
+def judge_container(
+    labels: Mapping[str, str],
+    *,
+    own_state_dir: str,
+    live_run_ids: frozenset[str] | set[str],
+    foreign_live: Mapping[str, frozenset[str] | None],
+    reap_all: bool = False,
+) -> OrphanVerdict | None:
+    """The orphan reaper's verdict on one container; None when it is not listed at all (no
+    airvisor task-container labels, or a container of a live run).
+
+    Ours (the owner label names our state dir): removed when its run is not live. Another
+    airvisor's (another state dir), or one without an owner label (an older airvisor's, or
+    labelled by hand): listed as not ours and removed only with `reap_all` (`--all`), and even
+    then only when its owner's store shows the run is not live (`foreign_live`: that store's
+    live runs by state dir, None where it cannot be read: never removed, nobody can show it is
+    stale).
+    """
+    if not is_airvisor_container(labels):
+        return None
+    run_id = labels[RUN_LABEL]
+    owner = labels.get(OWNER_LABEL) or None
+    if owner == own_state_dir:
+        if run_id in live_run_ids:
+            return None
+        return OrphanVerdict("remove", owner, f"run {run_id} of this airvisor is not live")
+    if owner is None:
+        if run_id in live_run_ids:
+            return None  # a live run of ours made it before owner labels existed
+        reason = (f"run {run_id}; no owner label (made by an airvisor before owner labels, "
+                  "or by hand)")
+        if reap_all:
+            return OrphanVerdict("remove", None, reason + " (removed because of --all)")
+        return OrphanVerdict("leave", None, reason, NOT_OURS_CONTAINER)
+    live = foreign_live.get(owner)
+    if live is not None and run_id in live:
+        return None
+    whose = f"run {run_id} of the airvisor at {owner}"
+    if live is None:
+        return OrphanVerdict("leave", owner, whose, "its owner's store cannot be read, so "
+                             "whether the run is live is unknown; left alone")
+    if reap_all:
+        return OrphanVerdict("remove", owner, f"{whose}, which is not live there (removed "
+                             "because of --all)")
+    return OrphanVerdict("leave", owner, f"{whose}, which is not live there",
+                         NOT_OURS_CONTAINER)

@@ -19,8 +19,10 @@ from airvisor.containers._policy import (
     COMPONENT,
     COMPONENT_LABEL,
     INDEX_LABEL,
+    OWNER_LABEL,
     RESTARTS_LABEL,
     RUN_LABEL,
+    OrphanVerdict,
     Verdict,
     assess,
     assign_gpus,
@@ -28,6 +30,7 @@ from airvisor.containers._policy import (
     container_name,
     decide,
     is_airvisor_container,
+    judge_container,
     label_int,
     parse_memory,
 )
@@ -67,8 +70,12 @@ class ContainerPool:
         gpus: list[int],
         client: docker.DockerClient | None = None,
         clock: Callable[[], float] = time.monotonic,
+        owner: str | None = None,
     ) -> None:
         self._section = section
+        # The owning airvisor (its resolved state dir), carried in every container's labels.
+        self._owner = owner or _own_state_dir()
+        self._attempt: int | None = None
         self._run_id = run_id
         self._run_name = run_name
         self._engine = DockerEngine(client)
@@ -127,11 +134,14 @@ class ContainerPool:
         if not self._engine.image_present(image):
             raise ContainerError(f"pulling image {image} reported success but it is not present")
 
-    def up(self) -> list[ContainerStatus]:
+    def up(self, attempt: int | None = None) -> list[ContainerStatus]:
         """Create and start every container; an index whose container of this run already runs
         and answers is adopted as is (after a supervisor restart). On failure the containers this
-        call created are removed and a ContainerError says why."""
+        call created are removed and a ContainerError says why. `attempt` (the run's attempt
+        being prepared) is recorded in the labels of the containers made from now on."""
         with self._op_lock:
+            if attempt is not None:
+                self._attempt = attempt
             existing = {slot.index: self._engine.inspect(slot.name) for slot in self._slots}
             for slot in self._slots:
                 facts = existing[slot.index]
@@ -214,6 +224,7 @@ class ContainerPool:
             ours = [
                 f for f in found
                 if is_airvisor_container(f.labels) and f.labels.get(RUN_LABEL) == self._run_id
+                and f.labels.get(OWNER_LABEL) in (None, self._owner)
             ]
             _remove_all(self._engine, ours, grace=self._section.stop_grace)
             with self._state_lock:
@@ -238,6 +249,8 @@ class ContainerPool:
             index=slot.index,
             gpu_ids=slot.gpus,
             restarts=slot.restarts,
+            owner=self._owner,
+            attempt=self._attempt,
         )
 
     def _matches_profile(self, slot: _Slot, facts: ContainerFacts) -> bool:
@@ -404,28 +417,90 @@ def _status_of_facts(facts: ContainerFacts, health: str) -> ContainerStatus:
     )
 
 
+def _own_state_dir() -> str:
+    from airvisor.proc import own_state_dir
+
+    return own_state_dir()
+
+
+@dataclass(frozen=True)
+class JudgedContainer:
+    """One task container the orphan reaper looked at, with its verdict."""
+
+    status: ContainerStatus
+    run_id: str
+    owner: str | None
+    reason: str
+    blocked_by: str | None = None  # set on containers left alone
+
+
+@dataclass(frozen=True)
+class OrphanReport:
+    removed: list[JudgedContainer]  # removed (a dry run: would be removed)
+    left: list[JudgedContainer]  # not ours, or their owner cannot say: left alone
+
+
+def judge_orphan_containers(
+    live_run_ids: set[str],
+    *,
+    dry_run: bool,
+    client: docker.DockerClient | None = None,
+    grace: float = 2.0,
+    state_dir: str | None = None,
+    reap_all: bool = False,
+    live_runs_of: Callable[[str], frozenset[str] | None] | None = None,
+) -> OrphanReport:
+    """Task containers whose run is not live: this airvisor's (the owner label names
+    `state_dir`, default ours) are stopped and removed; other airvisors' and unlabelled owners'
+    are listed as not ours and removed only with `reap_all` (see `judge_container`).
+    `live_runs_of(state_dir)` reads another airvisor's live runs (None: unreadable; without
+    it, no other airvisor's store can be read). A dry run only lists.
+
+    Selected by label on the server and checked again here: a container without airvisor's
+    labels is never touched.
+    """
+    own = state_dir or _own_state_dir()
+    engine = DockerEngine(client)
+    try:
+        found = engine.list_labelled({COMPONENT_LABEL: COMPONENT, RUN_LABEL: None})
+        owners = {f.labels.get(OWNER_LABEL) for f in found} - {None, "", own}
+        foreign_live = {o: (live_runs_of(o) if live_runs_of is not None else None)
+                        for o in owners if o}
+        removed: list[JudgedContainer] = []
+        left: list[JudgedContainer] = []
+        to_remove: list[ContainerFacts] = []
+        for facts in found:
+            verdict: OrphanVerdict | None = judge_container(
+                facts.labels, own_state_dir=own, live_run_ids=live_run_ids,
+                foreign_live=foreign_live, reap_all=reap_all)
+            if verdict is None:
+                continue
+            judged = JudgedContainer(
+                _status_of_facts(facts, "orphaned"), facts.labels[RUN_LABEL], verdict.owner,
+                verdict.reason, verdict.blocked_by)
+            if verdict.action == "remove":
+                removed.append(judged)
+                to_remove.append(facts)
+            else:
+                left.append(judged)
+        if not dry_run:
+            _remove_all(engine, to_remove, grace=grace)
+        return OrphanReport(removed, left)
+    finally:
+        if client is None:  # a connection of our own
+            engine.close()
+
+
 def reap_orphan_containers(
     live_run_ids: set[str],
     *,
     dry_run: bool,
     client: docker.DockerClient | None = None,
     grace: float = 2.0,
+    state_dir: str | None = None,
 ) -> list[ContainerStatus]:
-    """Task containers whose run is not live: stopped and removed (only listed in a dry run).
-
-    Selected by label on the server and checked again here: a container without airvisor's
-    labels is never touched.
-    """
-    engine = DockerEngine(client)
-    try:
-        found = engine.list_labelled({COMPONENT_LABEL: COMPONENT, RUN_LABEL: None})
-        orphans = [
-            facts for facts in found
-            if is_airvisor_container(facts.labels) and facts.labels[RUN_LABEL] not in live_run_ids
-        ]
-        if not dry_run:
-            _remove_all(engine, orphans, grace=grace)
-        return [_status_of_facts(facts, "orphaned") for facts in orphans]
-    finally:
-        if client is None:  # a connection of our own
-            engine.close()
+    """This airvisor's task containers whose run is not live: stopped and removed (only listed
+    in a dry run). Others' are never touched (see `judge_orphan_containers`)."""
+    report = judge_orphan_containers(live_run_ids, dry_run=dry_run, client=client, grace=grace,
+                                     state_dir=state_dir)
+    return [judged.status for judged in report.removed]

@@ -212,7 +212,7 @@ class ContainerPoolLike(Protocol):
 
     def preflight(self) -> None: ...
 
-    def up(self) -> list[Any]: ...
+    def up(self, attempt: int | None = None) -> list[Any]: ...
 
     def check(self) -> list[Any]: ...
 
@@ -444,7 +444,7 @@ class RunSupervisor:
             if pool is not None:
                 with pool_lock:
                     pool.preflight()
-                    pool.up()
+                    pool.up(attempt=number)
                 names = list(pool.names)
                 summary += f"; {len(names)} container(s) up"
             prepared = prepare_attempt(profile, layout, number=number, attempt_dir=attempt_dir,

@@ -21,7 +21,14 @@ from airvisor.reaper._preflight import (
     profile_gpus,
     profile_ports,
 )
-from airvisor.reaper._reap import BusyPort, ReapReport, busy_ports, orphan_containers, reap
+from airvisor.reaper._reap import (
+    BusyPort,
+    ReapReport,
+    busy_ports,
+    judge_containers,
+    orphan_containers,
+    reap,
+)
 from airvisor.reaper._table import format_age, format_candidates
 from airvisor.reaper._verdict import (
     KIND_LABELS,
@@ -62,6 +69,7 @@ __all__ = [
     "holder_notes",
     "inference_memory_share",
     "judge_all",
+    "judge_containers",
     "known_kind",
     "live_runs_of",
     "memory_requirements",

@@ -79,18 +79,33 @@ def busy_ports(ports: Iterable[int]) -> list[BusyPort]:
 
 
 def orphan_containers(
-    live_run_ids: Iterable[str], *, dry_run: bool
+    live_run_ids: Iterable[str], *, dry_run: bool, reap_all: bool = False
 ) -> tuple[list[Any], str | None]:
-    """Task containers of runs that are not live (through airvisor.containers, if present)."""
+    """This airvisor's task containers of runs that are not live (through
+    airvisor.containers, if present): removed, or listed in a dry run."""
+    removed, _, note = judge_containers(live_run_ids, dry_run=dry_run, reap_all=reap_all)
+    return [judged.status for judged in removed], note
+
+
+def judge_containers(
+    live_run_ids: Iterable[str], *, dry_run: bool, reap_all: bool = False
+) -> tuple[list[Any], list[Any], str | None]:
+    """(removed, left alone, why containers could not be looked at): task containers judged
+    by owner (`airvisor.containers.judge_orphan_containers`; another airvisor's live runs read
+    from its own store). Items are `airvisor.containers.JudgedContainer`."""
     try:
-        from airvisor.containers import reap_orphan_containers
+        from airvisor.containers import judge_orphan_containers
     except ImportError:
-        return [], "containers not checked: airvisor.containers is not available in this build"
+        return [], [], "containers not checked: airvisor.containers is not available in this build"
+    from airvisor.reaper._owners import live_runs_of
+
     try:
-        return list(reap_orphan_containers(set(live_run_ids), dry_run=dry_run)), None
+        report = judge_orphan_containers(set(live_run_ids), dry_run=dry_run, reap_all=reap_all,
+                                         live_runs_of=live_runs_of)
     except Exception as err:  # no engine, no permission on the socket, ...
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return [], f"containers not checked: the Docker engine is not reachable ({first_line})"
+        return [], [], f"containers not checked: the Docker engine is not reachable ({first_line})"
+    return list(report.removed), list(report.left), None
 
 
 def _remove_emptied(leaf: Path) -> None:

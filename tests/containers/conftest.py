@@ -74,20 +74,21 @@ PoolFactory = Callable[..., ContainerPool]
 def make_pool(
     docker_client: docker.DockerClient, test_image: str
 ) -> Iterator[PoolFactory]:
-    """`make_pool(run_id=None, run_name="test", gpus=[], **section_overrides)`; every pool's
+    """`make_pool(run_id=None, run_name="test", gpus=[], owner=None, **section_overrides)`
+    (`owner`: the owning airvisor's state dir, default this process's); every pool's
     containers are removed at the end, whatever the test did."""
     run_ids: list[str] = []
     pools: list[ContainerPool] = []
 
     def factory(
         run_id: str | None = None, run_name: str = "test", gpus: list[int] | None = None,
-        **overrides: Any,
+        owner: str | None = None, **overrides: Any,
     ) -> ContainerPool:
         run_id = run_id or new_run_id()
         run_ids.append(run_id)
         pool = ContainerPool(
             section(**overrides), run_id=run_id, run_name=run_name, gpus=gpus or [],
-            client=docker_client,
+            client=docker_client, owner=owner,
         )
         pools.append(pool)
         return pool

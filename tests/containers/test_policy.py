@@ -19,6 +19,7 @@ from airvisor.containers._policy import (
     container_labels,
     decide,
     is_airvisor_container,
+    judge_container,
     parse_memory,
 )
 from airvisor.containers._types import ContainerFacts, ProbeResult
@@ -161,3 +162,60 @@ def test_container_gpus_default_to_the_profiles_gpu_split() -> None:
     assert container_gpus(split) == [7]
     own = Profile.model_validate({**base, "gpus": {"containers": [7]}, "containers": {"gpus": [5]}})
     assert container_gpus(own) == [5]
+
+
+OURS, OTHER = "/var/lib/airvisor", "/home/ann/.local/state/airvisor"
+
+
+def task_labels(run_id: str, owner: str | None) -> dict[str, str]:
+    return container_labels(run_id, "r", 0, 0, owner=owner, attempt=2)
+
+
+@pytest.mark.parametrize(
+    ("labels", "live", "foreign_live", "reap_all", "expected"),
+    [
+        # Ours: removed when the run is not live, not listed while it is.
+        (task_labels("dead", OURS), set(), {}, False, ("remove", None)),
+        (task_labels("alive", OURS), {"alive"}, {}, False, None),
+        # Another airvisor's: not ours, whatever its run; removed only with --all, and only
+        # when its own store shows the run is not live.
+        (task_labels("x", OTHER), set(), {OTHER: frozenset()}, False, ("leave", "not ours")),
+        (task_labels("x", OTHER), {"x"}, {OTHER: frozenset()}, False, ("leave", "not ours")),
+        (task_labels("x", OTHER), set(), {OTHER: frozenset()}, True, ("remove", None)),
+        (task_labels("x", OTHER), set(), {OTHER: frozenset({"x"})}, True, None),
+        (task_labels("x", OTHER), set(), {OTHER: frozenset({"x"})}, False, None),
+        (task_labels("x", OTHER), set(), {OTHER: None}, True, ("leave", "cannot be read")),
+        (task_labels("x", OTHER), set(), {}, True, ("leave", "cannot be read")),
+        # No owner label (an older airvisor's): not ours unless its run is one of our live ones.
+        (task_labels("old", None), set(), {}, False, ("leave", "not ours")),
+        (task_labels("old", None), set(), {}, True, ("remove", None)),
+        (task_labels("old", None), {"old"}, {}, True, None),
+        # Not a task container of airvisor's at all: never listed.
+        ({"airvisor.run": "x", "airvisor.owner": OURS}, set(), {}, True, None),
+        ({"com.example": "1"}, set(), {}, True, None),
+    ],
+)
+def test_orphan_containers_are_judged_by_owner(
+    labels: dict[str, str], live: set[str], foreign_live: dict[str, frozenset[str] | None],
+    reap_all: bool, expected: tuple[str, str | None] | None,
+) -> None:
+    verdict = judge_container(labels, own_state_dir=OURS, live_run_ids=live,
+                              foreign_live=foreign_live, reap_all=reap_all)
+    if expected is None:
+        assert verdict is None
+        return
+    assert verdict is not None
+    action, why = expected
+    assert verdict.action == action
+    if why is None:
+        assert verdict.blocked_by is None
+    else:
+        assert why in (verdict.blocked_by or "")
+    assert verdict.owner == labels.get("airvisor.owner")
+
+
+def test_labels_carry_owner_and_attempt() -> None:
+    labels = container_labels("run", "name", 1, 0, owner=OURS, attempt=4)
+    assert labels["airvisor.owner"] == OURS
+    assert labels["airvisor.attempt"] == "4"
+    assert "airvisor.owner" not in container_labels("run", "name", 1, 0)

@@ -12,7 +12,12 @@ from typing import Any
 import docker
 import pytest
 
-from airvisor.containers import ContainerError, ContainerPool, reap_orphan_containers
+from airvisor.containers import (
+    ContainerError,
+    ContainerPool,
+    judge_orphan_containers,
+    reap_orphan_containers,
+)
 from airvisor.profile._schema import ContainerSection, Mount
 
 pytestmark = pytest.mark.docker
@@ -327,3 +332,52 @@ def test_check_is_due_after_the_health_interval() -> None:
     assert not pool.check_due()
     now[0] += 0.1
     assert pool.check_due()
+
+
+def test_two_state_directories_each_reaper_leaves_the_others_containers_alone(
+    make_pool: PoolFactory, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """Two airvisors (two state dirs) on one engine, both supervisors gone without down():
+    each reaper removes only its own containers and lists the other's as not ours."""
+    dir_a, dir_b = str(tmp_path / "state-a"), str(tmp_path / "state-b")
+    run_a, run_b = f"t{uuid.uuid4().hex}", f"t{uuid.uuid4().hex}"
+    pool_a = make_pool(run_id=run_a, run_name="a", owner=dir_a)
+    pool_b = make_pool(run_id=run_b, run_name="b", owner=dir_b)
+    # Both supervisors "die" (no down()); make_pool removes whatever is left.
+    pool_a.up(attempt=3)
+    pool_b.up(attempt=1)
+    labels_a = containers_of(docker_client, run_a)[0].labels
+    assert labels_a["airvisor.owner"] == dir_a
+    assert labels_a["airvisor.attempt"] == "3"
+    assert containers_of(docker_client, run_b)[0].labels["airvisor.owner"] == dir_b
+
+    def no_store(state_dir: str) -> frozenset[str] | None:
+        return frozenset()  # neither store records a live run
+
+    # A's reaper: A's run is not live (nothing is), B's container is not A's.
+    report = judge_orphan_containers(set(), dry_run=False, client=docker_client,
+                                     state_dir=dir_a, live_runs_of=no_store)
+    assert [j.run_id for j in report.removed] == [run_a]
+    left_b = [j for j in report.left if j.run_id == run_b]
+    assert len(left_b) == 1 and left_b[0].owner == dir_b
+    assert "not ours" in (left_b[0].blocked_by or "")
+    assert containers_of(docker_client, run_a) == []
+    assert [c.status for c in containers_of(docker_client, run_b)] == ["running"]
+
+    # --all in a dry run would remove B's (its store shows no live run), removes nothing.
+    report = judge_orphan_containers(set(), dry_run=True, client=docker_client,
+                                     state_dir=dir_a, reap_all=True, live_runs_of=no_store)
+    assert run_b in {j.run_id for j in report.removed}
+    assert [c.status for c in containers_of(docker_client, run_b)] == ["running"]
+    # ... but never while B's store says the run is live, nor when it cannot be read.
+    for answer, listed in ((frozenset({run_b}), False), (None, True)):
+        report = judge_orphan_containers(
+            set(), dry_run=True, client=docker_client, state_dir=dir_a, reap_all=True,
+            live_runs_of=lambda _dir, answer=answer: answer)  # type: ignore[misc]
+        assert run_b not in {j.run_id for j in report.removed}
+        assert (run_b in {j.run_id for j in report.left}) is listed
+
+    # B's reaper removes B's own, and never looks at A's name space.
+    assert [s.name for s in reap_orphan_containers(
+        set(), dry_run=False, client=docker_client, state_dir=dir_b)] == pool_b.names
+    assert containers_of(docker_client, run_b) == []
