@@ -36,6 +36,7 @@ import tomli_w
 
 from airvisor.primerl._facts import merged_toml
 from airvisor.primerl._layout import RunLayout, layout_for
+from airvisor.primerl._layout import resume_flags as layout_resume_flags
 from airvisor.primerl._resolve import Resolution, ResolveError, prime_rl_python, resolve
 from airvisor.profile._problems import Problem
 from airvisor.profile._schema import Profile
@@ -87,15 +88,18 @@ class AdapterError(ValueError):
 
 
 def resume_flags(version: str, step: int) -> list[str]:
-    """That version's option to resume from checkpoint `step` (never -1 / "latest").
+    """That version's option to resume from checkpoint `step` (never -1 / "latest"): the
+    layout's rule (`_layout.resume_flags`), so a step the version refuses is refused here too
+    (AdapterError with the reason).
 
     v0.4: `rl.py:76-78` SharedCheckpointConfig.resume_step, copied to trainer and orchestrator
     (`rl.py:278-280` auto_setup_ckpt). main: `configs/shared.py:48-53` ResumeConfig.step,
     propagated by `configs/rl.py:408-414` auto_setup_resume.
     """
-    if version == "0.4":
-        return ["--ckpt.resume-step", str(step)]
-    return ["--resume.step", str(step)]
+    try:
+        return layout_resume_flags(version, step)
+    except ValueError as exc:
+        raise AdapterError(str(exc)) from None
 
 
 def script(profile: Profile, name: str) -> list[str]:

@@ -143,6 +143,36 @@ RULES: Mapping[Version, Mapping[str, Rule]] = {
     },
 }
 
+# The lowest step each version's resume option accepts (RULES[v]["resume_flag"]): v0.4 takes any
+# step >= 0 (its steps start at 0; -1, "latest", is never passed); main's `ResumeConfig.step` is
+# `Field(None, ge=1)`, its steps start at 1 (RULES[v]["step_base"]).
+FIRST_RESUMABLE_STEP: Mapping[str, int] = {"0.4": 0, "main": 1}
+
+
+def resume_step_refusal(version: str, step: int) -> str | None:
+    """Why `version` cannot resume from checkpoint `step` (None when it can)."""
+    if version not in VERSIONS:
+        return f"unknown prime-rl version {version!r}; supported: {', '.join(VERSIONS)}"
+    lowest = FIRST_RESUMABLE_STEP[version]
+    if step >= lowest:
+        return None
+    if version == "main":
+        return (f"prime-rl main cannot resume from step {step}: its steps start at 1, so its "
+                "first checkpoint is step_1, and it refuses `--resume.step` below 1")
+    return f"prime-rl {version} cannot resume from step {step}: its steps start at {lowest}"
+
+
+def resume_flags(version: str, step: int) -> list[str]:
+    """That version's option to resume from checkpoint `step`, never -1 / "latest"
+    (RULES[v]["resume_flag"]). A step the version refuses raises ValueError (the reason)."""
+    refusal = resume_step_refusal(version, step)
+    if refusal is not None:
+        raise ValueError(refusal)
+    if version == "0.4":
+        return ["--ckpt.resume-step", str(step)]
+    return ["--resume.step", str(step)]
+
+
 STEP_DIR = re.compile(r"^step_(\d+)$")
 TRAINER_MARKER = ".metadata"
 PROGRESS_FILE = "progress.pt"
@@ -187,11 +217,7 @@ class RunLayout:
         return resume_step if self.version == "0.4" else resume_step + 1
 
     def resume_flags(self, step: int) -> list[str]:
-        if self.version == "0.4":
-            return ["--ckpt.resume-step", str(step)]
-        if step < 1:
-            raise ValueError(f"prime-rl main resumes from step >= 1, not {step}")
-        return ["--resume.step", str(step)]
+        return resume_flags(self.version, step)
 
     # -- checkpoints ----------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from airvisor.primerl._adapters import (
     plan_attempt,
     resolve_profile,
 )
+from airvisor.primerl._layout import FIRST_RESUMABLE_STEP, resume_step_refusal
 from airvisor.primerl._resolve import Resolution, ResolveError
 from airvisor.primerl._rlargs import RlArgsError, toml_refs
 from airvisor.profile import Problem, Profile, check_profile
@@ -66,6 +67,21 @@ def _args_problems(profile: Profile) -> list[Problem]:
     return problems
 
 
+def _resume_step_problems(profile: Profile, resume_step: int | None) -> list[Problem]:
+    """A resume step that version's layout refuses (main: below 1), refused before prime-rl is
+    asked, so `check` says the same with and without prime-rl reachable."""
+    if resume_step is None:
+        return []
+    refusal = resume_step_refusal(profile.prime_rl.version, resume_step)
+    if refusal is None:
+        return []
+    lowest = FIRST_RESUMABLE_STEP.get(profile.prime_rl.version, 0)
+    return [Problem(f"{profile_where(profile, ('prime_rl', 'version'))}: resume step",
+                    refusal,
+                    f"resume from a checkpoint step >= {lowest} (a step_N directory of the run), "
+                    "or start fresh without a resume step")]
+
+
 def prepare_run(
     profile: Profile,
     *,
@@ -77,7 +93,7 @@ def prepare_run(
 ) -> PreparedRun:
     """Resolve with prime-rl, bind, check, plan. Writes only into a temporary directory
     (or `attempt_dir`, when given, for the attempt's own files)."""
-    problems = _args_problems(profile)
+    problems = _args_problems(profile) + _resume_step_problems(profile, resume_step)
     if problems:
         return PreparedRun(profile, None, None, problems)
     names = list(container_names) if container_names is not None else [

@@ -16,6 +16,7 @@ from airvisor.primerl import (
     AdapterError,
     bind,
     component_mode_problems,
+    layout_for,
     plan_attempt,
     prepare_run,
     resolve_profile,
@@ -104,6 +105,16 @@ def test_main_facts_split_gpus_and_name_the_run_dir(tmp_path: Path) -> None:
 def test_resume_is_that_versions_option_with_an_explicit_step(version: str,
                                                               expected: list[str]) -> None:
     assert resume_flags(version, 7) == expected
+
+
+def test_resume_flags_refuse_what_that_versions_layout_refuses(tmp_path: Path) -> None:
+    """One rule: the adapter's resume option is the layout's (main: steps start at 1)."""
+    layout = layout_for("main", {"output_dir": str(tmp_path), "run_dir": str(tmp_path / "r")})
+    assert resume_flags("0.4", 0) == layout_for("0.4", {}, cwd=tmp_path).resume_flags(0)
+    with pytest.raises(AdapterError, match="main cannot resume from step 0"):
+        resume_flags("main", 0)
+    with pytest.raises(ValueError, match="main cannot resume from step 0"):
+        layout.resume_flags(0)
 
 
 def test_launcher_plan_runs_the_users_command_line_unchanged(tmp_path: Path) -> None:

@@ -279,7 +279,7 @@ def test_main_step_base_and_resume_flags(tmp_path: Path) -> None:
     assert layout.first_step(None) == 1
     assert layout.first_step(10) == 11  # resuming from N prints `Step N+1` first
     assert layout.resume_flags(10) == ["--resume.step", "10"]
-    with pytest.raises(ValueError, match="step >= 1"):
+    with pytest.raises(ValueError, match="main cannot resume from step 0: its steps start at 1"):
         layout.resume_flags(0)
 
 

@@ -108,11 +108,32 @@ def test_resume_step_plans_that_versions_resume_option(profiles: Path) -> None:
     assert code == 0
     assert "  resume:      from step 5\n" in out
     assert " rl @ " in out and argv_line(out).endswith("--ckpt.resume-step 5")
-    code, out, _ = invoke(str(profiles / "main.toml"), "--resume-step", "0")
+    code, out, _ = invoke(str(profiles / "main.toml"), "--resume-step", "1")
     assert code == 0
-    assert argv_line(out).endswith("--resume.step 0")
+    assert argv_line(out).endswith("--resume.step 1")
+    code, out, _ = invoke(str(profiles / "v04.toml"), "--resume-step", "0")  # v0.4 counts from 0
+    assert code == 0 and argv_line(out).endswith("--ckpt.resume-step 0")
     result = CliRunner().invoke(main, ["check", str(profiles / "v04.toml"), "--resume-step", "-1"])
     assert result.exit_code == 2 and "--resume-step" in result.stderr
+
+
+def test_main_resume_step_0_is_refused_without_prime_rl(profiles: Path) -> None:
+    """main's steps start at 1 and its `--resume.step` is `ge=1`: a plan main would refuse is a
+    located problem with the fix, also when prime-rl is not reachable (these fixtures name no
+    prime-rl interpreter, so only airvisor's reading of the layout can refuse it)."""
+    profile = profiles / "main.toml"
+    code, out, err = invoke(str(profile), "--resume-step", "0")
+    assert code == 1 and "--resume.step" not in out  # no plan shown for a refused step
+    version_line = next(n for n, line in enumerate(profile.read_text().splitlines(), 1)
+                        if line.startswith("version"))
+    assert f"{profile}:{version_line}:" in err
+    assert "prime-rl main cannot resume from step 0: its steps start at 1" in err
+    assert "(fix: resume from a checkpoint step >= 1" in err
+    code, payload = invoke_json(str(profile), "--resume-step", "0")
+    assert code == 1 and not payload["ok"] and "plan" not in payload
+    (problem,) = payload["problems"]
+    assert problem["where"].startswith(f"{profile}:{version_line}:")
+    assert problem["fix"].startswith("resume from a checkpoint step >= 1")
 
 
 def test_check_writes_nothing(profiles: Path) -> None:
