@@ -867,6 +867,12 @@ class RunSupervisor:
                 summary += "; containers removed"
             return TaskOutcome(summary, _pool_status(pool))
 
+        if self.phase == Phase.RECOVERY_STOPPING and self._failure is not None \
+                and self._failure.kind == "hang":
+            # Where each process hung, looked at before the kill (bounded; airvisor.stacks).
+            from airvisor.stacks import with_stacks_first
+
+            job = with_stacks_first(job, self.store, run_id, self.attempt, self.attempt_dir)
         self._run_task("stop", job)
 
     def _after_stop(self, event: TaskDone) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from airvisor._logging import get_logger
+from airvisor.engine._event_levels import event_log_level
 from airvisor.stacks._model import ProcessStacks, StackCapture, Target
 from airvisor.stacks._pyspy import Dump, dump_process, find_py_spy
 from airvisor.stacks._targets import live_targets
@@ -166,7 +167,7 @@ def stacks_before_kill(store: Any, run_id: str, attempt: int, attempt_dir: Path,
             "attempt": attempt, "verdicts": result.verdicts, "notes": result.notes,
             "dir": str(directory) if directory is not None else None,
             "seconds": result.seconds})
-        log.warning(message, run=run_id, kind=EVENT_KIND)
+        log.log(event_log_level(EVENT_KIND, message), message, run=run_id, kind=EVENT_KIND)
         return result
     except Exception as exc:  # never in the way of the recovery
         log.error("stacks before the stall kill failed", run=run_id, error=str(exc),
