@@ -133,6 +133,10 @@ def _matches(rule: _Rule, frame: Frame) -> bool:
         frame.name.rsplit(".", 1)[-1] in rule.names
 
 
+def _rule_for(frame: Frame) -> _Rule | None:
+    return next((r for r in _PY_RULES if _matches(r, frame)), None)
+
+
 def _is_torch_distributed(frame: Frame) -> bool:
     return not frame.native and frame.short.replace("\\", "/").startswith("torch/distributed/")
 
@@ -178,8 +182,16 @@ def describe_frames(frames: Sequence[Frame]) -> str:
             if native_kind is None:
                 native_kind = next((k for rx, k in _NATIVE if rx.search(frame.name)), None)
             continue
-        rule = next((r for r in _PY_RULES if _matches(r, frame)), None)
+        rule = _rule_for(frame)
         if rule is not None:
+            # The outermost match among the plumbing frames above it says more: queue.get
+            # rather than the Condition.wait inside it, the event loop rather than its select.
+            for j in range(i + 1, len(frames)):
+                if not is_library(frames[j]):
+                    break
+                outer = None if frames[j].native else _rule_for(frames[j])
+                if outer is not None:
+                    i, rule = j, outer
             return _phrase(rule.kind, frames, i)
         if native_kind is not None:
             return _phrase(native_kind, frames, i)

@@ -1,0 +1,66 @@
+"""A hung run's stall kill leaves each process's stacks and an event that says where it hung.
+
+Real processes: the demo stand-ins under prime-rl v0.4's `rl` stand-in, supervised by the real
+engine; the stand-in trainer (or orchestrator) stops in `inject_faults_before_step` at
+`hang_at_step`, alive and silent, so the stall rule fires and the recovery kills the attempt.
+"""
+
+from __future__ import annotations
+
+import json
+
+from airvisor.stacks import read_capture
+
+from .conftest import Harness
+
+HANGING_FUNCTION = "inject_faults_before_step"  # airvisor/demo/_steps.py: the hang's loop
+
+
+def _stall_stacks(harness: Harness, component: str) -> tuple[str, object]:
+    profile = harness.profile(rl={"max_steps": 8},
+                              demo={component: {"hang_at_step": 3}},
+                              health={"stall_timeout": 3})
+    run_id = harness.run(profile, timeout=120)
+    assert str(harness.state(run_id)) == "succeeded"  # the recovery went on as before
+    events = harness.events(run_id)
+    kinds = [e.kind for e in events]
+    hung = next(i for i, e in enumerate(events)
+                if e.kind == "failure" and e.message.startswith("hung"))
+    stacks = [i for i, e in enumerate(events) if e.kind == "stacks"]
+    assert len(stacks) == 1, kinds  # one look per hang
+    # Taken before the kill: the event comes before the attempt's components are stopped.
+    stopped = next(i for i, e in enumerate(events) if e.kind == "stopped_components" and i > hung)
+    assert hung < stacks[0] < stopped
+    return run_id, events[stacks[0]]
+
+
+def test_trainer_hang_leaves_stacks_naming_the_hanging_function(harness: Harness) -> None:
+    run_id, event = _stall_stacks(harness, "trainer")
+    assert f"trainer rank 0: sleeping in {HANGING_FUNCTION} (airvisor/demo/_steps.py:" \
+        in event.message  # type: ignore[attr-defined]
+    data = event.data  # type: ignore[attr-defined]
+    assert data["attempt"] == 1
+    capture = read_capture(harness.store.path.parent / "runs" / run_id / "attempt_1")
+    assert capture is not None and capture.reason == "stall"
+    components = {p.target.component for p in capture.processes}
+    # Every member of the attempt was looked at: the launcher and the three it started.
+    assert {"launcher", "inference", "trainer", "orchestrator"} <= components
+    for stacks in capture.processes:
+        assert stacks.threads, stacks.note  # all of them readable here (root, same namespace)
+    rank0 = next(p for p in capture.processes if p.target.rank == 0)
+    main = next(t for t in rank0.threads if t.os_thread_id == rank0.target.pid)
+    python_frames = [f for f in main.frames if not f.native]
+    assert python_frames[0].name == HANGING_FUNCTION
+    # The artifacts: one text and one JSON file per process, in the attempt's stacks folder.
+    folder = harness.store.path.parent / "runs" / run_id / "attempt_1" / "stacks"
+    text = (folder / f"trainer-{rank0.target.pid}.txt").read_text()
+    assert HANGING_FUNCTION in text and "time.sleep(3600)" in text
+    stored = json.loads((folder / f"trainer-{rank0.target.pid}.json").read_text())
+    assert stored["target"]["rank"] == 0
+    assert data["dir"] == str(folder)
+
+
+def test_orchestrator_hang_names_the_orchestrator(harness: Harness) -> None:
+    _, event = _stall_stacks(harness, "orchestrator")
+    assert "orchestrator (pid " in event.message  # type: ignore[attr-defined]
+    assert f"sleeping in {HANGING_FUNCTION}" in event.message  # type: ignore[attr-defined]

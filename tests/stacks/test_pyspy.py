@@ -1,0 +1,163 @@
+"""The py-spy adapter on real processes, and where it cannot look: a note, never an error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airvisor.stacks import (
+    Target,
+    capture,
+    dump_process,
+    explain_failure,
+    find_py_spy,
+    main_thread,
+)
+from airvisor.stacks import _capture as capture_module
+
+# py-spy 0.4's own words (its stderr, recorded on this machine's kind of host).
+DENIED = ("Permission Denied: Try running again with elevated permissions by going "
+          "'sudo env \"PATH=$PATH\" !!'\nError: Failed to find python version from target "
+          "process\n\nStack backtrace:\n   0: anyhow::error::<impl anyhow::Error>::msg\n")
+GONE = ("Error: Failed to get process executable name. Check that the process is running.\n\n"
+        "Caused by:\n    0: No such file or directory (os error 2)\n")
+BUSY = ("Error: Failed to get stack traces\n\nCaused by:\n    0: Failed to suspend process\n"
+        "    1: EPERM: Operation not permitted\n")
+NOT_PYTHON = ("Error: Failed to find python version from target process\n\nStack backtrace:\n"
+              "   0: anyhow::error::<impl anyhow::Error>::msg\n")
+
+
+@pytest.mark.parametrize(("output", "euid", "scope", "namespace", "kind", "words"), [
+    (DENIED, 1000, "1", False, "denied",
+     ["uid 1000, not root", "CAP_SYS_PTRACE", "kernel.yama.ptrace_scope is 1",
+      "/proc/sys/kernel/yama/ptrace_scope"]),
+    (DENIED, 1000, None, False, "denied", ["/proc/sys/kernel/yama/ptrace_scope is absent"]),
+    (DENIED, 0, None, True, "denied", ["although airvisor runs as root",
+                                       "another PID namespace"]),
+    (GONE, 0, None, False, "gone", ["pid 42 is gone"]),
+    (BUSY, 0, None, False, "busy", ["could not pause pid 42", "traced already"]),
+    (NOT_PYTHON, 0, None, False, "not python", ["pid 42 is not a Python process"]),
+    (NOT_PYTHON, 0, None, True, "other", ["another PID namespace"]),
+    ("Error: something new\n\nStack backtrace:\n   0: x\n", 0, None, False, "other",
+     ["py-spy could not read pid 42: Error: something new"]),
+])
+def test_failures_become_notes(output: str, euid: int, scope: str | None, namespace: bool,
+                               kind: str, words: list[str]) -> None:
+    got_kind, note = explain_failure(output, pid=42, euid=euid, ptrace_scope=scope,
+                                     other_namespace=namespace)
+    assert got_kind == kind
+    for word in words:
+        assert word in note
+
+
+BLOCKED = textwrap.dedent("""
+    import sys, time
+    def stuck_here():
+        print("ready", flush=True)
+        while True:
+            time.sleep(3600)
+    stuck_here()
+""")
+
+
+@pytest.fixture
+def sleeper(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    script = tmp_path / "sleeper.py"
+    script.write_text(BLOCKED)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_live_process_is_read(sleeper: subprocess.Popen[str]) -> None:
+    dump = dump_process(sleeper.pid, timeout=10)
+    assert dump.note is None and dump.threads
+    stacks = capture([Target(pid=sleeper.pid, component="trainer", rank=3)], run_id="r",
+                     attempt=1, reason="on demand", budget=10)
+    (process,) = stacks.processes
+    thread = main_thread(process)
+    assert thread is not None
+    assert next(f.name for f in thread.frames if not f.native) == "stuck_here"
+    assert process.verdict.startswith("trainer rank 3: sleeping in stuck_here (")
+
+
+def test_a_vanished_pid_gives_a_note(sleeper: subprocess.Popen[str]) -> None:
+    pid = sleeper.pid
+    sleeper.kill()
+    sleeper.wait()
+    result = capture([Target(pid=pid, component="orchestrator")], run_id="r", attempt=1,
+                     reason="on demand", budget=10)
+    (process,) = result.processes
+    assert process.threads == [] and process.note is not None and "is gone" in process.note
+    assert process.verdict == f"orchestrator (pid {pid}): no stacks ({process.note})"
+
+
+def test_a_process_that_refuses_ptrace_gives_a_note(sleeper: subprocess.Popen[str]) -> None:
+    """py-spy as another user than the target's (as root: the adapter runs as `nobody`
+    against root's process; as a user: against pid 1, root's): the kernel refuses ptrace."""
+    code = ("import sys; from airvisor.stacks import dump_process; "
+            "d = dump_process(int(sys.argv[1]), timeout=10); print(d.failure); print(d.note)")
+    if os.geteuid() == 0:
+        # setpriv (util-linux) resolves the interpreter's path before it drops root, so the
+        # interpreter may live under root's home.
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                sys.executable, "-c", code, str(sleeper.pid)]
+    else:
+        argv = [sys.executable, "-c", code, "1"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    failure, note = done.stdout.splitlines()
+    assert failure == "denied"
+    assert "not root" in note and "/proc/sys/kernel/yama/ptrace_scope" in note
+
+
+def test_a_traced_process_is_read_without_pausing_it(tmp_path: Path) -> None:
+    """A process already under ptrace (here it asked its parent, this test, to trace it: what a
+    debugger does) cannot be paused: its stacks are read without pausing, with a note."""
+    script = tmp_path / "traced.py"
+    script.write_text(textwrap.dedent("""
+        import ctypes, time
+        ctypes.CDLL(None, use_errno=True).ptrace(0, 0, None, None)  # PTRACE_TRACEME
+        def traced_here():
+            print("ready", flush=True)
+            while True:
+                time.sleep(3600)
+        traced_here()
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        dump = dump_process(proc.pid, timeout=10)
+        assert dump.note is not None and "could not pause" in dump.note
+        assert dump.threads, dump.note
+        names = [f.name for t in dump.threads for f in t.frames]
+        assert "traced_here" in names
+    finally:
+        proc.send_signal(signal.SIGKILL)  # a tracee stops on other signals
+        proc.wait()
+
+
+def test_py_spy_missing_gives_a_note(monkeypatch: pytest.MonkeyPatch,
+                                     sleeper: subprocess.Popen[str]) -> None:
+    monkeypatch.setattr(capture_module, "find_py_spy", lambda: None)
+    result = capture([Target(pid=sleeper.pid, component="trainer")], run_id="r", attempt=1,
+                     reason="stall")
+    assert result.processes == []
+    assert "py-spy is not installed" in result.notes[0]
+    gone = dump_process(sleeper.pid, timeout=5, py_spy="/nonexistent/py-spy")
+    assert gone.note is not None and "cannot run py-spy" in gone.note
+
+
+def test_py_spy_is_found_in_airvisor_environment() -> None:
+    found = find_py_spy()
+    assert found is not None and os.access(found, os.X_OK)
