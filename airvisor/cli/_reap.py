@@ -4,6 +4,9 @@
     airvisor reap --dry-run [--profile NAME]     what `reap` would stop and remove
     airvisor reap [--yes] [--profile NAME]       stop them (asks first on a terminal)
     airvisor reap --all                          also training processes that are not ours
+
+`--profile` resolves the profile as `check` and `start` do (prime-rl's own resolution of its
+config, with `--set` overrides), so the run's inference port and GPUs are those `start` uses.
     airvisor gpus                                GPUs, memory and who holds it
 
 Stale: processes of airvisor runs that are not live (by the run's cgroup or marker), and
@@ -29,6 +32,7 @@ import psutil
 from airvisor.cli import main
 
 EXIT_FAILED = 1
+DEFAULT_GRACE = 10.0
 
 
 def live_run_ids() -> set[str]:
@@ -68,16 +72,53 @@ def _daemon_live_run_ids() -> set[str]:
         sys.exit(EXIT_FAILED)
 
 
-def _load_profile(ref: str | None) -> Any:
+def _load_profile(ref: str | None, overrides: tuple[str, ...] = ()) -> Any:
+    """The profile as `check` and `start` see it: loaded (with `--set`), then resolved by
+    prime-rl's own code and bound (`airvisor.primerl.prepare_run`), so the inference port and
+    GPUs of its prime-rl config are known. Where prime-rl cannot resolve it, the problems are
+    printed and the profile's own values are used, saying so."""
     if ref is None:
         return None
+    from airvisor.cli._check import parse_overrides
+    from airvisor.primerl._prepare import prepare_run
     from airvisor.profile import ProfileError, load_profile
 
     try:
-        return load_profile(ref)
+        profile = load_profile(ref, parse_overrides(overrides))
     except ProfileError as err:
         click.echo(str(err), err=True)
         sys.exit(EXIT_FAILED)
+    prepared = prepare_run(profile, machine=False)
+    if prepared.resolution is None:
+        click.echo(f"airvisor: prime-rl could not resolve {ref}; judging by the profile's own "
+                   "GPUs and ports (the inference port and GPUs of its prime-rl config are "
+                   "unknown):", err=True)
+        for problem in prepared.problems:
+            click.echo(f"  {problem}", err=True)
+        return profile
+    return prepared.profile
+
+
+def hint_command(command: str, *, profile_ref: str | None = None,
+                 overrides: tuple[str, ...] = (), pids: tuple[int, ...] = (),
+                 grace: float | None = None, reap_all: bool = False,
+                 extra: tuple[str, ...] = ()) -> str:
+    """`airvisor COMMAND ...` with the flags the user gave (a hint to run it again must judge
+    the same processes), quoted for a POSIX shell."""
+    import shlex
+
+    argv = ["airvisor", command]
+    if profile_ref is not None:
+        argv += ["--profile", profile_ref]
+    for pair in overrides:
+        argv += ["--set", pair]
+    for pid in pids:
+        argv += ["--pid", str(pid)]
+    if grace is not None and grace != DEFAULT_GRACE:
+        argv += ["--grace", f"{grace:g}"]
+    if reap_all:
+        argv.append("--all")
+    return shlex.join([*argv, *extra])
 
 
 def _context(profile: Any, live: set[str], reap_all: bool = False) -> Any:
@@ -138,6 +179,9 @@ def _as_json(value: Any) -> str:
 _profile_option = click.option(
     "--profile", "profile_ref", metavar="NAME",
     help="Use this profile's GPUs, ports and reaper.allow_other_users.")
+_set_option = click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
+    help="Override a profile field as `check` and `start` do (repeatable; with --profile).")
 _pid_option = click.option(
     "--pid", "pids", type=int, multiple=True, metavar="PID",
     help="Only candidates among these processes and their descendants (repeatable).")
@@ -145,11 +189,13 @@ _pid_option = click.option(
 
 @main.command("processes")
 @_profile_option
+@_set_option
 @_pid_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def processes_command(profile_ref: str | None, pids: tuple[int, ...], as_json: bool) -> None:
+def processes_command(profile_ref: str | None, overrides: tuple[str, ...],
+                      pids: tuple[int, ...], as_json: bool) -> None:
     """List stale training processes: pid, tree, user, age, GPU memory, ports, command, why."""
-    profile = _load_profile(profile_ref)
+    profile = _load_profile(profile_ref, overrides)
     candidates, blocked, _ = _discover(profile, pids)
     if as_json:
         click.echo(_as_json({"candidates": candidates, "kept": blocked}))
@@ -159,26 +205,28 @@ def processes_command(profile_ref: str | None, pids: tuple[int, ...], as_json: b
 
 @main.command("reap")
 @_profile_option
+@_set_option
 @_pid_option
 @click.option("--dry-run", is_flag=True, help="Only list what would be stopped and removed.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (needed without a terminal).")
-@click.option("--grace", type=Seconds(), default=10.0, show_default=True,
+@click.option("--grace", type=Seconds(), default=DEFAULT_GRACE, show_default=True,
               help="Seconds between SIGTERM and SIGKILL (finite, >= 0).")
 @click.option("--all", "reap_all", is_flag=True,
               help="Also stop training processes that no airvisor run owns (a colleague's "
                    "vLLM, a hand-started torchrun). Asks first, like every reap.")
-def reap_command(profile_ref: str | None, pids: tuple[int, ...], dry_run: bool, yes: bool,
-                 grace: float, reap_all: bool) -> None:
+def reap_command(profile_ref: str | None, overrides: tuple[str, ...], pids: tuple[int, ...],
+                 dry_run: bool, yes: bool, grace: float, reap_all: bool) -> None:
     """Stop stale training processes (whole trees) and remove what they left behind."""
     from airvisor.reaper import (
         find_leftovers,
         judge_containers,
+        process_outcomes,
         profile_ports,
         reap,
         remove_leftovers,
     )
 
-    profile = _load_profile(profile_ref)
+    profile = _load_profile(profile_ref, overrides)
     candidates, blocked, live = _discover(profile, pids, reap_all)
     allow_others = bool(profile and profile.reaper.allow_other_users)
     ports: list[int] = profile_ports(profile) if profile is not None else []
@@ -212,14 +260,22 @@ def reap_command(profile_ref: str | None, pids: tuple[int, ...], dry_run: bool, 
         return
     if not yes:
         if not sys.stdin.isatty():
-            click.echo("Not reaping: no terminal to ask on. Run `airvisor reap --yes` to reap "
-                       "without asking.", err=True)
+            again = hint_command("reap", profile_ref=profile_ref, overrides=overrides,
+                                 pids=pids, grace=grace, reap_all=reap_all, extra=("--yes",))
+            click.echo(f"Not reaping: no terminal to ask on. Run `{again}` to reap without "
+                       "asking.", err=True)
             sys.exit(EXIT_FAILED)
         if not click.confirm("Stop these processes and remove these files?", default=False):
             click.echo("Nothing done.")
             return
     report = reap(candidates, grace=grace, ports=ports, live_run_ids=live,
                   allow_other_users=allow_others, leftovers=True, containers=False)
+    outcomes = process_outcomes(candidates, blocked, report.kill)
+    if outcomes:
+        click.echo("")
+        click.echo("Processes (pid, command line, owner, reason):")
+        for outcome in outcomes:
+            click.echo(f"  {outcome.line()}")
     if containers:
         containers, _, container_note = judge_containers(live, dry_run=False,
                                                          reap_all=reap_all)

@@ -137,6 +137,9 @@ def default_hooks(manager: RunManager) -> Hooks:
                 # The run's page and the gpu_wait notification read this event.
                 manager.store.add_event(run_id, "gpu_wait", str(data.get("message", "")),
                                         data={k: v for k, v in data.items() if k != "message"})
+            elif kind == "reaper.processes":  # each process the preflight stopped or left
+                manager.store.add_event(run_id, "reap", str(data.get("message", "")),
+                                        data={k: v for k, v in data.items() if k != "message"})
 
         report = reaper_prepare(profile, run_id=run_id, live_run_ids=live, log=on_log)
         return str(getattr(report, "summary", report))

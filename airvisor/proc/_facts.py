@@ -25,6 +25,61 @@ from airvisor.proc._marker import Marker, environ_visible, infer_session_marker,
 # elastic agent gives every worker these.
 TORCHELASTIC_ENV = "TORCHELASTIC_RUN_ID"
 _TORCHELASTIC_PREFIX = TORCHELASTIC_ENV.encode() + b"="
+# Every process of a Slurm job step gets its job id from slurmstepd (SLURM_JOBID is the older
+# spelling Slurm still sets).
+SLURM_JOB_ENVS = ("SLURM_JOB_ID", "SLURM_JOBID")
+# slurmd's cgroup layouts: v2 `.../slurmstepd.scope/job_<id>/step_<n>/...`, v1
+# `/slurm/uid_<uid>/job_<id>/step_<n>`.
+_SLURM_CGROUP_JOB = re.compile(r"/(?:slurmstepd\.scope|slurm[^/]*/uid_\d+)/job_(\d+)(?:/|$)")
+# Other supervisors' cgroups: container runtimes and Kubernetes (their processes are theirs).
+_SUPERVISOR_CGROUPS = (
+    (re.compile(r"/docker-([0-9a-f]{12})[0-9a-f]*\.scope(?:/|$)"), "Docker container {}"),
+    (re.compile(r"^/docker/([0-9a-f]{12})[0-9a-f]*(?:/|$)"), "Docker container {}"),
+    (re.compile(r"/libpod-([0-9a-f]{12})[0-9a-f]*\.scope(?:/|$)"), "Podman container {}"),
+    (re.compile(r"/(kubepods)[./]"), "a Kubernetes pod"),
+)
+
+
+def env_value(raw: bytes, name: str) -> str | None:
+    """The value of `name` in a raw NUL-separated environ, or None."""
+    prefix = name.encode() + b"="
+    if raw.startswith(prefix):
+        start = len(prefix)
+    else:
+        found = raw.find(b"\0" + prefix)
+        if found < 0:
+            return None
+        start = found + 1 + len(prefix)
+    end = raw.find(b"\0", start)
+    return raw[start:end if end >= 0 else len(raw)].decode("utf-8", "replace")
+
+
+def slurm_job_of(environ: bytes, cgroup: str | None) -> str | None:
+    """The Slurm job a process runs in: slurmd's cgroup of the job (the kernel's record), else
+    the job id slurmstepd put in its environment."""
+    if cgroup:
+        found = _SLURM_CGROUP_JOB.search(cgroup)
+        if found:
+            return found.group(1)
+    if b"SLURM_JOB" not in environ:  # fast path: most processes run outside Slurm
+        return None
+    for name in SLURM_JOB_ENVS:
+        value = env_value(environ, name)
+        if value and value.strip().isdigit():
+            return value.strip()
+    return None
+
+
+def cgroup_supervisor(cgroup: str | None) -> str | None:
+    """Which other supervisor's cgroup holds a process (a container runtime's, Kubernetes'),
+    or None."""
+    if not cgroup:
+        return None
+    for pattern, what in _SUPERVISOR_CGROUPS:
+        found = pattern.search(cgroup)
+        if found:
+            return what.format(found.group(1))
+    return None
 
 
 @dataclass(frozen=True)
@@ -49,6 +104,8 @@ class ProcessFacts:
     # the session airvisor started the component in, whose other members still show it.
     session_marker: Marker | None = None
     torchelastic_worker: bool = False  # carries torchrun's TORCHELASTIC_RUN_ID
+    slurm_job: str | None = None  # the Slurm job it runs in (slurmd's cgroup or SLURM_JOB_ID)
+    supervisor_cgroup: str | None = None  # another supervisor's cgroup ("Docker container x")
     gpu_memory: Mapping[int, int] = field(default_factory=dict)  # GPU index -> bytes held
     cgroup: str | None = None  # cgroup v2 path, relative to the hierarchy's root
     cgroup_run: CgroupRun | None = None  # the airvisor run whose cgroup holds it
@@ -271,6 +328,8 @@ def collect_facts(
             torchelastic_worker=_TORCHELASTIC_PREFIX in environ
             and (environ.startswith(_TORCHELASTIC_PREFIX)
                  or b"\0" + _TORCHELASTIC_PREFIX in environ),
+            slurm_job=slurm_job_of(environ, cgroup),
+            supervisor_cgroup=cgroup_supervisor(cgroup),
             gpu_memory=dict(gpu_memory_by_pid.get(pid, {})),
             cgroup=cgroup,
             cgroup_run=parse_run_path(cgroup, mount) if cgroup and "/sv-" in cgroup else None,
@@ -283,19 +342,39 @@ def collect_facts(
         ignore_sessions = {found for protected in protected_pids()
                            if (found := _sid(protected)) is not None}
     by_session = session_markers(raw, ignore_sessions)
+    jobs_by_session = session_slurm_jobs(raw, ignore_sessions)
     return {
         pid: _with_ancestry(
             replace(facts, session_marker=by_session.get(facts.sid) if facts.sid else None)
             if facts.marker is None else facts,
-            raw,
+            raw, jobs_by_session,
         )
         for pid, facts in raw.items()
     }
 
 
-def _with_ancestry(facts: ProcessFacts, all_facts: Mapping[int, ProcessFacts]) -> ProcessFacts:
+def session_slurm_jobs(
+    facts_by_pid: Mapping[int, ProcessFacts], ignore_sessions: Iterable[int] = ()
+) -> dict[int, str]:
+    """sid -> the one Slurm job its members name (sessions whose members name two jobs, and
+    the caller's own, are left out): a job step's task whose parent died and whose environment
+    was wiped by a retitle is still found in its step's session."""
+    ignored = {0, 1, *ignore_sessions}
+    jobs: dict[int, set[str]] = {}
+    for facts in facts_by_pid.values():
+        if facts.sid is None or facts.sid in ignored or facts.slurm_job is None:
+            continue
+        jobs.setdefault(facts.sid, set()).add(facts.slurm_job)
+    return {sid: next(iter(found)) for sid, found in jobs.items() if len(found) == 1}
+
+
+def _with_ancestry(facts: ProcessFacts, all_facts: Mapping[int, ProcessFacts],
+                   jobs_by_session: Mapping[int, str] | None = None) -> ProcessFacts:
     ancestors: list[int] = []
     markers: list[Marker] = []
+    # A Slurm job's descendants are its work whatever they do to their environment (vLLM's
+    # retitled EngineCore shows none): the nearest ancestor's job, else its session's.
+    job = facts.slurm_job
     seen = {facts.pid}
     ppid = facts.ppid
     while ppid and ppid not in seen:
@@ -306,8 +385,13 @@ def _with_ancestry(facts: ProcessFacts, all_facts: Mapping[int, ProcessFacts]) -
             break
         if parent.marker is not None:
             markers.append(parent.marker)
+        if job is None:
+            job = parent.slurm_job
         ppid = parent.ppid
-    return replace(facts, ancestors=tuple(ancestors), ancestor_markers=tuple(markers))
+    if job is None and jobs_by_session and facts.sid is not None:
+        job = jobs_by_session.get(facts.sid)
+    return replace(facts, ancestors=tuple(ancestors), ancestor_markers=tuple(markers),
+                   slurm_job=job)
 
 
 def listening_ports_by_pid(pids: Iterable[int] | None = None) -> dict[int, tuple[int, ...]]:

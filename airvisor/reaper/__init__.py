@@ -23,12 +23,16 @@ from airvisor.reaper._preflight import (
 )
 from airvisor.reaper._reap import (
     BusyPort,
+    ProcessOutcome,
     ReapReport,
     busy_ports,
     judge_containers,
     orphan_containers,
+    outcomes_message,
+    process_outcomes,
     reap,
 )
+from airvisor.reaper._slurm import JobAsker, slurm_job_phases
 from airvisor.reaper._table import format_age, format_candidates
 from airvisor.reaper._verdict import (
     KIND_LABELS,
@@ -41,6 +45,7 @@ from airvisor.reaper._verdict import (
     known_kind,
     ownership,
     parse_program,
+    slurm_job_claims,
 )
 
 __all__ = [
@@ -49,11 +54,13 @@ __all__ = [
     "BusyPort",
     "Candidate",
     "Discovery",
+    "JobAsker",
     "Leftover",
     "LeftoverResult",
     "Ownership",
     "PreflightError",
     "PreflightReport",
+    "ProcessOutcome",
     "ReapContext",
     "ReapReport",
     "Verdict",
@@ -74,14 +81,18 @@ __all__ = [
     "live_runs_of",
     "memory_requirements",
     "orphan_containers",
+    "outcomes_message",
     "ownership",
     "parse_program",
     "prepare_machine",
+    "process_outcomes",
     "profile_gpus",
     "profile_ports",
     "reap",
     "remove_leftovers",
     "resolve_owners",
+    "slurm_job_claims",
+    "slurm_job_phases",
     "store_view",
     "supervisor_alive",
 ]

@@ -7,9 +7,10 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from airvisor.proc._cgroup import instance_id, own_state_dir
+from airvisor.proc._cgroup import instance_id, own_state_dir, pid_cgroup
 from airvisor.proc._facts import (
     ProcessFacts,
+    cgroup_supervisor,
     collect_facts,
     enrich,
     listening_ports_by_pid,
@@ -17,6 +18,7 @@ from airvisor.proc._facts import (
 )
 from airvisor.proc._kill import adopted_runs, protected_pids
 from airvisor.reaper._owners import resolve_owners
+from airvisor.reaper._slurm import JobAsker, slurm_job_phases
 from airvisor.reaper._verdict import Judged, ReapContext, judge_all, known_kind
 
 
@@ -39,6 +41,7 @@ class Candidate:
     marker_run_id: str | None = None
     blocked_by: str | None = None  # set on processes left alone (not ours, a safety rule)
     cgroup: str | None = None  # the airvisor run cgroup it sits in (relative to the hierarchy)
+    owner: str = ""  # whose it is, in words ("airvisor run R", "Slurm job 12 (running ...)")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,9 @@ def default_context(
         own_state_dir=os.path.realpath(state_dir or own_state_dir()),
         reap_unowned=reap_unowned,
         own_pid_namespace=pid_namespace("self"),
+        own_slurm_job=(os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+                       or None),
+        own_supervisor_cgroup=cgroup_supervisor(pid_cgroup(os.getpid())),
     )
 
 
@@ -124,6 +130,7 @@ def build_candidates(
             marker_run_id=f.marker.run_id if f.marker else None,
             blocked_by=j.verdict.blocked_by,
             cgroup=f.cgroup if f.cgroup_run is not None else None,
+            owner=j.verdict.owner,
         ))
         for child in sorted(kids.get(pid, ())):
             visit(child, depth + 1)
@@ -139,8 +146,11 @@ def discover_all(
     live_run_ids: Iterable[str] | None = None,
     gpu_holders: Mapping[int, Mapping[int, int]] | None = None,
     with_ports: bool = True,
+    slurm: JobAsker | None = None,
 ) -> Discovery:
-    """Every stale candidate of the machine (and those kept off the list by a safety rule)."""
+    """Every stale candidate of the machine (and those kept off the list by a safety rule).
+    Slurm is asked (through `slurm`, default its commands) about the jobs training processes
+    run in."""
     if context is None:
         context = default_context(live_run_ids or ())
     elif live_run_ids is not None:
@@ -167,6 +177,14 @@ def discover_all(
         else own_known if own_known is not None else frozenset(),
         adopted={**adopted_orphans_here(), **context.adopted},
     )
+    jobs = {f.slurm_job for f in facts_by_pid.values()
+            if f.slurm_job is not None and f.slurm_job != context.own_slurm_job
+            and f.slurm_job not in context.slurm_jobs
+            and (f.marker is not None or f.session_marker is not None
+                 or f.cgroup_run is not None or known_kind(f) is not None)}
+    if jobs:
+        context = replace(context, slurm_jobs={**slurm_job_phases(jobs, slurm),
+                                               **context.slurm_jobs})
     judgement = judge_all(facts_by_pid, context)
     if with_ports:
         for group in (judgement.stale, judgement.blocked):
@@ -187,7 +205,8 @@ def discover(
     live_run_ids: Iterable[str] | None = None,
     gpu_holders: Mapping[int, Mapping[int, int]] | None = None,
     with_ports: bool = True,
+    slurm: JobAsker | None = None,
 ) -> list[Candidate]:
     """The stale candidates: pid, tree, user, age, command, GPU memory, ports and reason."""
     return discover_all(context, live_run_ids=live_run_ids, gpu_holders=gpu_holders,
-                        with_ports=with_ports).candidates
+                        with_ports=with_ports, slurm=slurm).candidates

@@ -26,7 +26,15 @@ from airvisor.gpu import (
 )
 from airvisor.profile._schema import Profile
 from airvisor.reaper._discover import Candidate, default_context, discover_all
-from airvisor.reaper._reap import BusyPort, LogFn, ReapReport, reap
+from airvisor.reaper._reap import (
+    BusyPort,
+    LogFn,
+    ReapReport,
+    outcomes_message,
+    process_outcomes,
+    reap,
+)
+from airvisor.reaper._slurm import JobAsker
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 
@@ -46,6 +54,7 @@ class PreflightReport:
     reaped: ReapReport | None = None
     waited: float = 0.0
     busy_ports: list[BusyPort] = field(default_factory=list)
+    left_alone: list[Candidate] = field(default_factory=list)
 
     @property
     def summary(self) -> str:
@@ -126,12 +135,15 @@ def prepare_machine(
     backend: NVMLBackend | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    slurm: JobAsker | None = None,
 ) -> PreflightReport:
     """Make the machine ready for an attempt of run `run_id`. Raises PreflightError.
 
     Processes carrying `run_id`'s own marker are leftovers of an earlier attempt (the engine
     stops an attempt before calling this) and are reaped too, except `own_pids` and their
-    descendants, which the caller keeps.
+    descendants, which the caller keeps. Every process stopped or left alone is reported to
+    `log` as "reaper.processes" (pid, command line, owner, reason; the engine records it in the
+    run's events). `slurm` answers for the Slurm jobs of processes (default: Slurm's commands).
     """
     own_pids = frozenset(own_pids)
     gpus_used = profile_gpus(profile)
@@ -145,6 +157,7 @@ def prepare_machine(
         _check_gpus_exist(profile, gpus)
 
     ports = profile_ports(profile)
+    profile_ref = str(profile.source) if profile.source is not None else None
     reaped: ReapReport | None = None
     left_alone: list[Candidate] = []
     if profile.reaper.enabled:
@@ -153,7 +166,7 @@ def prepare_machine(
                                   allow_other_users=profile.reaper.allow_other_users,
                                   profile_gpus=gpus_used, profile_ports=ports)
         holders = _holders(backend) if gpus_used else {}
-        found = discover_all(context, gpu_holders=holders)
+        found = discover_all(context, gpu_holders=holders, slurm=slurm)
         candidates: list[Candidate] = found.candidates
         left_alone = found.blocked
         if log is not None:
@@ -167,6 +180,10 @@ def prepare_machine(
                       allow_other_users=profile.reaper.allow_other_users, log=log,
                       spare=own_pids)
         busy = reaped.busy_ports
+        outcomes = process_outcomes(candidates, left_alone, reaped.kill)
+        if log is not None and outcomes:
+            log("reaper.processes", {"message": outcomes_message(outcomes),
+                                     "processes": [o.as_dict() for o in outcomes]})
     else:
         from airvisor.reaper._reap import busy_ports
 
@@ -186,7 +203,8 @@ def prepare_machine(
                 now = list_gpus(backend)
             except GPUUnavailable:
                 return
-            notes = holder_notes(now, left_alone, reaped, set(live_run_ids) - {run_id})
+            notes = holder_notes(now, left_alone, reaped, set(live_run_ids) - {run_id},
+                                 profile_ref)
             log("preflight.waiting", {
                 "message": format_memory_shortfall(now, requirements, who, 0.0, notes=notes),
                 "short": {str(k): v for k, v in short.items()},
@@ -200,11 +218,12 @@ def prepare_machine(
             raise PreflightError(str(err)) from err
         waited = result.waited
         if not result.ok:
-            notes = holder_notes(gpus, left_alone, reaped, set(live_run_ids) - {run_id})
+            notes = holder_notes(gpus, left_alone, reaped, set(live_run_ids) - {run_id},
+                                 profile_ref)
             raise PreflightError(format_memory_shortfall(gpus, requirements, who, waited,
                                                          notes=notes))
     report = PreflightReport(gpus=gpus, requirements=requirements, reaped=reaped,
-                             waited=waited, busy_ports=busy)
+                             waited=waited, busy_ports=busy, left_alone=left_alone)
     if log is not None:
         log("preflight.done", {"summary": report.summary})
     return report
@@ -212,10 +231,14 @@ def prepare_machine(
 
 def holder_notes(
     gpus: list[GPUInfo], left_alone: list[Candidate], reaped: ReapReport | None,
-    live: Iterable[str] = (),
+    live: Iterable[str] = (), profile_ref: str | None = None,
 ) -> dict[int, str]:
-    """pid -> the next step for each process still holding memory on a short GPU."""
+    """pid -> the next step for each process still holding memory on a short GPU (a hint
+    to reap names `profile_ref`, the run's profile, so it judges with the same GPUs/ports)."""
+    import shlex
+
     live = set(live)
+    profile_flag = f" --profile {shlex.quote(profile_ref)}" if profile_ref else ""
     not_ours = {c.pid: c for c in left_alone}
     survivors = {s.pid: s for s in (reaped.kill.survivors if reaped and reaped.kill else [])}
     notes: dict[int, str] = {}
@@ -228,7 +251,8 @@ def holder_notes(
                               f"`kill -9 {pid}` or reset the GPU")
             elif pid in not_ours:
                 c = not_ours[pid]
-                notes[pid] = (f"{c.blocked_by}: `airvisor reap --all --pid {pid}` stops it "
+                notes[pid] = (f"{c.blocked_by}: `airvisor reap{profile_flag} --all --pid {pid}` "
+                              f"stops it "
                               f"(it asks first), or give the run other GPUs ([gpus] in the "
                               f"profile)")
             elif holder.run_id is not None and holder.run_id in live:

@@ -59,6 +59,74 @@ class ReapReport:
         return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class ProcessOutcome:
+    """One process a reap stopped or left, as the run's events and `airvisor reap` show it."""
+
+    pid: int
+    command: str
+    owner: str
+    reason: str
+    action: str  # "stopped" (SIGTERM), "killed" (SIGKILL), "survived", "would stop", "left"
+    why_left: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"pid": self.pid, "command": self.command, "owner": self.owner,
+                                "reason": self.reason, "action": self.action}
+        if self.why_left is not None:
+            data["why_left"] = self.why_left
+        return data
+
+    def line(self, command_width: int = 100) -> str:
+        command = self.command if len(self.command) <= command_width else \
+            self.command[:command_width - 1] + "…"
+        text = f"{self.action} pid {self.pid} [{command}] owner: {self.owner or '?'}; " \
+               f"{self.reason}"
+        if self.why_left:
+            text += f" -- {self.why_left}"
+        return text
+
+
+def process_outcomes(
+    candidates: Iterable[Candidate], left: Iterable[Candidate], kill: KillReport | None,
+    *, dry_run: bool = False,
+) -> list[ProcessOutcome]:
+    """What happened to each candidate (stopped, killed, survived; "would stop" in a dry run)
+    and each process left alone, with its command line, owner and reason. A descendant the
+    kill took along with its candidate's tree is named by the kill report only."""
+    terminated = set(kill.terminated) if kill is not None else set()
+    killed = set(kill.killed) if kill is not None else set()
+    survivors = {s.pid for s in kill.survivors} if kill is not None else set()
+    found: list[ProcessOutcome] = []
+    for c in candidates:
+        if dry_run or kill is None:
+            action = "would stop"
+        elif c.pid in survivors:
+            action = "survived"
+        elif c.pid in killed:
+            action = "killed"
+        elif c.pid in terminated:
+            action = "stopped"
+        else:
+            action = "gone"  # exited before the kill reached it
+        found.append(ProcessOutcome(c.pid, c.command, c.owner, c.reason, action))
+    for c in left:
+        found.append(ProcessOutcome(c.pid, c.command, c.owner, c.reason, "left",
+                                    c.blocked_by))
+    return found
+
+
+def outcomes_message(outcomes: list[ProcessOutcome], *, limit: int = 20) -> str:
+    """One line for the run's events: counts, then each process (the first `limit`)."""
+    stopped = sum(1 for o in outcomes if o.action != "left")
+    left = len(outcomes) - stopped
+    head = f"reaper: {stopped} process(es) stopped, {left} left alone"
+    shown = "; ".join(o.line(80) for o in outcomes[:limit])
+    more = f"; ... and {len(outcomes) - limit} more (see details)" \
+        if len(outcomes) > limit else ""
+    return f"{head}: {shown}{more}" if outcomes else head
+
+
 def _describe(pid: int | None) -> str:
     if pid is None:
         return "?"
@@ -166,6 +234,7 @@ def reap(
             log("reaper.reaped", {
                 "pids": [c.pid for c in candidates], "terminated": kill.terminated,
                 "killed": kill.killed, "survivors": [s.pid for s in kill.survivors],
+                "processes": [o.as_dict() for o in process_outcomes(candidates, (), kill)],
             })
     leftover_result = LeftoverResult([], [])
     if leftovers:

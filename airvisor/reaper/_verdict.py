@@ -197,6 +197,13 @@ class ReapContext:
     own_pid_namespace: int | None = None
     # Subreaper fallback: orphans this supervisor adopted, pid -> the run they came from.
     adopted: Mapping[int, str] = field(default_factory=dict)
+    # Slurm jobs seen on processes: job id -> phase per Slurm (queued, running, ending, ended,
+    # unknown: Slurm could not be asked). A job missing here counts as unknown.
+    slurm_jobs: Mapping[str, str] = field(default_factory=dict)
+    # The Slurm job and the other supervisor's cgroup the caller itself runs in: processes in
+    # its own allocation or container are judged as if there were no job or container.
+    own_slurm_job: str | None = None
+    own_supervisor_cgroup: str | None = None
 
 
 @dataclass(frozen=True)
@@ -207,8 +214,12 @@ class Verdict:
     # another airvisor's whose state is unknown, inside a container.
     blocked_by: str | None = None
     # Why it is (or would be) stale: "owner" (a run that is not live), "in-the-way" (holds the
-    # profile's GPUs or ports), "all" (--all), "unowned" (left alone), "relative".
+    # profile's GPUs or ports), "all" (--all), "unowned" (left alone), "relative",
+    # "other-owner" (a live Slurm job's or another supervisor's).
     basis: str = ""
+    # Whose process it is, in words: "airvisor run R", "Slurm job 12", "nobody (not started by
+    # airvisor)", ... (recorded with every process a reap stops or leaves).
+    owner: str = ""
 
     @property
     def stale(self) -> bool:
@@ -301,6 +312,40 @@ def _in_the_way(facts: ProcessFacts, context: ReapContext) -> str | None:
     return " and ".join(parts) or None
 
 
+def slurm_job_claims(job_id: str | None, phase: str | None, own_job: str | None) -> str | None:
+    """Whether a process in Slurm job `job_id` (`phase` per Slurm: queued, running, ending,
+    ended, unknown; None: not asked) is that job's live work: the words saying so, else None.
+
+    A job that Slurm says has ended no longer owns its leftovers (they are judged like any
+    process); one Slurm cannot be asked about is taken to be live (nothing shows it is over).
+    The caller's own job (`airvisor` started inside an allocation) claims nothing: its
+    processes are judged by their airvisor run as everywhere else.
+    """
+    if job_id is None or job_id == own_job:
+        return None
+    if phase == "ended":
+        return None
+    if phase in ("queued", "running", "ending"):
+        return f"Slurm job {job_id} ({phase} per Slurm)"
+    return f"Slurm job {job_id} (Slurm could not say whether it still runs)"
+
+
+def other_owner(facts: ProcessFacts, context: ReapContext) -> str | None:
+    """The live Slurm job or other supervisor (a container runtime, Kubernetes) whose work the
+    process is, or None."""
+    job = slurm_job_claims(facts.slurm_job, context.slurm_jobs.get(facts.slurm_job or ""),
+                           context.own_slurm_job)
+    if job is not None:
+        return job
+    if facts.supervisor_cgroup is not None \
+            and facts.supervisor_cgroup != context.own_supervisor_cgroup:
+        return f"{facts.supervisor_cgroup} (cgroup {facts.cgroup})"
+    return None
+
+
+OTHER_OWNER = "the live work of {}: not stale, left alone (stopped only with --all)"
+
+
 def in_other_pid_namespace(facts: ProcessFacts, context: ReapContext) -> bool:
     return (context.own_pid_namespace is not None and facts.pid_namespace is not None
             and facts.pid_namespace != context.own_pid_namespace)
@@ -337,12 +382,14 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
 
     blocked: str | None = None
     basis = "owner"
+    owner = "nobody (not started by airvisor)"
     if own is not None:
         component = f" ({own.component})" if own.component else ""
         kind = kind_match[0] if kind_match else "airvisor-run"
         foreign = _is_foreign(own, context)
         whose = f" of the airvisor at {own.state_dir or 'an unknown state dir'}" if foreign \
             else ""
+        owner = f"airvisor run {own.run_id}{component}{whose}"
         if live is None:
             reason = f"{own.how}: run {own.run_id}{component}{whose}"
             blocked = ("belongs to another airvisor whose state cannot be read, so whether "
@@ -371,6 +418,21 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
             reason = f"{what}, not started by airvisor (no run cgroup or marker)"
             blocked = NOT_OURS
             basis = "unowned"
+    claimed_by = other_owner(facts, context)
+    if claimed_by is not None:
+        # Another owner's live work is never stale: not for its GPUs or ports, not for the
+        # airvisor marker it inherited, only with --all.
+        owner = claimed_by
+        reason += f"; runs in {claimed_by}"
+        if context.reap_unowned:
+            if blocked is None or blocked in (NOT_OURS, NOT_KNOWN):
+                blocked = None
+                if basis != "all":
+                    reason += " (stopped because of --all)"
+                basis = "all"
+        else:
+            blocked = OTHER_OWNER.format(claimed_by)
+            basis = "other-owner"
     if in_other_pid_namespace(facts, context):
         blocked = ("inside another PID namespace (a container's): left to Docker, whose "
                    "containers airvisor reaps by label")
@@ -381,7 +443,7 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
             and not context.allow_other_users:
         blocked = (f"belongs to user {facts.username or facts.uid} "
                    f"(set reaper.allow_other_users to include it)")
-    return Verdict(kind, reason, blocked, basis)
+    return Verdict(kind, reason, blocked, basis, owner)
 
 
 @dataclass(frozen=True)
@@ -434,7 +496,8 @@ def judge_all(facts_by_pid: Mapping[int, ProcessFacts], context: ReapContext) ->
                       f"({KIND_LABELS[owner.verdict.kind]})")
             if facts.ppid == 1:
                 reason += "; orphaned (parent is init)"
-            stale[facts.pid] = Judged(facts, Verdict("mp-helper", reason, None, "relative"))
+            stale[facts.pid] = Judged(facts, Verdict("mp-helper", reason, None, "relative",
+                                                     owner.verdict.owner))
     blocked = _add_in_the_way_groups(context, stale, blocked)
     _add_uv_launchers(facts_by_pid, context, stale, blocked)
     return Judgement(stale=sorted(stale.values(), key=lambda j: j.facts.pid), blocked=blocked)
@@ -459,7 +522,8 @@ def _add_in_the_way_groups(context: ReapContext, stale: dict[int, Judged],
             continue
         reason = (f"{j.verdict.reason}; in the process group of pid {owner.facts.pid}, which "
                   f"is in the profile's way")
-        stale[j.facts.pid] = Judged(j.facts, Verdict(j.verdict.kind, reason, None, "relative"))
+        stale[j.facts.pid] = Judged(j.facts, Verdict(j.verdict.kind, reason, None, "relative",
+                                                     j.verdict.owner))
     return still
 
 
@@ -479,11 +543,13 @@ def _add_uv_launchers(facts_by_pid: Mapping[int, ProcessFacts], context: ReapCon
             continue
         reason = (f"{KIND_LABELS['uv-launcher']} of pid {judged.facts.pid} "
                   f"({KIND_LABELS['prime-rl']}): {judged.verdict.reason}")
-        verdict = Verdict("uv-launcher", reason, judged.verdict.blocked_by)
+        verdict = Verdict("uv-launcher", reason, judged.verdict.blocked_by,
+                          owner=judged.verdict.owner)
         if verdict.stale and parent.uid != context.own_uid and not context.allow_other_users:
             verdict = Verdict("uv-launcher", reason, f"belongs to user "
                               f"{parent.username or parent.uid} (set "
-                              f"reaper.allow_other_users to include it)")
+                              f"reaper.allow_other_users to include it)",
+                              owner=judged.verdict.owner)
         listed.add(parent.pid)
         if verdict.stale:
             stale[parent.pid] = Judged(parent, verdict)
