@@ -5,8 +5,11 @@ itself. For status (pids), `airvisor logs` and the run page, airvisor finds them
 the command lines prime-rl gives them (v0.4 `rl.py:613,686-692,725-746`: `uv run inference @ f`,
 `uv run orchestrator @ f`, `uv run env ... torchrun ... -m prime_rl.trainer.rl.train @ f`; main
 `entrypoints/rl.py`: `inference @ f`, `orchestrator @ f`, `torchrun ... -m
-prime_rl.trainer.rl.train @ f`, `env-server @ f`). The matching is pure; `launcher_members`
-reads the tree through psutil.
+prime_rl.trainer.rl.train @ f`, `env-server @ f`), and, since main retitles each of them once it
+runs (`utils/process.py` set_proc_title: `PRIME-RL::<Name>`, called from
+`entrypoints/inference.py:238`, `entrypoints/env_server.py:37`, `orchestrator/orchestrator.py:1060`,
+`trainer/rl/train.py:748`), by that title (a retitled process's cmdline is its title). The
+matching is pure; `launcher_members` reads the tree through psutil.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from dataclasses import dataclass
 import psutil
 
 TRAINER_MODULE = "prime_rl.trainer.rl.train"
+# prime-rl main's process titles (PRIME_RL_PROC_PREFIX + "::" + name) -> component.
+TITLE_PREFIX = "PRIME-RL::"
+TITLED_COMPONENTS = {"Inference": "inference", "Orchestrator": "orchestrator",
+                     "EnvServer": "env-server", "Trainer": "trainer"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,10 @@ def component_of(argv: Sequence[str]) -> str | None:
     """The component a command line starts, or None. A program counts by the basename of an
     argument (`/venv/bin/inference`, `inference` after `uv run` or the demo's module), never by
     a substring of the command line."""
+    if argv and argv[0].startswith(TITLE_PREFIX):
+        # setproctitle may leave the title padded, or as one string with spaces.
+        title = argv[0].removeprefix(TITLE_PREFIX).split()
+        return TITLED_COMPONENTS.get(title[0]) if title else None
     names = [os.path.basename(arg) for arg in argv]
     if TRAINER_MODULE in argv:
         return "trainer"  # torchrun (or `env ... torchrun`) and its workers

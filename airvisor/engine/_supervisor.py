@@ -76,10 +76,14 @@ class PreparedAttempt:
 
     number: int
     choice: ResumeChoice
-    plan: AttemptPlan
+    plan: AttemptPlan | None  # None when `complete`: nothing is launched
     profile: Profile  # bound by prime-rl's resolution for this attempt
     summary: str
     containers: tuple[Any, ...] = ()  # the task containers' status, read on the worker
+    # The newest complete checkpoint is the final one (step >= max_steps): training is done.
+    # A resume from it would never end (main's trainer starts at max_steps + 1 and never meets
+    # its last step, trainer/rl/train.py:230,266), so the run ends succeeded instead.
+    complete: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,11 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
     choice = choose_resume_step(layout.scan())
     if choice.step is not None and choice.step < layout.step_base:
         choice = ResumeChoice(step=None, skipped=choice.skipped)
+    if training_complete(choice.step, profile.run.max_steps):
+        return PreparedAttempt(number, choice, None, profile,
+                               summary + f"; step {choice.step} is the final checkpoint "
+                               f"(max_steps = {profile.run.max_steps}): training is complete",
+                               complete=True)
     prepared = prepared_or_raise(choice.step)
     if choice.step is None and number > 1 and profile.prime_rl.version == "main" \
             and run_dir_used(layout.run_dir):
@@ -158,6 +167,7 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
         # The attempt's logs go to the state directory: a full one would only show as the
         # launcher dying on its first write.
         attempt_dir.mkdir(parents=True, exist_ok=True)
+        moved_logs = keep_rewritten_logs(layout, attempt_dir / "previous-logs")
         free = shutil.disk_usage(attempt_dir).free
         if free < STATE_DIR_MIN_FREE:
             raise AttemptError(
@@ -171,35 +181,100 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
     except OSError as exc:
         raise AttemptError(f"cannot write the attempt's files under {attempt_dir}: "
                            f"{exc.strerror or exc}") from exc
+    if moved_logs:
+        summary += f"; the earlier launch's logs kept in {attempt_dir / 'previous-logs'}"
     return PreparedAttempt(number, choice, prepared.plan, prepared.profile, summary)
+
+
+def training_complete(checkpoint_step: int | None, max_steps: int | None) -> bool:
+    """A checkpoint at step >= max_steps is the final one: both versions save step N once N
+    steps are done and a final checkpoint at the end (primerl RULES "save_points")."""
+    return checkpoint_step is not None and max_steps is not None and checkpoint_step >= max_steps
+
+
+def keep_rewritten_logs(layout: RunLayout, target: Path) -> list[Path]:
+    """Move the logs an earlier launch left at the paths this launch rewrites (v0.4's
+    `logs/*.stdout`) into airvisor's attempt directory: kept (prime-rl would truncate or delete
+    them), and the file at each path is then this attempt's, whatever its times say."""
+    moved: list[Path] = []
+    for path in layout.rewritten_logs():
+        if not path.is_file():
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        destination = target / path.name
+        shutil.move(path, destination)
+        moved.append(destination)
+    return moved
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """Which file a path named at one moment: (device, inode), and the path it was found at."""
+
+    path: Path
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path | None) -> FileIdentity | None:
+        if path is None:
+            return None
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return cls(path, st.st_dev, st.st_ino)
+
+    def same_file(self, path: Path) -> bool:
+        """`path` is this very file (same path, same inode): not a file created since."""
+        if path != self.path:
+            return False
+        try:
+            st = path.stat()
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (self.device, self.inode)
 
 
 class LogView:
     """The log of a component that airvisor did not start itself (prime-rl's launcher did):
-    found where that version writes it (`RunLayout.log_file`), and read only once it was
-    written during this attempt, so an earlier attempt's `Step N` lines never count."""
+    found where that version writes it (`RunLayout.log_file`), and read only once it is a file
+    this attempt's launch created, known by identity, never by modification time: the file the
+    path named when the attempt started (an earlier attempt's: main's `logs/latest` before
+    the new `attempt_N` exists, or a v0.4 `*.stdout` not moved aside) is never read. The
+    earlier file is kept open meanwhile, so its inode cannot be reused by a new file."""
 
-    def __init__(self, locate: Callable[[], Path | None], *, since: float,
-                 from_end: bool = False) -> None:
+    def __init__(self, locate: Callable[[], Path | None], *, from_end: bool = False) -> None:
         self._locate = locate
-        self._since = since
         self._from_end = from_end  # adoption: the lines before it were read by the last daemon
         self.tail: LogTail | None = None
+        self._earlier: FileIdentity | None = None
+        self._pin: Any = None
+        if not from_end:
+            self._earlier = FileIdentity.of(locate())
+            if self._earlier is not None:
+                try:
+                    self._pin = open(self._earlier.path, "rb")  # noqa: SIM115 (held on purpose)
+                except OSError:
+                    self._pin = None
 
     @property
     def last_lines(self) -> list[str]:
         return list(self.tail.last_lines) if self.tail is not None else []
 
+    def close(self) -> None:
+        if self._pin is not None:
+            self._pin.close()
+            self._pin = None
+
     def read_new_lines(self) -> list[str]:
         if self.tail is None:
             path = self._locate()
-            if path is None:
+            if path is None or not path.exists():
                 return []
-            try:
-                if path.stat().st_mtime < self._since:
-                    return []  # still the previous attempt's file
-            except OSError:
-                return []
+            if self._earlier is not None and self._earlier.same_file(path):
+                return []  # still the previous attempt's file
+            self.close()
             self.tail = LogTail(path, from_end=self._from_end)
         return self.tail.read_new_lines()  # (a truncated file is read again from its start)
 
@@ -340,6 +415,7 @@ class RunSupervisor:
         # done and prime-rl's launcher is stopping the inference server (v0.4 waits up to 60 s).
         self._finished: set[str] = set()
         self._finished_at: float | None = None
+        self._notes: set[str] = set()  # one-off events already recorded in this attempt
         self._attempt_max_step = 0
         self._prober: ProberLike | None = None
         self._pool: ContainerPoolLike | None = None
@@ -382,6 +458,7 @@ class RunSupervisor:
         if target.state != previous.state:
             self._event("state", f"run {target.state}", phase=str(target))
         if target.terminal:
+            self._close_views()
             self.finished.set()
 
     def _run_task(self, name: str, job: Callable[[], Any]) -> None:
@@ -399,6 +476,10 @@ class RunSupervisor:
             self._post(TaskDone(self.run_id, attempt, name, result=result))
 
         threading.Thread(target=work, name=f"{name}-{self.run_id}", daemon=True).start()
+
+    def _close_views(self) -> None:
+        for view in self.views.values():
+            view.close()
 
     @property
     def members(self) -> dict[str, int]:
@@ -461,6 +542,7 @@ class RunSupervisor:
         self.layout = run_layout(prepared.profile)
         self.run_dir = self.layout.run_dir
         choice = prepared.choice
+        assert prepared.plan is not None  # a complete run is never launched
         self.store.start_attempt(self.run_id, self.attempt, choice.step, cause=cause)
         self.store.merge_run_details(self.run_id, recovery=None)
         self._event("attempt", f"attempt {self.attempt}: {choice.describe()}",
@@ -473,6 +555,7 @@ class RunSupervisor:
                         mode=self._containment.split(" ", 1)[0])
         self._specs = dict(prepared.plan.processes)
         self.components = {}
+        self._close_views()
         self.views = {}
         self._attempt_started = self._clock()
         self._attempt_wall_start = time.time()
@@ -480,6 +563,7 @@ class RunSupervisor:
         self._attempt_max_step = choice.step or 0
         self._finished = set()
         self._finished_at = None
+        self._notes = set()
         self._members = {}
         self._next_member_scan = 0.0
         metrics = self.layout.metrics_file()
@@ -488,10 +572,10 @@ class RunSupervisor:
         if self.mode == "launcher":
             self._start_component(LAUNCHER)
             layout = self.layout
-            since = self._attempt_wall_start - 1.0
             for name in VIEWED:
+                # Before the launch: whatever the path names now is an earlier attempt's file.
                 self.views[name] = LogView(
-                    lambda name=name: layout.log_file(name), since=since)  # type: ignore[misc]
+                    lambda name=name: layout.log_file(name))  # type: ignore[misc]
         else:
             # The trainer loads its model while the inference server starts; the orchestrator
             # starts only once the server answers /health and /v1/models.
@@ -558,7 +642,7 @@ class RunSupervisor:
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
         if self.mode == "launcher" and layout is not None:
             self.views = {name: LogView(lambda name=name: layout.log_file(name),  # type: ignore[misc]
-                                        since=0.0, from_end=True) for name in VIEWED}
+                                        from_end=True) for name in VIEWED}
         waiting = ("orchestrator" not in handles if self.mode == "components"
                    else step is None)
         # The old supervisor died before the server was ready: wait for it again.
@@ -656,6 +740,12 @@ class RunSupervisor:
         elif isinstance(event, InferenceReady):
             self._on_ready()
         elif isinstance(event, ProbeFailed) and self.phase == Phase.RUNNING:
+            if self._training_finished():
+                # prime-rl's launcher stops the inference server once training finished (v0.4
+                # rl.py:800-808, main entrypoints/rl.py:403-407, utils/process.py:83-93).
+                self._note_once("inference_stopped_after_training",
+                                "inference server stopped after training finished (expected)")
+                return
             self._fail(f"inference health check failed: {event.detail}", "inference")
 
     def _on_command(self, action: str) -> None:
@@ -723,10 +813,21 @@ class RunSupervisor:
         self._set_phase(Phase.STOPPING_SUCCEEDED)
         self._start_stop()
 
+    def _training_finished(self) -> bool:
+        """The logs say training ended: trainer and orchestrator both said so, or prime-rl's
+        launcher did (it says so only after both exited 0)."""
+        return ({"trainer_finished", "orchestrator_finished"} <= self._finished
+                or "training_finished" in self._finished)
+
+    def _note_once(self, kind: str, message: str) -> None:
+        if kind not in self._notes:
+            self._notes.add(kind)
+            self._event(kind, message)
+
     def _training_done(self) -> bool:
         """The logs say training ended: both "finished" lines, or the trainer's last step
         (max_steps - 1 + the version's first step number) reached."""
-        if {"trainer_finished", "orchestrator_finished"} <= self._finished:
+        if self._training_finished():
             return True
         max_steps = self.profile.run.max_steps
         if max_steps is None or self.step is None or self.layout is None:
@@ -741,6 +842,12 @@ class RunSupervisor:
         if returncode == 0:
             self._succeed("prime-rl's launcher finished (trainer and orchestrator done): run "
                           "complete", LAUNCHER)
+            return
+        if self._training_finished():
+            # Trainer and orchestrator exited 0; only the launcher's clean-up of the inference
+            # server went wrong. Training is complete: relaunching would retrain nothing.
+            self._succeed(f"trainer and orchestrator finished; prime-rl's launcher then {what} "
+                          "while stopping the rest: run complete", LAUNCHER)
             return
         blamed: str | None = None
         child_code = ""
@@ -807,6 +914,11 @@ class RunSupervisor:
         prepared: PreparedAttempt = event.result
         if prepared.summary:
             self._event("preflight", f"preflight: {prepared.summary}")
+        if prepared.complete:
+            self._succeed(f"the newest complete checkpoint, step {prepared.choice.step}, is the "
+                          f"final one (max_steps = {self.profile.run.max_steps}): run complete, "
+                          "nothing relaunched")
+            return
         try:
             self._launch_attempt(prepared)
         except OSError as exc:
@@ -953,7 +1065,7 @@ class RunSupervisor:
                     "inference", kind="hang",
                 )
                 return
-        if {"trainer_finished", "orchestrator_finished"} <= self._finished:
+        if self._training_finished():
             # Nothing more to train: no stall, but the launcher must end within its own
             # clean-up time (v0.4 rl.py:529-536 waits 60 s per child) plus our grace.
             self._finished_at = self._finished_at or now
@@ -1012,7 +1124,8 @@ class RunSupervisor:
                         trainer_step = max(trainer_step or 0, step)
                     continue
                 milestone = milestone_from_log_line(line)
-                if milestone in ("trainer_finished", "orchestrator_finished"):
+                if milestone in ("trainer_finished", "orchestrator_finished",
+                                 "training_finished"):
                     self._finished.add(milestone)
                     if handle is not None:
                         handle.finished = True
@@ -1039,6 +1152,12 @@ class RunSupervisor:
                                   last_progress_at=self.last_progress_wall)
         elif shown is not None and shown == self.step:
             self.store.update_run(self.run_id, step=self.step)
+        if child_failure is not None and self._training_finished():
+            # The inference server ended badly while the launcher stopped it after training.
+            self._note_once("child_failed_after_training",
+                            f"{child_failure[0]} exited with status {child_failure[1]} after "
+                            "training finished (not a failure of the run)")
+            child_failure = None
         if child_failure is not None and self.phase in (Phase.STARTING, Phase.RUNNING):
             # prime-rl's launcher names the child that failed, then spends up to a minute per
             # child stopping the rest (v0.4 rl.py:529-536): act on its line, not on its exit.

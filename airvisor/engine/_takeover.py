@@ -17,7 +17,7 @@ from pathlib import Path
 
 from airvisor._logfile import tail_lines
 from airvisor.policy import milestone_from_log_line, step_from_log_line
-from airvisor.primerl import LAUNCHER, run_layout
+from airvisor.primerl import LAUNCHER, run_layout, step_base_of
 from airvisor.proc import ProcessIdentity, read_marker, terminate_tree
 from airvisor.profile._schema import Profile
 from airvisor.store import ComponentRecord, RunRecord, Store
@@ -59,13 +59,14 @@ def facts_from_lines(lines_by_component: Mapping[str, list[str]],
                     last_write=max(relevant) if relevant else None)
 
 
-def completed_step(facts: LogFacts, max_steps: int | None) -> int | None:
+def completed_step(facts: LogFacts, max_steps: int | None, step_base: int) -> int | None:
     """The final step of a run whose logs show it completed (trainer and orchestrator both
-    said they finished, or the trainer reached max_steps); None otherwise."""
+    said they finished, or the trainer printed its last step: max_steps - 1 + the version's
+    first step number, v0.4 counting from 0 and main from 1); None otherwise."""
     if facts.step is None:
         return None
     both_finished = set(FINISH_MILESTONES) <= facts.finished
-    reached = max_steps is not None and facts.step >= max_steps
+    reached = max_steps is not None and facts.step >= max_steps - 1 + step_base
     return facts.step if both_finished or reached else None
 
 
@@ -122,7 +123,7 @@ def finish_if_completed(store: Store, run: RunRecord, profile: Profile) -> bool:
     comps = [c for c in store.components(run.id, run.attempt)
              if c.kind in ("process", "member")]
     facts = read_log_facts(_process_logs(store, run, profile))
-    step = completed_step(facts, profile.run.max_steps)
+    step = completed_step(facts, profile.run.max_steps, step_base_of(profile.prime_rl.version))
     if step is None:
         return False
     both_finished = set(FINISH_MILESTONES) <= facts.finished

@@ -100,9 +100,10 @@ _EDGES: dict[Phase, frozenset[Phase]] = {
     Phase.TAKEOVER: frozenset({Phase.PREFLIGHT, Phase.STARTING, Phase.RUNNING,
                                Phase.RECOVERY_STOPPING, *_STOPS, Phase.SUCCEEDED}),
     # A failed preflight stops what it may have started (containers): as a recovery when an
-    # attempt ran before, as the end of the run when none ever did.
+    # attempt ran before, as the end of the run when none ever did. A preflight that finds the
+    # final checkpoint (step >= max_steps) ends the run succeeded: nothing is left to train.
     Phase.PREFLIGHT: frozenset({Phase.STARTING, Phase.RECOVERY_STOPPING, Phase.STOPPING_STOPPED,
-                                Phase.STOPPING_FAILED}),
+                                Phase.STOPPING_FAILED, Phase.STOPPING_SUCCEEDED}),
     Phase.STARTING: frozenset({Phase.RUNNING, Phase.RECOVERY_STOPPING, *_STOPS}),
     Phase.RUNNING: frozenset({Phase.RECOVERY_STOPPING, *_STOPS}),
     # Once the failed attempt is down: back off, or give up (the crash-loop limit).

@@ -22,7 +22,7 @@ from airvisor.primerl._adapters import (
     run_layout,
 )
 from airvisor.primerl._facts import RunFacts
-from airvisor.primerl._layout import RunLayout, layout_for
+from airvisor.primerl._layout import RunLayout, layout_for, step_base_of
 from airvisor.primerl._prepare import PreparedRun, prepare_run
 from airvisor.primerl._resolve import Resolution, ResolveError, resolver_script
 from airvisor.primerl._rlargs import RlArgsError, toml_refs
@@ -50,5 +50,6 @@ __all__ = [
     "resolver_script",
     "resume_flags",
     "run_layout",
+    "step_base_of",
     "toml_refs",
 ]

@@ -75,8 +75,9 @@ RULES: Mapping[Version, Mapping[str, Rule]] = {
             "orchestrator/orchestrator.py:306-317,700-702"),
         "step_base": Rule(
             "0-based: a fresh run prints `Step 0` first; resuming from N prints `Step N` first",
-            V04 + "trainer/runs.py:22-23; orchestrator/ckpt.py:13-15; trainer/rl/train.py:184-190,"
-            "484-490,570; orchestrator/orchestrator.py:246-251,667-671"),
+            V04 + "trainer/runs.py:22-23; orchestrator/ckpt.py:13-15; "
+            "trainer/rl/train.py:184-191,484-490,570; "
+            "orchestrator/orchestrator.py:246-251,667-671"),
         "resume_flag": Rule("`--ckpt.resume-step N` (top level; propagated to both)",
                             V04 + "rl.py:76-78,277-280"),
         "clean": Rule(
@@ -123,8 +124,8 @@ RULES: Mapping[Version, Mapping[str, Rule]] = {
             "orchestrator/orchestrator.py:509-515,952-968"),
         "step_base": Rule(
             "1-based: a fresh run prints `Step 1` first; resuming from N prints `Step N+1` first",
-            MAIN + "trainer/ckpt.py:29-30; orchestrator/types.py:27-30; trainer/rl/train.py:"
-            "218-231; orchestrator/orchestrator.py:314-321"),
+            MAIN + "trainer/ckpt.py:29-30; orchestrator/types.py:27-30; "
+            "trainer/rl/train.py:218-231; orchestrator/orchestrator.py:314-321"),
         "resume_flag": Rule("`--resume.step N` (N >= 1)", MAIN_CONFIGS + "shared.py:48-53"),
         "clean": Rule(
             "a used run dir is refused without resume or clean; then rollouts/ and broadcasts/ "
@@ -208,7 +209,7 @@ class RunLayout:
     @property
     def step_base(self) -> int:
         """The first step number a fresh run prints (RULES[v]["step_base"])."""
-        return 0 if self.version == "0.4" else 1
+        return step_base_of(self.version)
 
     def first_step(self, resume_step: int | None) -> int:
         """The first `Step N` line of an attempt started fresh (None) or resumed from a step."""
@@ -316,6 +317,15 @@ class RunLayout:
             return None
         return directory / f"{component}{LOG_FILE_SUFFIX[self.version]}"
 
+    def rewritten_logs(self) -> list[Path]:
+        """The component logs the next launch writes at the same paths (v0.4 opens
+        `logs/*.stdout` with "w" at each launch, RULES["0.4"]["logs"], and deletes them first
+        with clean=true); main writes each launch into a new `logs/attempt_<n>`, so none."""
+        if self.version != "0.4":
+            return []
+        return [path for name in ("inference", "orchestrator", "trainer")
+                if (path := self.log_file(name)) is not None]
+
     def env_server_log(self, split: str, name: str) -> Path | None:
         """main only: one log per launcher-managed env server."""
         if self.version == "0.4":
@@ -330,6 +340,12 @@ class RunLayout:
 
     def metrics_file(self) -> Path | None:
         return self.run_dir / "metrics.jsonl" if self.version == "main" else None
+
+
+def step_base_of(version: str) -> int:
+    """The first step number a fresh run of that version prints (RULES[v]["step_base"]): the
+    last of max_steps steps is `Step max_steps - 1 + base`."""
+    return 0 if version == "0.4" else 1
 
 
 def _safe_iterdir(path: Path) -> list[Path]:

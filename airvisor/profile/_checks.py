@@ -221,9 +221,9 @@ def _command_problems(profile: Profile, facts: MachineFacts) -> list[Problem]:
                 f"prime-rl is not installed: {', '.join(missing)} not found on PATH and neither "
                 "[prime_rl] command_prefix nor [prime_rl] venv is set", install_hint))
     if section.version == "0.4" and section.mode == "launcher" and section.venv is not None \
-            and facts.which("uv") is None:
+            and facts.which("uv") is None and not (section.venv / "bin" / "uv").exists():
         # v0.4's `rl` starts every child through `uv run` (rl.py:613,686,725), whatever venv
-        # its own script came from.
+        # its own script came from (the launcher's PATH starts with the venv's bin/).
         problems.append(Problem(
             profile_where(profile, ("prime_rl", "version")),
             "prime-rl v0.4's launcher starts its children with `uv run`, and `uv` is not on PATH",

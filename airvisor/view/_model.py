@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airvisor.primerl import step_base_of
 from airvisor.store import ComponentRecord, EventRecord, RestartRecord, RunRecord, Store
 
 # How many of a run's newest events its view carries (status, GET /runs/{id}).
@@ -100,6 +101,10 @@ class RunView(RunSummaryView):
                                           "backoff or launching while recovering).")
     run_dir: str
     max_steps: int | None
+    steps_done: int | None = Field(
+        description="Training steps completed: `step` counted from that prime-rl version's "
+                    "first step (v0.4 prints Step 0 first, main Step 1), so a finished run "
+                    "shows max_steps.")
     demo: bool = Field(description="The real supervisor over airvisor's demo stand-ins.")
     resume_step: int | None = Field(description="Checkpoint step chosen for the last resume.")
     last_error: str | None
@@ -126,6 +131,13 @@ def profile_name(run: RunRecord) -> str:
 def _max_steps(run: RunRecord) -> int | None:
     value = run.profile.get("run", {}).get("max_steps")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _steps_done(run: RunRecord) -> int | None:
+    if run.step is None:
+        return None
+    version = run.profile.get("prime_rl", {}).get("version")
+    return run.step - step_base_of(str(version)) + 1
 
 
 def summary_view(run: RunRecord) -> RunSummaryView:
@@ -187,6 +199,7 @@ def run_view(run: RunRecord, *, components: list[ComponentRecord],
     return RunView(
         **summary_view(run).model_dump(),
         phase=run.phase, run_dir=run.run_dir, max_steps=_max_steps(run),
+        steps_done=_steps_done(run),
         demo=bool(run.profile.get("run", {}).get("demo")),
         resume_step=run.resume_step, last_error=run.last_error,
         supervisor_kind=run.supervisor_kind, supervisor_pid=run.supervisor_pid,

@@ -38,8 +38,14 @@ def ago(seconds: float | None) -> str:
 
 
 def step_text(run: RunView) -> str:
+    """The step as prime-rl prints it, and with max_steps the steps done of it (v0.4 counts
+    from 0: its last step of 200 is `Step 199`, 200/200 done)."""
     step = "-" if run.step is None else str(run.step)
-    return f"{step}/{run.max_steps}" if run.max_steps else step
+    if not run.max_steps:
+        return step
+    if run.steps_done is None or str(run.steps_done) == step:
+        return f"{step}/{run.max_steps}"  # main counts from 1: the step is the count
+    return f"{step} ({run.steps_done}/{run.max_steps} done)"
 
 
 def _cell(value: object) -> str:

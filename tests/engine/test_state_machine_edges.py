@@ -5,6 +5,7 @@ accounting across daemon restarts, commands in every phase."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from airvisor.profile import load_profile
 
 from .conftest import demo_profile_dict, write_profile
 from .test_component_mode import V04_PYTHON
-from .test_supervisor_replay import Replay
+from .test_supervisor_replay import SETTLE_LIMIT, Replay
 
 
 class GatedReplay(Replay):
@@ -61,8 +62,11 @@ def make(tmp_path: Path, **extra: Any) -> GatedReplay:
     return GatedReplay(tmp_path, **extra)
 
 
-def settle_phase(r: GatedReplay, phase: Phase, rounds: int = 100) -> None:
-    for _ in range(rounds):
+def settle_phase(r: GatedReplay, phase: Phase) -> None:
+    """Tick until the phase is reached (a worker thread reports in real time: bounded, not
+    timed)."""
+    deadline = time.monotonic() + SETTLE_LIMIT
+    while time.monotonic() < deadline:
         r.manager.tick(0.02)
         if r.sup.phase == phase:
             return

@@ -19,7 +19,8 @@ import psutil
 import pytest
 
 from airvisor.engine import InferenceReady, RunManager, RunSupervisor
-from airvisor.engine._supervisor import FINISH_TIMEOUT
+from airvisor.engine._events import ProbeFailed
+from airvisor.engine._supervisor import FINISH_TIMEOUT, LogView
 from airvisor.policy import RunState
 from airvisor.primerl import LAUNCHER
 from airvisor.proc import ProcessIdentity
@@ -28,6 +29,10 @@ from airvisor.store import Store
 
 from ..primerl.test_layout import v04_full_step
 from .conftest import demo_profile_dict, write_profile
+
+# How long settle() waits for a worker thread's report on a loaded machine (a bound, not a
+# timing assertion: the state is reached as soon as the thread reports).
+SETTLE_LIMIT = 30.0
 
 _pids = itertools.count(900_000)
 
@@ -87,6 +92,8 @@ class Replay:
         self.preflight_error: Exception | None = None
         self.manager = self._new_manager()
         self.run_dir = tmp_path / "run"
+        # Nothing is launched here: the demo's launcher command (resolved without prime-rl).
+        profile_extra.setdefault("launcher", "demo")
         data = demo_profile_dict(self.run_dir, **profile_extra)
         self.profile: Profile = load_profile(write_profile(tmp_path / "p.toml", data))
         self.run_id = self.manager.submit(self.profile).id
@@ -161,9 +168,14 @@ class Replay:
             handle.write(line + "\n")
 
     def settle(self, until: RunState | None = None, rounds: int = 50) -> None:
-        """Let worker threads report back (real time, tiny) without moving the fake clock."""
-        for _ in range(rounds):
+        """Let worker threads report back (real time) without moving the fake clock: `rounds`
+        ticks when nothing is awaited; with `until`, as long as it takes a loaded machine's
+        worker thread to report (bounded by SETTLE_LIMIT, never a timing assertion)."""
+        deadline = time.monotonic() + SETTLE_LIMIT
+        done = 0
+        while done < rounds or (until is not None and time.monotonic() < deadline):
             self.manager.tick(0.02)
+            done += 1
             if until is not None and self.sup.state == until:
                 return
         if until is not None:
@@ -356,3 +368,125 @@ def test_an_adopted_launcher_gone_before_the_end_is_a_failure(replay_factory: An
     r.advance(1)
     r.settle(RunState.RECOVERING)
     assert "exited (status unknown" in r.events("failure")[0].message
+
+
+# -- the end of training (issue 20: a successful run never ends FAILED) ---------------------------
+def finish_training(r: Replay) -> None:
+    r.say("trainer", "SUCCESS RL trainer finished!")
+    r.say("orchestrator", "SUCCESS Orchestrator finished.")
+    r.advance(1)
+
+
+def test_the_inference_server_stopping_after_training_is_not_a_failure(
+        replay_factory: Any) -> None:
+    """prime-rl's launcher stops the inference server once trainer and orchestrator finished
+    (v0.4 rl.py:800-808, main entrypoints/rl.py:403-407): the failing probe that follows is
+    expected, and the launcher's exit 0 ends the run succeeded."""
+    r = replay_factory()
+    r.settle(RunState.STARTING)
+    r.ready()
+    finish_training(r)
+    r.manager.post(ProbeFailed(r.run_id, r.sup.attempt, "connection refused", time.time()))
+    r.advance(1)
+    assert r.sup.state == RunState.RUNNING and not r.events("failure")
+    assert r.events("inference_stopped_after_training")
+    r.current(LAUNCHER).exit(0)
+    r.settle(RunState.SUCCEEDED)
+    assert not r.events("failure") and r.sup.attempt == 1
+
+
+def test_a_launcher_failing_in_its_cleanup_after_training_is_a_success(
+        replay_factory: Any) -> None:
+    r = replay_factory()
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.current(LAUNCHER).say("SUCCESS Training finished!")  # main entrypoints/rl.py:403
+    r.advance(1)
+    r.current(LAUNCHER).say("ERROR Error: Inference failed with exit code -15")
+    r.advance(1)
+    assert r.sup.state == RunState.RUNNING and not r.events("failure")
+    r.current(LAUNCHER).exit(1)
+    r.settle(RunState.SUCCEEDED)
+    assert not r.events("failure") and r.sup.attempt == 1
+    assert "while stopping the rest" in r.events("success")[0].message
+
+
+def test_the_final_checkpoint_is_never_resumed(replay_factory: Any) -> None:
+    """A failure after the final checkpoint (step = max_steps = 12) was written: the next
+    preflight finds it and ends the run succeeded; a resume from it is never launched (main's
+    trainer would start at max_steps + 1 and never end, trainer/rl/train.py:230,266)."""
+    r = replay_factory()
+    r.settle(RunState.STARTING)
+    r.ready()
+    for step in (10, 12):
+        v04_full_step(r.run_dir, step)
+    r.say("trainer", "SUCCESS Step 11 | Time: 1s")
+    r.advance(1)
+    r.manager.post(ProbeFailed(r.run_id, r.sup.attempt, "connection refused", time.time()))
+    r.advance(1)
+    r.settle()
+    assert r.sup.state == RunState.RECOVERING
+    r.advance(5)  # the backoff
+    r.settle(RunState.SUCCEEDED)
+    assert [p.component for p in r.processes] == [LAUNCHER], "nothing was relaunched"
+    assert len(r.store.attempts(r.run_id)) == 1
+    assert "step 12, is the final one" in r.events("success")[0].message
+
+
+# -- an attempt's logs, known by identity (issue 20) ---------------------------------------------
+def test_a_log_the_path_named_before_the_launch_is_never_read(tmp_path: Path) -> None:
+    """v0.4: the previous attempt's `trainer.stdout`, written a moment ago (its mtime is no
+    proof of anything), is ignored until a new file takes its path."""
+    log = tmp_path / "logs" / "trainer.stdout"
+    log.parent.mkdir()
+    log.write_text("SUCCESS Step 7 | Time: 1s\n")
+    view = LogView(lambda: log)
+    with open(log, "a") as handle:  # the old attempt's last words, after the view was made
+        handle.write("SUCCESS Step 8 | Time: 1s\n")
+    assert view.read_new_lines() == []
+    log.unlink()  # v0.4's clean (rl.py:573-580), then its launch opens the log with "w"
+    log.write_text("SUCCESS Step 6 | Time: 1s\n")
+    assert view.read_new_lines() == ["SUCCESS Step 6 | Time: 1s"]
+    view.close()
+
+
+def test_main_logs_of_the_previous_attempt_dir_are_never_read(tmp_path: Path) -> None:
+    """main: `logs/latest` names the previous attempt's directory until the new launch makes
+    `attempt_<n+1>` (utils/pathing.py:14-39)."""
+    logs = tmp_path / "logs"
+    (logs / "attempt_1").mkdir(parents=True)
+    (logs / "attempt_1" / "trainer.log").write_text("SUCCESS Step 9 | Time: 1s\n")
+    (logs / "latest").symlink_to("attempt_1")
+
+    def locate() -> Path:
+        return logs / os.readlink(logs / "latest") / "trainer.log"
+
+    view = LogView(locate)
+    assert view.read_new_lines() == []
+    (logs / "attempt_2").mkdir()
+    (logs / "attempt_2" / "trainer.log").write_text("SUCCESS Step 5 | Time: 1s\n")
+    (logs / "latest").unlink()
+    (logs / "latest").symlink_to("attempt_2")
+    assert view.read_new_lines() == ["SUCCESS Step 5 | Time: 1s"]
+
+
+def test_a_relaunch_keeps_the_earlier_launchs_v04_logs(replay_factory: Any) -> None:
+    r = replay_factory(health={"stall_timeout": 10, "first_step_grace": 100})
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.say("trainer", "SUCCESS Step 7 | Time: 1s")
+    r.advance(1)
+    r.current(LAUNCHER).say("Error: Trainer failed with exit code 1")
+    r.advance(1)
+    r.settle()
+    r.advance(5)
+    r.settle(RunState.STARTING)
+    assert r.sup.attempt == 2
+    kept = r.sup.attempt_dir_of(2) / "previous-logs" / "trainer.stdout"
+    assert "Step 7" in kept.read_text()
+    assert not (r.run_dir / "logs" / "trainer.stdout").exists()
+    # The new attempt starts with its first-step grace (100 s), not the stall timeout (10 s)
+    # counted from the old step 7.
+    r.ready()
+    r.advance(50)
+    assert r.sup.state == RunState.RUNNING and len(r.events("failure")) == 1

@@ -44,12 +44,17 @@ def test_facts_take_the_trainers_newest_step_and_who_finished() -> None:
 
 def test_completed_needs_both_finished_or_max_steps() -> None:
     both = LogFacts(step=8, finished=frozenset({"trainer", "orchestrator"}), last_write=1.0)
-    assert completed_step(both, None) == 8
+    assert completed_step(both, None, 1) == 8
     only_trainer = LogFacts(step=8, finished=frozenset({"trainer"}), last_write=1.0)
-    assert completed_step(only_trainer, None) is None
-    assert completed_step(only_trainer, 9) is None
-    assert completed_step(only_trainer, 8) == 8
-    assert completed_step(LogFacts(None, frozenset({"trainer", "orchestrator"}), None), 8) is None
+    assert completed_step(only_trainer, None, 1) is None
+    # main counts from 1: max_steps = 8 ends with `Step 8`; 9 is not reached yet
+    assert completed_step(only_trainer, 9, 1) is None
+    assert completed_step(only_trainer, 8, 1) == 8
+    # v0.4 counts from 0: max_steps = 9 ends with `Step 8` (steps 0..8), max_steps = 10 does not
+    assert completed_step(only_trainer, 9, 0) == 8
+    assert completed_step(only_trainer, 10, 0) is None
+    assert completed_step(LogFacts(None, frozenset({"trainer", "orchestrator"}), None), 8,
+                          1) is None
 
 
 def test_read_log_facts_reads_the_end_of_a_long_log(tmp_path: Path) -> None:

@@ -150,7 +150,9 @@ function renderRun(data) {
   state.textContent = run.state;
   state.className = `badge state-${run.state}`;
   $("run-step").textContent = run.step === null ? "–"
-    : run.max_steps ? `${run.step} / ${run.max_steps}` : String(run.step);
+    : !run.max_steps ? String(run.step)
+    : run.steps_done === null || run.steps_done === run.step ? `${run.step} / ${run.max_steps}`
+    : `${run.step} (${run.steps_done} / ${run.max_steps} done)`;
   $("run-rate").textContent = data.steps_per_minute === null ? "–"
     : `${data.steps_per_minute.toFixed(1)} steps/min`;
   $("run-attempt").textContent = String(run.attempt);
