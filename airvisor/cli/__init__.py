@@ -22,6 +22,6 @@ def main(ctx: click.Context, log_format: str, verbose: bool) -> None:
 
 
 # Command modules register themselves on `main` when imported.
-from airvisor.cli import _check, _daemon, _reap, _run, _stop  # noqa: E402
+from airvisor.cli import _check, _daemon, _reap, _run, _stacks, _stop  # noqa: E402
 
-__all__ = ["_check", "_daemon", "_reap", "_run", "_stop", "main"]
+__all__ = ["_check", "_daemon", "_reap", "_run", "_stacks", "_stop", "main"]

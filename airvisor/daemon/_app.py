@@ -52,6 +52,7 @@ from airvisor.daemon._models import (
     ReapOut,
     RunOut,
     RunSummaryOut,
+    StacksOut,
     SubmitIn,
     error_responses,
 )
@@ -504,6 +505,38 @@ def create_app(ctx: ApiContext) -> FastAPI:
         if not follow:
             return PlainTextResponse("".join(stream.first))
         return StreamingResponse(_follow(stream), media_type="text/plain; charset=utf-8")
+
+    @app.get("/runs/{run_id}/attempts/{attempt}/stacks", response_model=StacksOut,
+             tags=["runs"], operation_id="attempt_stacks", responses=error_responses(404, notes={
+                 404: "No such run, or no stacks stored for that attempt (they are taken "
+                      "when the stall rule fires; POST /runs/{run_id}/stacks looks now)."}))
+    def attempt_stacks(ctx: Ctx, run_id: RunId,
+                       attempt: Annotated[int, PathParam(ge=1, le=1_000_000)]) -> StacksOut:
+        """The stacks taken before the stall kill of this attempt, with one verdict per
+        process (the text files beside them: <state>/runs/<id>/attempt_N/stacks/)."""
+        from airvisor.stacks import attempt_dir_of, read_capture
+
+        _run_or_404(ctx.store, run_id)
+        found = read_capture(attempt_dir_of(ctx.store, run_id, attempt))
+        if found is None:
+            raise HTTPException(404, f"no stacks stored for attempt {attempt} of run {run_id} "
+                                     "(taken only when the stall rule fires)")
+        return found
+
+    @app.post("/runs/{run_id}/stacks", response_model=StacksOut, dependencies=[Authorized],
+              tags=["runs"], operation_id="live_stacks", responses=error_responses(404, 409, notes={
+                  404: NO_RUN, 409: "The run has ended: no process of it to look at."}))
+    def live_stacks(ctx: Ctx, run_id: RunId) -> StacksOut:
+        """The stacks of every process of a live run now (py-spy pauses each for a few
+        milliseconds; the run goes on), bounded to a few seconds; nothing is stored."""
+        from airvisor.stacks import capture_run
+
+        run = _run_or_404(ctx.store, run_id)
+        if not run.live:
+            raise HTTPException(409, f"run {run_id} is {run.state}: no process of it to look at "
+                                     "(GET /runs/{run_id}/attempts/{n}/stacks has the stored "
+                                     "ones)")
+        return capture_run(ctx.store, run_id, run.attempt, reason="on demand")
 
     @app.post("/runs/{run_id}/stop", response_model=AcceptedOut, status_code=202,
               dependencies=[Authorized], tags=["runs"], operation_id="stop_run",

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
+from airvisor.stacks import StackCapture
 from airvisor.view import ComponentView, EventView, RunSummaryView, RunView
 
 # Identifiers that may appear in URLs: no '/', no '..', bounded length.
@@ -115,6 +116,10 @@ class HealthOut(_Out):
 ComponentOut = ComponentView
 EventOut = EventView
 RunSummaryOut = RunSummaryView
+
+
+# Where each process of a run is (airvisor.stacks): stored before a stall kill, or taken live.
+StacksOut = StackCapture
 
 
 class RunOut(RunView):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 
 class _Frozen(BaseModel):
@@ -42,6 +42,8 @@ class Target(_Frozen):
     rank: int | None = None
     argv: list[str] = Field(default_factory=list)
 
+    @computed_field(  # type: ignore[prop-decorator]
+        description="How verdicts name it: \"trainer rank 1\", \"orchestrator (pid 123)\".")
     @property
     def label(self) -> str:
         if self.rank is not None:

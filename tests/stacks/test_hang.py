@@ -11,15 +11,13 @@ import json
 
 from airvisor.stacks import read_capture
 
-from .conftest import Harness
+from .conftest import Harness, airvisor_cli, api_over, demo_profile
 
 HANGING_FUNCTION = "inject_faults_before_step"  # airvisor/demo/_steps.py: the hang's loop
 
 
 def _stall_stacks(harness: Harness, component: str) -> tuple[str, object]:
-    profile = harness.profile(rl={"max_steps": 8},
-                              demo={component: {"hang_at_step": 3}},
-                              health={"stall_timeout": 3})
+    profile = demo_profile(harness.tmp, demo={component: {"hang_at_step": 3}})
     run_id = harness.run(profile, timeout=120)
     assert str(harness.state(run_id)) == "succeeded"  # the recovery went on as before
     events = harness.events(run_id)
@@ -58,6 +56,18 @@ def test_trainer_hang_leaves_stacks_naming_the_hanging_function(harness: Harness
     stored = json.loads((folder / f"trainer-{rank0.target.pid}.json").read_text())
     assert stored["target"]["rank"] == 0
     assert data["dir"] == str(folder)
+
+    # The stored stacks, as `airvisor stacks RUN --attempt 1` and the API give them back.
+    cli = airvisor_cli(harness.store, "stacks", run_id, "--attempt", "1", "--summary", "--local")
+    out, err = cli.communicate(timeout=60)
+    assert cli.returncode == 0, err
+    assert "stacks before the stall kill" in out
+    assert f"trainer rank 0: sleeping in {HANGING_FUNCTION}" in out
+    with api_over(harness.store) as api:
+        response = api.get(f"/runs/{run_id}/attempts/1/stacks")
+        assert response.status_code == 200, response.text
+        assert response.json() == json.loads(capture.model_dump_json())
+        assert api.get(f"/runs/{run_id}/attempts/2/stacks").status_code == 404
 
 
 def test_orchestrator_hang_names_the_orchestrator(harness: Harness) -> None:
