@@ -27,6 +27,15 @@ MLGYM_CHECKOUT = Path(
     os.environ.get("AIR_MLGYM_CHECKOUT") or REPO.parent / "shared" / "third_party" / "MLGym"
 )
 TASK_IMAGE = os.environ.get("AIR_MLGYM_TASK_IMAGE", "airvisor-test/mlgym-task:latest")
+# The layout of MLGym's official image (no Python outside /home/agent, an agent-owned conda-like
+# env, MLGym's bashrc, PATH order and sudoers line), built from Debian packages.
+OFFICIAL_IMAGE = os.environ.get(
+    "AIR_MLGYM_OFFICIAL_IMAGE", "airvisor-test/mlgym-official:latest"
+)
+IMAGE_SCRIPTS = {
+    "debian": ("build_mlgym_task_image.sh", TASK_IMAGE),
+    "official": ("build_mlgym_official_image.sh", OFFICIAL_IMAGE),
+}
 REAL_TASKS = ("battleOfSexes", "prisonersDilemma", "blotto", "titanic")
 TITANIC_DATA = REPO / "tests" / "fixtures" / "mlgym" / "titanic-data"
 
@@ -34,6 +43,8 @@ DRIVERS = Path(__file__).resolve().parent / "drivers"
 for _path in (PACKAGE_ROOT, DRIVERS):  # the package, and the scripted agents the tests share
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+
+from task_containers import run_task_container  # noqa: E402  (on the path just above)
 
 
 @pytest.fixture
@@ -66,23 +77,14 @@ def test_image(docker_client: object) -> str:
 
 @pytest.fixture
 def make_container(docker_client: object, test_image: str) -> Iterator[Callable[..., str]]:
-    """Start containers like airvisor does (`/bin/bash -l`, user agent); removed afterwards."""
+    """Start containers like airvisor does (the profile's root init); removed afterwards."""
     started: list[object] = []
     run_id = uuid.uuid4().hex[:8]
 
     def make(volumes: dict[str, dict[str, str]] | None = None) -> str:
         name = f"airvisor-test{run_id}-{len(started)}-mlgym-{len(started)}"
-        container = docker_client.containers.run(  # type: ignore[attr-defined]
-            test_image,
-            ["/bin/bash", "-l"],
-            name=name,
-            detach=True,
-            stdin_open=True,
-            user="agent",
-            working_dir="/home/agent",
-            network_mode="none",
-            labels={TEST_LABEL: run_id},
-            volumes=volumes or {},
+        container = run_task_container(
+            docker_client, test_image, name, {TEST_LABEL: run_id}, volumes
         )
         started.append(container)
         return name
@@ -136,15 +138,28 @@ def real_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="session")
-def task_image(docker_client: object) -> str:
-    script = REPO / "tests" / "images" / "build_mlgym_task_image.sh"
+def build_image(layout: str) -> str:
+    script, tag = IMAGE_SCRIPTS[layout]
     result = subprocess.run(
-        ["bash", str(script), TASK_IMAGE], capture_output=True, text=True, timeout=1800
-    )
+        ["bash", str(REPO / "tests" / "images" / script), tag],
+        capture_output=True, text=True, timeout=1800,
+        env={**os.environ, "MLGYM_CHECKOUT": str(MLGYM_CHECKOUT)},
+    )  # fmt: skip
     if result.returncode != 0:
-        pytest.fail(f"cannot build {TASK_IMAGE}: {result.stderr.strip()[-2000:]}")
-    return TASK_IMAGE
+        pytest.fail(f"cannot build {tag}: {result.stderr.strip()[-2000:]}")
+    return tag
+
+
+@pytest.fixture(scope="session", params=["debian", "official"])
+def task_image(request: pytest.FixtureRequest, docker_client: object) -> str:
+    """Both layouts the real tasks run on: Debian's root-owned python3 with the task packages
+    (build_mlgym_task_image.sh), and MLGym's official one (build_mlgym_official_image.sh)."""
+    return build_image(str(request.param))
+
+
+@pytest.fixture(scope="session")
+def official_image(docker_client: object) -> str:
+    return build_image("official")
 
 
 @pytest.fixture
@@ -157,11 +172,7 @@ def make_task_container(
 
     def make() -> str:
         name = f"airvisor-task{run_id}-{len(started)}-mlgym-{len(started)}"
-        container = docker_client.containers.run(  # type: ignore[attr-defined]
-            task_image, ["/bin/bash", "-l"], name=name, detach=True, stdin_open=True,
-            user="agent", working_dir="/home/agent", network_mode="none",
-            labels={TEST_LABEL: run_id},
-        )  # fmt: skip
+        container = run_task_container(docker_client, task_image, name, {TEST_LABEL: run_id})
         started.append(container)
         return name
 

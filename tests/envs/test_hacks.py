@@ -19,6 +19,7 @@ import pytest
 from air_mlgym._core import EnvArgs, MLGymRunner
 from air_mlgym._episode import Episode
 from mlgym_scripts import STATE_SCRIPT, expected_reward, replies, write_strategy
+from task_containers import run_task_container
 
 pytestmark = pytest.mark.docker
 
@@ -33,11 +34,10 @@ class Bench:
         self.client = client
         self.label = uuid.uuid4().hex[:8]
         self.name = f"airvisor-hacks{self.label}-0-mlgym-0"
-        self.container = client.containers.run(
-            image, ["/bin/bash", "-l"], name=self.name, detach=True, stdin_open=True,
-            user="agent", working_dir="/home/agent", network_mode="none",
-            labels={"air-mlgym.test": self.label},
-        )  # fmt: skip
+        self.image = image
+        self.container = run_task_container(
+            client, image, self.name, {"air-mlgym.test": self.label}
+        )
         self.checkout = checkout
         self.tmp = tmp
         self.runners: list[MLGymRunner] = []

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from air_mlgym._core import EnvArgs, MLGymRunner
 from mlgym_scripts import STATE_SCRIPT
+from task_containers import run_task_container
 
 pytestmark = pytest.mark.docker
 
@@ -130,11 +131,7 @@ def test_an_unrestorable_pool_container_is_killed_and_its_replacement_used(
             old.reload()
             if old.status != "running":
                 old.remove(force=True)
-                docker_client.containers.run(
-                    task_image, ["/bin/bash", "-l"], name=name, detach=True, stdin_open=True,
-                    user="agent", working_dir="/home/agent", network_mode="none",
-                    labels=labels,
-                )  # fmt: skip
+                run_task_container(docker_client, task_image, name, labels)
                 return
             time.sleep(0.2)
 

@@ -21,6 +21,18 @@ def test_profile_layout() -> None:
     assert [(m.target, m.read_only) for m in profile.containers.mounts] == [("/opt/MLGym", True)]
 
 
+def test_profile_containers_run_air_mlgyms_root_init() -> None:
+    """pid 1 of the task containers is root's init, never the agent's shell (air_mlgym refuses
+    such a container: it could race the evaluation and plant the next episode's files)."""
+    from air_mlgym._containers import INIT_COMMAND
+
+    profile = load_profile(PROFILE)
+    assert profile.containers.user == "root"
+    assert tuple(profile.containers.command) == INIT_COMMAND
+    rl = (PROFILE.parent / "mlgym" / "rl.toml").read_text()
+    assert 'mlgym_mount = "/opt/MLGym"' in rl
+
+
 def test_the_container_names_reach_prime_rls_processes_unchanged_config() -> None:
     """The user's prime-rl config is not edited: the names go to the launcher's environment,
     which `rl` passes to every child, the env-server that loads air_mlgym included."""

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from air_mlgym._core import EnvArgs, MLGymRunner
 from air_mlgym._episode import Episode
+from task_containers import run_task_container
 
 pytestmark = pytest.mark.docker
 
@@ -206,8 +207,8 @@ def test_timed_out_command_is_killed_and_the_shell_stays(
     assert "EXECUTION TIMED OUT" in result.observation and not result.done
     assert episode.step("echo alive").observation.strip() == "alive"
     assert episode.session.shell().pid == pid  # interrupted, not replaced
-    processes = docker_client.containers.get(name).exec_run(["ps", "-eo", "comm="]).output
-    assert b"sleep" not in processes
+    processes = docker_client.containers.get(name).exec_run(["ps", "-u", "agent", "-o", "comm="])
+    assert b"sleep" not in processes.output  # (the root init's own sleep is not the agent's)
     end(episode)
 
 
@@ -217,11 +218,11 @@ def test_background_jobs_do_not_survive_reset(runner_for: Any, docker_client: An
     episode.step("sleep 1000 > /dev/null 2>&1 &")
     end(episode)
     start(runner, "battleOfSexes")
-    processes = docker_client.containers.get(name).exec_run(["ps", "-eo", "comm="]).output
-    assert b"sleep" not in processes
+    processes = docker_client.containers.get(name).exec_run(["ps", "-u", "agent", "-o", "comm="])
+    assert b"sleep" not in processes.output  # (the root init's own sleep is not the agent's)
 
 
-def test_stopped_container_ends_the_episode_without_error(
+def test_stopped_container_ends_the_episode_as_an_error(
     runner_for: Any, docker_client: Any, tmp_path: Path
 ) -> None:
     runner, name = runner_for(task="battleOfSexes", container_wait=1)
@@ -234,13 +235,14 @@ def test_stopped_container_ends_the_episode_without_error(
     episode.finish()
     episode.meta.pop("lease").release()
     assert episode.end_reason == "container_unavailable"
+    assert episode.error is not None and "could not be recovered" in episode.error  # loud
     saved = json.loads(next((tmp_path / "trajectories").glob("*.json")).read_text())
-    assert saved["end_reason"] == "container_unavailable"
+    assert saved["end_reason"] == "container_unavailable" and saved["error"] == episode.error
     # a new episode on the stopped container fails its reset cleanly as well
     lease = runner.acquire_blocking(timeout=5)
     assert lease is not None
     following = runner.new_episode("battleOfSexes", lease)
-    assert following.reset() is False
+    assert following.reset() is False and following.error is not None
     assert following.step("ls").done
     following.finish()
     lease.release()
@@ -273,10 +275,7 @@ def test_recreated_container_gets_a_rebuilt_workspace(
     old.remove(force=True)
 
     def recreate() -> None:  # what airvisor's pool does: same name, fresh container
-        docker_client.containers.run(
-            test_image, ["/bin/bash", "-l"], name=name, detach=True, stdin_open=True,
-            user="agent", working_dir="/home/agent", network_mode="none", labels=labels,
-        )  # fmt: skip
+        run_task_container(docker_client, test_image, name, labels)
 
     threading.Timer(1.0, recreate).start()
     result = episode.step("ls")

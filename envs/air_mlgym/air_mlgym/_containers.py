@@ -1,9 +1,10 @@
 """Task containers: found by name (the ones airvisor starts) or started here for standalone use,
 and leased one rollout at a time.
 
-Containers airvisor starts are named `airvisor-<run>-<id>-mlgym-<i>`, run `/bin/bash -l` and are
-owned by airvisor's pool (health checks, recreation): this module never stops, starts or removes
-them; when one is gone it waits a bounded time for the pool to bring it back under the same name.
+Containers airvisor starts are named `airvisor-<run>-<id>-mlgym-<i>`, run the profile's command
+(the shipped mlgym profile: INIT_COMMAND as root) and are owned by airvisor's pool (health
+checks, recreation): this module never stops, starts or removes them; when one is gone it waits
+a bounded time for the pool to bring it back under the same name.
 Containers started here (`image=` with no names) are owned here and removed by `close()`.
 
 Leases are `flock` locks on files under a host directory, so rollouts in different worker
@@ -30,6 +31,11 @@ from docker.models.containers import Container
 from air_mlgym._shell import DOCKER_ERRORS
 
 OWNER_LABEL = "air-mlgym.owner"
+# pid 1 of a task container: root's, so the agent can neither signal nor trace it, and a reaper
+# (bash waits for every child, orphans re-parented to it included). Programs by absolute path:
+# the image's PATH is the agent's to write. The agent's shells are `docker exec`s as the agent.
+INIT_SCRIPT = "trap 'exit 0' TERM INT HUP; while :; do /bin/sleep 3600 & wait $!; done"
+INIT_COMMAND = ("/bin/bash", "-c", INIT_SCRIPT)
 DEFAULT_LOCK_DIR = Path(os.environ.get("AIR_MLGYM_LOCK_DIR", "/tmp/air-mlgym-locks"))
 
 
@@ -72,9 +78,9 @@ class OwnedContainers:
     client: docker.DockerClient
     image: str
     count: int = 1
-    user: str = "agent"
     workdir: str = "/home/agent"
-    command: Sequence[str] = ("/bin/bash", "-l")
+    command: Sequence[str] = INIT_COMMAND
+    user: str = "root"  # pid 1 (the init); the agent's shells run as the agent through exec
     labels: dict[str, str] = field(default_factory=dict)
     volumes: dict[str, dict[str, str]] = field(default_factory=dict)
     network_mode: str = "host"

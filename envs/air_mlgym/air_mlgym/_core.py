@@ -73,7 +73,10 @@ class EnvArgs:
     evaluate_on_exit: bool = True
     footer: bool = True  # MLGym's step / open file / cwd footer on observations
     format_error_limit: int = 3
-    admin_python: str = "/usr/bin/python3"  # root-owned interpreter in the task image
+    # The evaluator's interpreter: "auto" (a root-owned copy of the agent's environment, else a
+    # root-owned /usr/bin/python3) or an absolute path (README "The task image").
+    admin_python: str = "auto"
+    python_env: str | None = None  # the agent's environment copied for "auto"
     setup_commands: list[str] = field(default_factory=list)
     conda_env: str | None = "mlgym_generic"
     mlgym_mount: str | None = None  # the checkout's mount point inside the containers
@@ -140,6 +143,10 @@ class EnvArgs:
             or self.failure_reward > 0
         ):
             fail("failure_reward", f"must be a number <= 0, got {self.failure_reward!r}")
+        if self.admin_python != "auto" and not str(self.admin_python).startswith("/"):
+            fail("admin_python", f'must be "auto" or an absolute path, got {self.admin_python!r}')
+        if self.python_env is not None and not str(self.python_env).startswith("/"):
+            fail("python_env", f"must be an absolute path, got {self.python_env!r}")
         for name in ("container_wait", "lease_timeout", "reward_scale"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
@@ -166,6 +173,7 @@ class EnvArgs:
             conda_env=self.conda_env,
             mlgym_mount=self.mlgym_mount,
             admin_python=self.admin_python,
+            python_env=self.python_env,
             **overrides,
         )
 
@@ -277,9 +285,7 @@ class MLGymRunner:
                     self._client,
                     self.args.image,
                     count=self.args.containers,
-                    user=self.args.user,
                     workdir=self.args.home,
-                    command=tuple(self.args.shell_command),
                     network_mode=self.args.network,
                 )
                 names = self._owned.start()

@@ -3,8 +3,9 @@
 No verifiers here; the adapters call `reset`, `step` and `finish` (from a worker thread, the
 calls block on docker). Container trouble never raises out of `step`: the episode tries once to
 get its container back (rebuilding the workspace) and otherwise ends with an observation that
-says so, so the rollout completes normally instead of erroring (an errored rollout is masked out
-of training entirely).
+says so. An episode that could not be served (no container, a reset or evaluation that cannot
+run, an internal error) records why in `error`, and the adapters report it to the orchestrator
+as an errored rollout: never a silent reward of 0 that would be trained on.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from air_mlgym._actions import (
 )
 from air_mlgym._containers import ContainerUnavailable
 from air_mlgym._reward import MetricSpec, RewardConfig, RewardMode, ScoreTracker, baseline_score
-from air_mlgym._session import Evaluation, TaskSession
+from air_mlgym._session import EnvironmentUnusable, Evaluation, TaskSession
 from air_mlgym._shell import RunResult
 from air_mlgym._tasks import TaskSpec
 
@@ -114,6 +115,9 @@ class Episode:
         self._started = time.time()
         self._ready = False
         self._trajectory_path: Path | None = None
+        # Why the environment could not serve this episode (the adapters raise it): None when
+        # it could, whatever the agent did.
+        self.error: str | None = None
 
     @property
     def total_reward(self) -> float:
@@ -126,9 +130,9 @@ class Episode:
         try:
             self.session.reset(self.task)
         except ContainerUnavailable as e:
-            logger.warning("episode %s: reset failed: %s", self.episode_id, e)
+            logger.error("episode %s: reset failed: %s", self.episode_id, e)
             self.events.append(f"reset failed: {e}")
-            self._end("container_unavailable")
+            self._fail(f"reset failed: {e}")
             return False
         self._ready = True
         return True
@@ -161,10 +165,11 @@ class Episode:
                     self.format_errors = 0
                     self.steps_used += 1
                     result = self._with_footer(self._run_command(parsed))
-        except Exception as e:  # a bug here must end the episode, not error the rollout
+        except Exception as e:  # a bug here ends the episode; the adapters report the error
             logger.exception("episode %s: internal error on reply %r", self.episode_id, reply)
             self.events.append(f"internal error: {type(e).__name__}: {e}")
             self._end("internal_error")
+            self.error = self.error or f"internal error: {type(e).__name__}: {e}"
             result = StepResult(
                 "The environment hit an internal error; the episode ends here.", 0.0, True
             )
@@ -235,8 +240,9 @@ class Episode:
                 final_reward = outcome.reward
                 self.events.append(f"final evaluation: {evaluation.metrics}")
             except ContainerUnavailable as e:
+                logger.error("episode %s: final evaluation failed: %s", self.episode_id, e)
                 self.events.append(f"final evaluation failed: {e}")
-                self._end("container_unavailable")
+                self._fail(f"final evaluation failed: {e}")
         if not self.done:
             self._end(reason or "finished")
         if self.end_reason != "container_unavailable":
@@ -255,8 +261,10 @@ class Episode:
         if kind == "submit":
             return self._evaluate(submit=True)
         if kind == "shell":
-            if TRAIN_WORDS.search(command.text):  # training runs get MLGym's long timeout
-                timeout = self.task.training_timeout or self.session.config.long_timeout
+            if TRAIN_WORDS.search(command.text):
+                # training runs get MLGym's long timeout: the task's training_timeout, unless
+                # long_timeout was given explicitly (the same rule as for evaluations)
+                timeout = self.session.evaluation_timeout(self.task)
             else:
                 timeout = self.session.config.short_timeout
             result, notes = self.session.run(command.text, timeout=timeout)
@@ -414,13 +422,17 @@ class Episode:
         """The container went away mid-episode: rebuild once if it is back, else end."""
         logger.warning("episode %s: container trouble: %s", self.episode_id, error)
         self.events.append(f"container trouble: {error}")
+        if isinstance(error, EnvironmentUnusable):  # a new container would not do better
+            self._ready = False
+            self._fail(str(error))
+            return StepResult(self._unavailable_message(), 0.0, True, {"kind": "container_lost"})
         self.session.close()
         try:
             self.session.reset(self.task)
         except ContainerUnavailable as again:
             self.events.append(f"recovery failed: {again}")
             self._ready = False
-            self._end("container_unavailable")
+            self._fail(f"the container was lost and could not be recovered: {again}")
             return StepResult(self._unavailable_message(), 0.0, True, {"kind": "container_lost"})
         self._editor = _Editor()
         self.events.append("container recovered; workspace rebuilt")
@@ -437,6 +449,10 @@ class Episode:
             f"The task container {self.session.container_name} is unavailable, so this episode "
             "ends here. No action is needed."
         )
+
+    def _fail(self, why: str) -> None:
+        self.error = self.error or why
+        self._end("container_unavailable")
 
     def _end(self, reason: str) -> None:
         self.done = True
@@ -472,6 +488,7 @@ class Episode:
             "total_reward": self.tracker.total_reward,
             "submitted": self.submitted,
             "end_reason": self.end_reason,
+            "error": self.error,
             "reward_mode": self.config.reward_mode,
             "steps_used": self.steps_used,
             "started_at": self._started,

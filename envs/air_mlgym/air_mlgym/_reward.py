@@ -55,6 +55,9 @@ class TaskProtection:
     evaluation_files: tuple[str, ...] = ()
     solution_modules: tuple[str, ...] | None = None
     hidden_files: tuple[str, ...] = ()
+    # submission checks (README "Submission checks"): plain data for the root helper
+    returns: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    submission: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _table() -> dict[str, Any]:
@@ -79,6 +82,8 @@ def protection_table() -> dict[str, TaskProtection]:
             evaluation_files=tuple(row.get("evaluation_files", ())),
             solution_modules=None if modules is None else tuple(modules),
             hidden_files=tuple(row.get("hidden_files", ())),
+            returns=dict(row.get("returns", {})),
+            submission=dict(row.get("submission", {})),
         )
     return result
 

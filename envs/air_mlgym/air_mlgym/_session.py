@@ -14,6 +14,7 @@ root-only file, never from anything the agent's processes print.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import io
@@ -34,7 +35,7 @@ from typing import Any
 import docker
 from docker.models.containers import Container
 
-from air_mlgym._containers import ContainerUnavailable, find_running
+from air_mlgym._containers import INIT_COMMAND, ContainerUnavailable, find_running
 from air_mlgym._reward import TaskProtection
 from air_mlgym._shell import DOCKER_ERRORS, DockerShell, RunResult, ShellDied
 from air_mlgym._tasks import TaskSpec
@@ -49,6 +50,35 @@ STATE_DIR = "/var/lib/air-mlgym"
 STATE_DIR_TASKS = f"{STATE_DIR}/tasks"
 STATE_DIR_RESULTS = f"{STATE_DIR}/results"
 TEMPLATE_MTIME = 1_700_000_000  # fixed, so a task's template (and its key) is reproducible
+HOME_MANIFEST = f"{STATE_DIR}/home.manifest.json"
+# The evaluator's interpreter when the image's Python belongs to the agent (MLGym's official
+# image: conda under /home/agent): a root-owned copy of the agent's environment, taken before the
+# container's first episode (container_admin.PYTHON_SNAPSHOT).
+PYTHON_SNAPSHOT = f"{TOOLS_DIR}/python"
+SYSTEM_PYTHON = "/usr/bin/python3"
+# Every program root runs in a container is named by its absolute path and started through
+# `env -i` with this PATH: the image's PATH (MLGym's puts /home/agent/.local/bin and
+# /home/agent/miniconda3/bin first) and environment are the agent's to write.
+ROOT_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+ROOT_ENV = ("/usr/bin/env", "-i", f"PATH={ROOT_PATH}", "LANG=C.UTF-8", "HOME=/root")
+# Copies the agent's environment into PYTHON_SNAPSHOT: in a root-only staging directory, made
+# root's and read-only there, then moved into place. Refused once the home snapshot exists (the
+# container has served episodes: the agent's environment may have been changed by then).
+SNAPSHOT_SCRIPT = r"""
+set -eu
+source=$1 target=$2 manifest=$3
+[ -e "$manifest" ] && { echo "the container has already served episodes" >&2; exit 3; }
+[ -d "$source" ] || { echo "no environment at $source" >&2; exit 4; }
+stage="$target.stage"
+/bin/rm -rf "$stage"
+/bin/mkdir -m 700 "$stage"
+/bin/cp -a "$source" "$stage/env"
+/bin/chown -R -h 0:0 "$stage/env"
+/bin/chmod -R go-w "$stage/env"
+/bin/chmod 755 "$stage/env"
+/bin/mv "$stage/env" "$target"
+/bin/rmdir "$stage"
+"""
 
 EVALUATION_KINDS = {
     "CSVSubmissionTasks": "csv",
@@ -72,6 +102,12 @@ class WorkspaceLost(ContainerUnavailable):
 
 class ContainerBroken(ContainerUnavailable):
     """The container runs but could not be restored to its pristine state: replace it."""
+
+
+class EnvironmentUnusable(ContainerUnavailable):
+    """The image or the container's setup cannot serve an episode (no trustworthy evaluator,
+    pid 1 run by the agent, ...): replacing the container would not help. The message names
+    the problem and the fix; an episode that meets it is an errored rollout, never a 0."""
 
 
 def _env_float(name: str, default: float) -> float:
@@ -101,8 +137,13 @@ class SessionConfig:
     # Where the MLGym checkout is mounted inside the container (read-only); datasets are then
     # copied from there inside the container instead of being uploaded every episode.
     mlgym_mount: str | None = None
-    # The container's root-owned interpreter for the root helper and the evaluation.
-    admin_python: str = "/usr/bin/python3"
+    # The interpreter of the root helper and the evaluation: "auto" = a root-owned copy of the
+    # agent's environment (`python_env`) when there is one, else a root-owned /usr/bin/python3;
+    # or the absolute path of a root-owned interpreter in the image.
+    admin_python: str = "auto"
+    # The agent's environment to copy for "auto"; None: <home>/miniconda3/envs/<conda_env>,
+    # else <home>/miniconda3 (MLGym's official image), when present.
+    python_env: str | None = None
 
     @property
     def workspace(self) -> str:
@@ -156,6 +197,8 @@ class TaskSession:
         self._replaced_quietly = False
         self._container_id: str | None = None
         self._resetting = False
+        self._pythons: dict[str, str] = {}  # container id -> its evaluator interpreter
+        self._checked_imports: set[tuple[str, str]] = set()
 
     # --- container and shell -----------------------------------------------------------
 
@@ -304,7 +347,7 @@ class TaskSession:
             if not installed.get("ok"):
                 message = str(installed.get("message"))
                 if "not a directory" in message:  # a configuration problem, not the container
-                    raise ContainerUnavailable(
+                    raise EnvironmentUnusable(
                         f"cannot copy the datasets (is the MLGym checkout mounted at "
                         f"{self.config.mlgym_mount}?): {message}"
                     )
@@ -312,40 +355,59 @@ class TaskSession:
             result = self._admin(container, "reset", args)
         if not result.get("ok"):
             raise ContainerBroken(f"restore failed: {result.get('message', result)}")
+        self._check_imports(container, template)
         self.last_restore = result
 
     def _prepare(self, container: Container) -> _Ids:
-        """Once per container: the helpers in /opt/air_mlgym, the agent's ids, the home
-        snapshot (taken before the first episode, kept in the container)."""
+        """Once per container: the helpers in /opt/air_mlgym, the agent's ids, the evaluator's
+        interpreter (a root-owned copy of the agent's environment when the image's Python is
+        the agent's), the checks and the home snapshot (taken before the first episode)."""
         cid = str(container.id)
         known = self._prepared.get(cid)
         if known is not None:
             return known
         try:
-            container.exec_run(["mkdir", "-p", TOOLS_DIR], user="root")
+            self._root_exec(container, ["/bin/mkdir", "-p", TOOLS_DIR])
             container.put_archive(TOOLS_DIR, _tar(self._tool_entries()))
             ids = []
             for flag in ("-u", "-g"):
-                found = container.exec_run(["id", flag, self.config.user], user="root")
+                found = self._root_exec(container, ["/usr/bin/id", flag, self.config.user])
                 output = found.output if isinstance(found.output, bytes) else b""
                 ids.append(output.decode(errors="replace").strip())
         except DOCKER_ERRORS as e:
             raise ContainerUnavailable(f"cannot prepare {self.container_name}: {e}") from e
         if not all(x.isdigit() for x in ids):
-            raise ContainerUnavailable(
-                f"user {self.config.user!r} does not exist in {self.container_name}: {ids}"
+            raise EnvironmentUnusable(
+                f"user {self.config.user!r} does not exist in {self.container_name} "
+                f"({ids}); fix: a task image with MLGym's user, or set the env arg `user`"
             )
         prepared = _Ids(uid=int(ids[0]), gid=int(ids[1]))
+        self._pythons[cid] = self._evaluator_python(container)
         result = self._admin(
             container,
             "prepare",
-            {"home": self.config.home, "workspace_name": posixpath.basename(self.config.workspace)},
+            {
+                "home": self.config.home,
+                "workspace_name": posixpath.basename(self.config.workspace),
+                "uid": prepared.uid,
+            },
+            timeout=600,
         )
         if result.get("interpreter_problem"):
-            raise ContainerUnavailable(
-                f"{self.container_name}: the evaluation interpreter {self.config.admin_python} "
-                f"can be changed by non-root users ({result['interpreter_problem']}); fix: "
-                "install a root-owned python3 with the evaluation's packages in the image"
+            raise EnvironmentUnusable(
+                f"{self.container_name}: the evaluation interpreter {self._pythons[cid]} is not "
+                f"trustworthy or not usable ({result['interpreter_problem']}); fix: keep the "
+                "agent's environment as the image ships it (it is copied before the first "
+                "episode), or install a root-owned python3 with the evaluation's packages in "
+                "the image and set admin_python"
+            )
+        if result.get("pid1_problem"):
+            raise EnvironmentUnusable(
+                f"{self.container_name}: {result['pid1_problem']}: pid 1 cannot be frozen or "
+                "killed from inside the container, so it could race the evaluation and plant "
+                "files in the next episode; fix: start the container as root with an init, "
+                'e.g. [containers] user = "root" and command = '
+                f"{json.dumps(list(INIT_COMMAND))} in the airvisor profile"
             )
         if "snapshot" not in result:
             raise ContainerBroken(f"cannot snapshot {self.config.home}: {result}")
@@ -353,16 +415,89 @@ class TaskSession:
         self._prepared[cid] = prepared
         return prepared
 
+    def _evaluator_python(self, container: Container) -> str:
+        """The interpreter the root helper and the evaluation run with (SessionConfig
+        `admin_python`); takes the snapshot of the agent's environment when needed."""
+        choice = self.config.admin_python
+        if choice != "auto":
+            if not self._root_test(container, "-x", choice):
+                raise EnvironmentUnusable(
+                    f"{self.container_name} has no {choice} (env arg admin_python); fix: "
+                    'install it in the image, or use admin_python = "auto"'
+                )
+            return choice
+        snapshot_python = f"{PYTHON_SNAPSHOT}/bin/python3"
+        if self._root_test(container, "-x", snapshot_python):
+            return snapshot_python
+        for source in self._python_env_candidates():
+            if not self._root_test(container, "-x", f"{source}/bin/python3"):
+                continue
+            done = self._root_exec(
+                container,
+                ["/usr/bin/timeout", "-k", "5", "1800", "/bin/sh", "-c", SNAPSHOT_SCRIPT,
+                 "snapshot", source, PYTHON_SNAPSHOT, HOME_MANIFEST],
+                demux=True,
+            )  # fmt: skip
+            if done.exit_code == 0:
+                return snapshot_python
+            _, err = done.output if isinstance(done.output, tuple) else (b"", b"")
+            raise EnvironmentUnusable(
+                f"{self.container_name}: cannot take a root-owned copy of the agent's "
+                f"environment {source} (exit {done.exit_code}: "
+                f"{(err or b'').decode(errors='replace').strip()[-500:]}); fix: use a fresh "
+                "container (the copy is taken before its first episode)"
+            )
+        if self._root_test(container, "-x", SYSTEM_PYTHON):
+            return SYSTEM_PYTHON
+        raise EnvironmentUnusable(
+            f"{self.container_name} has no Python to evaluate with: neither the agent's "
+            f"environment ({', '.join(self._python_env_candidates())}) nor {SYSTEM_PYTHON}; "
+            "fix: use MLGym's image (aigym/mlgym-agent) or set python_env / admin_python"
+        )
+
+    def _python_env_candidates(self) -> list[str]:
+        if self.config.python_env:
+            return [self.config.python_env]
+        base = f"{self.config.home}/miniconda3"
+        envs = [f"{base}/envs/{self.config.conda_env}"] if self.config.conda_env else []
+        return [*envs, base]
+
+    def _root_exec(self, container: Container, argv: list[str], demux: bool = False) -> Any:
+        """Run `argv` (absolute program path) as root with a clean environment."""
+        return container.exec_run([*ROOT_ENV, *argv], user="root", demux=demux)
+
+    def _root_test(self, container: Container, flag: str, path: str) -> bool:
+        try:
+            return bool(self._root_exec(container, ["/usr/bin/test", flag, path]).exit_code == 0)
+        except DOCKER_ERRORS as e:
+            raise ContainerUnavailable(f"cannot inspect {self.container_name}: {e}") from e
+
+    def _check_imports(self, container: Container, template: _Template) -> None:
+        """Once per task and container: the evaluator imports what the task's evaluation
+        files import (else every evaluation would fail as if the solution were wrong)."""
+        key = (str(container.id), template.key)
+        if key in self._checked_imports or not template.imports:
+            return
+        result = self._admin(container, "check-imports", {"imports": list(template.imports)})
+        if not result.get("ok"):
+            raise EnvironmentUnusable(
+                f"{self.container_name}: the evaluation of task {template.key.rsplit('-', 1)[0]}"
+                f" cannot run: {result.get('message')}; fix: install the packages in the "
+                "image's task environment"
+            )
+        self._checked_imports.add(key)
+
     def _admin(
         self, container: Container, command: str, args: dict[str, Any], timeout: float = 120
     ) -> dict[str, Any]:
         """Run one root-helper command in its own exec as root; its JSON answer."""
+        python = self._pythons.get(str(container.id)) or self.config.admin_python
         argv = [
-            "timeout", "-k", "5", f"{timeout:g}",
-            self.config.admin_python, "-I", "-B", ADMIN_PATH, command, json.dumps(args),
+            "/usr/bin/timeout", "-k", "5", f"{timeout:g}",
+            python, "-I", "-B", ADMIN_PATH, command, json.dumps(args),
         ]  # fmt: skip
         try:
-            result = container.exec_run(argv, user="root", demux=True)
+            result = self._root_exec(container, argv, demux=True)
         except DOCKER_ERRORS as e:
             raise ContainerUnavailable(f"{command} in {self.container_name} failed: {e}") from e
         stdout, stderr = result.output if isinstance(result.output, tuple) else (b"", b"")
@@ -374,9 +509,9 @@ class TaskSession:
         if not isinstance(answer, dict):
             error = (stderr or b"").decode(errors="replace").strip()[-2000:]
             if result.exit_code in (126, 127):
-                raise ContainerUnavailable(
-                    f"{self.container_name} has no {self.config.admin_python} ({error}); fix: "
-                    "the task image needs a root-owned python3 for evaluation and reset"
+                raise EnvironmentUnusable(
+                    f"{self.container_name} cannot run {python} ({error}); fix: the task "
+                    "image needs the agent's Python environment or a root-owned python3"
                 )
             raise ContainerBroken(f"{command} gave no answer (exit {result.exit_code}): {error}")
         return answer
@@ -523,6 +658,8 @@ class TaskSession:
             "timeout": timeout,
             "known_hashes": sorted(known or {}),
             "evaluation_files": list(template.evaluation_files),
+            "returns": {k: dict(v) for k, v in self.protection(task).returns.items()},
+            "submission_rules": dict(self.protection(task).submission),
         }
         answer = self._admin(container, "evaluate", args, timeout=timeout + 60)
         if not answer.get("written"):
@@ -535,6 +672,11 @@ class TaskSession:
         if status == "ok" and isinstance(result.get("metrics"), dict):
             metrics = result["metrics"]
             return Evaluation(metrics, str(result.get("output", "")), json.dumps(metrics), digest)
+        if status == "invalid_submission":
+            why = str(result.get("output", ""))
+            return Evaluation(
+                None, why, f"The submission was refused before scoring: {why}", digest
+            )
         if status == "no_submission":
             return Evaluation(
                 None,
@@ -544,6 +686,13 @@ class TaskSession:
                 "description to validate your results.",
                 digest,
             )
+        if status in ("evaluator_broken", "error"):
+            # Not the solution's fault: the evaluation cannot run in this container.
+            raise EnvironmentUnusable(
+                f"{self.container_name}: the evaluation of {task.id} cannot run: "
+                f"{result.get('message')}; fix: install what it needs in the image's task "
+                "environment"
+            )
         output = str(result.get("output") or result.get("message") or "").strip()
         if status == "timeout":
             message = f"The evaluation did not finish within {timeout:g} seconds."
@@ -552,7 +701,8 @@ class TaskSession:
         return Evaluation(None, output, f"{message} Output:\n---\n{output}\n---", digest)
 
     def evaluation_timeout(self, task: TaskSpec) -> float:
-        """An explicit long_timeout wins; else the task's training_timeout, else MLGym's."""
+        """The limit of an evaluation and of a training command (`python ...`): an explicit
+        long_timeout wins; else the task's training_timeout, else MLGym's long timeout."""
         if self.config.long_timeout_explicit or task.training_timeout is None:
             return self.config.long_timeout
         return task.training_timeout
@@ -570,7 +720,7 @@ class TaskSession:
             member = archive.extractfile(posixpath.basename(path))
             data = member.read() if member is not None else b""
         with contextlib.suppress(*DOCKER_ERRORS):
-            container.exec_run(["rm", "-f", path], user="root")
+            self._root_exec(container, ["/bin/rm", "-f", path])
         try:
             result = json.loads(data)
         except json.JSONDecodeError as e:
@@ -664,6 +814,7 @@ class _Template:
     archive: bytes  # extracted in STATE_DIR_TASKS
     install_args: dict[str, Any]
     evaluation_files: tuple[str, ...]
+    imports: tuple[str, ...] = ()  # top-level modules the evaluation files import
 
 
 def build_template(
@@ -730,9 +881,34 @@ def build_template(
         for e in entries
         if e.name not in {"workspace", "eval"}
     ]
+    local_modules = {Path(e.name).stem for e in entries if e.name.startswith("eval/")}
+    local_modules |= {Path(name).stem for name in starter}
     return _Template(
         key=key,
         archive=_tar(rooted, mtime=TEMPLATE_MTIME),
         install_args={"task_key": key, "copy_data_from": copy_from, "hidden": sorted(hidden)},
         evaluation_files=evaluation,
+        imports=tuple(
+            sorted(evaluation_imports([starter[n] for n in evaluation]) - local_modules)
+        ),
     )
+
+
+def evaluation_imports(paths: Sequence[Path]) -> set[str]:
+    """The top-level modules the Python files among `paths` import at module level (absolute
+    imports; a file that does not parse contributes nothing)."""
+    found: set[str] = set()
+    files = [p for path in paths for p in ([path] if path.is_file() else path.rglob("*.py"))]
+    for path in files:
+        if path.suffix != ".py":
+            continue
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError, OSError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found

@@ -4,9 +4,10 @@
 What the seeds got wrong, and how it is handled here:
 - completions are lists of messages (dicts or pydantic messages), never strings: the reply is
   read with `last_assistant_text`, which accepts both and content-part lists;
-- nothing raises out of `setup_state` / `env_response` / cleanup: container trouble becomes an
-  observation and the episode's end (`final_env_response`), so the rollout is not marked errored
-  and its tokens stay trainable (prime-rl masks out errored rollouts entirely);
+- an episode the environment could not serve (no container, a reset or an evaluation that
+  cannot run) is an errored rollout: `vf.InfraError` from `setup_state` / `env_response`, or
+  `state["error"]` set in cleanup, which verifiers 0.3 reports (and prime-rl masks out), never
+  a reward of 0 trained on; the agent's own failures are rewards, not errors;
 - the reward is the episode's summed metric improvement, so it is not always zero.
 """
 
@@ -42,6 +43,13 @@ def _user(content: str) -> list[Any]:
         except Exception:  # an older verifiers with a different message model: plain dicts
             pass
     return [{"role": "user", "content": content}]
+
+
+def _infra_error(message: str) -> Exception:
+    """verifiers 0.3's error for infrastructure trouble (`vf.InfraError`), which its rollout
+    loop records as `state["error"]` and stops on."""
+    cls = getattr(vf, "InfraError", None) or getattr(vf, "Error", None) or RuntimeError
+    return cls(f"air-mlgym: {message}")
 
 
 def mlgym_reward(state: Any) -> float:
@@ -101,20 +109,25 @@ class MLGymMultiTurnEnv(vf.MultiTurnEnv):  # type: ignore[misc]
         state[STATE_KEY] = summary
         try:
             lease = await self._acquire()
-        except Exception as e:  # docker not reachable at all: end this rollout cleanly
+        except Exception as e:  # docker not reachable at all
             logger.exception("air-mlgym: cannot lease a container")
             summary.update(end_reason="container_unavailable", error=str(e))
-            return state
+            raise _infra_error(f"cannot lease a task container: {e}") from e
         if lease is None:
             summary.update(end_reason="no_container_free")
-            return state
+            raise _infra_error(
+                f"no task container became free within lease_timeout "
+                f"({self.runner.args.lease_timeout:g}s)"
+            )
         episode = self.runner.new_episode(
             task_id, lease, meta={"trajectory_id": state.get("trajectory_id")}
         )
         self._episodes[summary["rollout_key"]] = (episode, lease)
         summary["container"] = lease.name
         summary["episode_id"] = episode.episode_id
-        await asyncio.to_thread(episode.reset)  # False is handled by the first step
+        if not await asyncio.to_thread(episode.reset):
+            summary.update(end_reason=episode.end_reason, error=episode.error)
+            raise _infra_error(str(episode.error))  # cleanup still finishes the episode
         return state
 
     async def _acquire(self) -> Any:
@@ -141,6 +154,9 @@ class MLGymMultiTurnEnv(vf.MultiTurnEnv):  # type: ignore[misc]
         result = await asyncio.to_thread(episode.step, reply)
         summary = _summary(state)
         summary["total_reward"] = episode.total_reward
+        if episode.error is not None:
+            summary.update(end_reason=episode.end_reason, error=episode.error)
+            raise _infra_error(episode.error)
         response = _user(result.observation)
         if result.done:
             state["final_env_response"] = response
@@ -165,7 +181,11 @@ class MLGymMultiTurnEnv(vf.MultiTurnEnv):  # type: ignore[misc]
             submitted=episode.submitted,
             end_reason=episode.end_reason,
             turns=len(episode.steps),
+            error=episode.error,
         )
+        if episode.error is not None and state.get("error") is None:
+            # e.g. the end-of-episode evaluation could not run: the rollout is errored
+            state["error"] = _infra_error(episode.error)
 
     @vf.teardown  # type: ignore[untyped-decorator]
     async def close_containers(self) -> None:

@@ -5,8 +5,9 @@ The env plays MLGym host-side, like verifiers' own TextArena env: the model is t
 agent (a tool-less chat harness whose one request per turn is made in this process,
 `MLGymChatHarness`), `interaction.turn()`
 carries each observation back as the next user turn, and the episode's summed metric improvement
-is recorded as the trace's reward. Container trouble ends the exchange with an observation; the
-run itself never raises for it (a failed episode is dropped from training).
+is recorded as the trace's reward. An episode the environment could not serve (no container, a
+reset or evaluation that cannot run) raises from `run` once the exchange is over: verifiers
+records it on the episode (`ok` false) and prime-rl drops it, instead of training on a 0.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class MLGymTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
     reward_scale: float = 1.0
     reward_mode: str = "final"
     failure_reward: float = -1.0
-    admin_python: str = "/usr/bin/python3"
+    admin_python: str = "auto"
+    python_env: str | None = None
     evaluate_on_exit: bool = True
     footer: bool = True
     format_error_limit: int = 3
@@ -189,10 +191,22 @@ class MLGymEnv(vf.Env[MLGymEnvConfig]):  # type: ignore[misc]
         runner = _runner_for(self.taskset.config)
         task_id = task.data.task_id
         lease = await _acquire(runner)
-        episode = None
-        if lease is not None:
-            episode = runner.new_episode(task_id, lease, meta={"task_name": task.data.id})
-            await asyncio.to_thread(episode.reset)  # a failed reset ends at the first step
+        if lease is None:
+            raise _env_error(
+                f"air-mlgym: no task container became free within lease_timeout "
+                f"({runner.args.lease_timeout:g}s)"
+            )
+        episode = runner.new_episode(task_id, lease, meta={"task_name": task.data.id})
+        served = False
+        try:
+            served = await asyncio.to_thread(episode.reset)
+            if not served:
+                await asyncio.to_thread(episode.finish)  # saves the trajectory
+        finally:
+            if not served:
+                lease.release()
+        if not served:  # before any model turn: nothing to train on, an errored rollout
+            raise _env_error(f"air-mlgym: {episode.error}")
         try:
             async with agents.agent.interaction(task) as interaction:
                 segment = await interaction.turn()
@@ -217,7 +231,12 @@ class MLGymEnv(vf.Env[MLGymEnvConfig]):  # type: ignore[misc]
             if lease is not None:
                 lease.release()
         total = episode.total_reward if episode is not None else 0.0
-        trace.record_reward(REWARD_NAME, total, 1.0)
+        error = (
+            f"no task container became free within lease_timeout "
+            f"({runner.args.lease_timeout:g}s)"
+            if episode is None
+            else episode.error
+        )
         trace.info["air_mlgym"] = {
             "task_id": task_id,
             "container": None if lease is None else lease.name,
@@ -225,7 +244,13 @@ class MLGymEnv(vf.Env[MLGymEnvConfig]):  # type: ignore[misc]
             "submitted": bool(episode and episode.submitted),
             "best": None if episode is None else episode.tracker.best,
             "baseline": None if episode is None else episode.tracker.baseline,
+            "error": error,
         }
+        if error is not None:
+            # An episode the environment could not serve is an errored rollout (`ok` false,
+            # the error on the episode), never a reward of 0 trained on.
+            raise _env_error(f"air-mlgym: {error}")
+        trace.record_reward(REWARD_NAME, total, 1.0)
 
     async def stop(self) -> None:
         for runner in _RUNNERS.values():
@@ -234,6 +259,14 @@ class MLGymEnv(vf.Env[MLGymEnvConfig]):  # type: ignore[misc]
 
 
 _RUNNERS: dict[str, MLGymRunner] = {}
+
+
+def _env_error(message: str) -> Exception:
+    try:
+        from verifiers.v1.errors import EnvError
+    except ImportError:  # a verifiers without the error vocabulary: its boundary wraps any
+        return RuntimeError(message)
+    return EnvError(message)  # type: ignore[no-any-return]
 
 
 def _runner_for(config: MLGymTasksetConfig) -> MLGymRunner:

@@ -45,11 +45,19 @@ HOME_SNAPSHOT = f"{STATE_DIR}/home"
 HOME_MANIFEST = f"{STATE_DIR}/home.manifest.json"
 TASKS_DIR = f"{STATE_DIR}/tasks"
 RESULTS_DIR = f"{STATE_DIR}/results"
-SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
+# The evaluator's own interpreter on images whose Python belongs to the agent (MLGym's official
+# image): a root-owned copy of the agent's environment, made before the first episode.
+PYTHON_SNAPSHOT = "/opt/air_mlgym/python"
+# What root's processes run with: never the image's PATH, whose first entries the agent writes.
+ROOT_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 NO_PYCACHE = "/nonexistent/air-mlgym-no-pycache"  # a pycache prefix that never exists
 MAX_LOG_BYTES = 16_000
 MAX_REPLY_BYTES = 1 << 20
 HASH_LIMIT_BYTES = 256 << 20  # bigger workspaces are not hashed (always re-evaluated)
+EVALUATOR_BROKEN_EXIT = 86
+EVALUATOR_BROKEN_MARK = "@@AIR-EVALUATOR-BROKEN "
 
 
 # --- processes of the agent user ------------------------------------------------------------
@@ -68,6 +76,38 @@ def signal_user(uid: int, gid: int, signum: int) -> None:
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
+
+
+def freeze_user(uid: int, gid: int, attempts: int = 50) -> list[int]:
+    """SIGSTOP every process of `uid` until all are stopped (a process forked while the first
+    kill(-1) ran is caught by the next); returns any still running."""
+    left: list[int] = []
+    for _ in range(attempts):
+        signal_user(uid, gid, signal.SIGSTOP)
+        left = [p for p in user_pids(uid) if _state(p) not in {"T", "t", "Z", "X", ""}]
+        if not left:
+            return []
+        time.sleep(0.005)
+    return left
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def pid1_problem(uid: int) -> str | None:
+    """pid 1 cannot be signalled from inside the container: it must not be the agent's."""
+    try:
+        owner = os.stat("/proc/1").st_uid
+    except OSError as e:
+        return f"cannot inspect pid 1: {e}"
+    if owner == uid:
+        return "pid 1 of the container runs as the agent user"
+    return None
 
 
 def user_pids(uid: int) -> list[int]:
@@ -95,11 +135,112 @@ def kill_user(uid: int, gid: int, attempts: int = 50) -> list[int]:
 
 
 def _is_zombie(pid: int) -> bool:
+    return _state(pid) in {"Z", "X", ""}
+
+
+# --- SysV IPC -----------------------------------------------------------------------------------
+
+IPC_RMID = 0
+
+
+def remove_user_ipc(uid: int) -> int:
+    """Remove the SysV shared memory segments, message queues and semaphore sets the agent
+    created or owns (IPC_SET lets an owner hand an object to any uid; the creator stays)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    removers: dict[str, Callable[[int], int]] = {
+        "shm": lambda i: int(libc.shmctl(i, IPC_RMID, None)),
+        "msg": lambda i: int(libc.msgctl(i, IPC_RMID, None)),
+        "sem": lambda i: int(libc.semctl(i, 0, IPC_RMID)),
+    }
+    removed = 0
+    for kind, remove in removers.items():
+        try:
+            with open(f"/proc/sysvipc/{kind}", encoding="ascii") as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            continue
+        if not lines:
+            continue
+        header = lines[0].split()
+        for line in lines[1:]:
+            row = dict(zip(header, line.split(), strict=False))
+            ident = row.get("shmid") or row.get("msqid") or row.get("semid")
+            if ident is None or str(uid) not in (row.get("uid"), row.get("cuid")):
+                continue
+            if remove(int(ident)) == 0:
+                removed += 1
+    return removed
+
+
+def user_ipc_left(uid: int) -> list[str]:
+    left = []
+    for kind in ("shm", "msg", "sem"):
+        try:
+            with open(f"/proc/sysvipc/{kind}", encoding="ascii") as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            continue
+        header = lines[0].split() if lines else []
+        for line in lines[1:]:
+            row = dict(zip(header, line.split(), strict=False))
+            if str(uid) in (row.get("uid"), row.get("cuid")):
+                left.append(f"{kind} {line.split()[1]}")
+    return left
+
+
+# --- privilege ------------------------------------------------------------------------------
+
+
+def drop_setuid(directories: tuple[str, ...] = BIN_DIRS) -> list[str]:
+    """Clear the set-user/group-id bits of the programs in the image's bin directories: MLGym's
+    sudoers line lets the agent run apt as root, and apt runs any command it is configured to
+    (root for the agent = a forged score). Root itself needs none of them."""
+    cleared = []
+    for directory in directories:
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                _set_attrs(path, None, None, stat.S_IMODE(st.st_mode) & ~0o6000)
+                cleared.append(path)
+    return cleared
+
+
+# --- attributes without following links ----------------------------------------------------
+
+
+def _set_attrs(path: str, uid: int | None, gid: int | None, mode: int | None) -> None:
+    """chown/chmod `path` itself, never what a symlink there points to: through a descriptor
+    opened with O_NOFOLLOW (a symlink gets lchown only, and no mode)."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        if uid is not None or gid is not None:
+            os.lchown(path, -1 if uid is None else uid, -1 if gid is None else gid)
+        return
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        # fifos, sockets, devices: opening them could block or fail; lchown works on the name
+        # (it never follows) and their mode does not matter here
+        if uid is not None or gid is not None:
+            os.lchown(path, -1 if uid is None else uid, -1 if gid is None else gid)
+        return
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    fd = os.open(path, flags | (os.O_DIRECTORY if stat.S_ISDIR(st.st_mode) else 0))
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
-        return True
+        if uid is not None or gid is not None:
+            os.fchown(fd, -1 if uid is None else uid, -1 if gid is None else gid)
+        if mode is not None:
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 # --- home snapshot and restore --------------------------------------------------------------
@@ -150,10 +291,9 @@ def _copy_entry(source: str, target: str) -> None:
         shutil.copyfile(source, target, follow_symlinks=False)
     else:
         return  # sockets, fifos, devices: not restored
-    os.lchown(target, st.st_uid, st.st_gid)
+    _set_attrs(target, st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
     if not stat.S_ISLNK(st.st_mode):
-        os.chmod(target, stat.S_IMODE(st.st_mode))
-        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
 
 
 def _remove(path: str) -> None:
@@ -171,9 +311,7 @@ def _make_removable(path: str) -> None:
     for dirpath, dirnames, _ in os.walk(path):
         for name in dirnames:
             with contextlib.suppress(OSError):
-                full = os.path.join(dirpath, name)
-                if not os.path.islink(full):
-                    os.chmod(full, 0o700)
+                _set_attrs(os.path.join(dirpath, name), None, None, 0o700)
 
 
 def snapshot_home(home: str, workspace_name: str) -> dict[str, Any]:
@@ -214,8 +352,7 @@ def restore_home(home: str, workspace_name: str) -> dict[str, int]:
             os.unlink(home)
         os.mkdir(home)
         restored += 1
-    os.chown(home, snap.st_uid, snap.st_gid)
-    os.chmod(home, stat.S_IMODE(snap.st_mode))
+    _set_attrs(home, snap.st_uid, snap.st_gid, stat.S_IMODE(snap.st_mode))
     # Entries that changed or appear nowhere in the manifest go; directories stay (their
     # contents are compared one by one) unless their type changed.
     for rel, path in list(_walk(home, frozenset({workspace_name}))):
@@ -226,8 +363,7 @@ def restore_home(home: str, workspace_name: str) -> dict[str, int]:
         if expected is not None and current[0] == expected[0] == stat.S_IFDIR:
             if current[1:4] != expected[1:4]:
                 snap_st = os.lstat(os.path.join(HOME_SNAPSHOT, rel))
-                os.chown(path, snap_st.st_uid, snap_st.st_gid)
-                os.chmod(path, stat.S_IMODE(snap_st.st_mode))
+                _set_attrs(path, snap_st.st_uid, snap_st.st_gid, stat.S_IMODE(snap_st.st_mode))
                 restored += 1
             continue
         if expected is None or current != expected:
@@ -347,7 +483,11 @@ def _atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
 
 def _trusted_interpreter_problem() -> str | None:
     """The interpreter (and its directories) must not be writable by anyone but root."""
-    path = os.path.realpath(sys.executable)
+    return _untrusted_path(os.path.realpath(sys.executable))
+
+
+def _untrusted_path(path: str) -> str | None:
+    """`path` and every directory above it: owned by root, writable by root only."""
     while True:
         st = os.stat(path)
         if st.st_uid != 0 or st.st_mode & 0o022:
@@ -356,6 +496,49 @@ def _trusted_interpreter_problem() -> str | None:
         if parent == path:
             return None
         path = parent
+
+
+def interpreter_problems(limit: int = 5) -> list[str]:
+    """Everything this interpreter imports from (`sys.path` with `-I`: no user site, no
+    PYTHONPATH; `.pth` additions included) must be root's and writable by root only, every
+    file and directory inside, and every symlink must lead to such a place."""
+    problems: list[str] = []
+    chain = _trusted_interpreter_problem()
+    if chain:
+        problems.append(chain)
+    seen: set[str] = set()
+    for entry in sys.path:
+        if not entry or not os.path.exists(entry):
+            continue
+        real = os.path.realpath(entry)
+        if real in seen:
+            continue
+        seen.add(real)
+        above = _untrusted_path(real)
+        if above:
+            problems.append(f"sys.path entry {entry}: {above}")
+            continue
+        if not os.path.isdir(real):
+            continue
+        for dirpath, dirnames, filenames in os.walk(real):
+            for name in dirnames + filenames:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISLNK(st.st_mode):
+                    target = os.path.realpath(path)
+                    if os.path.exists(target) and _untrusted_path(target):
+                        problems.append(f"{path} links to {target}: {_untrusted_path(target)}")
+                elif st.st_uid != 0 or st.st_mode & 0o022:
+                    problems.append(
+                        f"{path} is owned by uid {st.st_uid} with mode "
+                        f"{oct(stat.S_IMODE(st.st_mode))}"
+                    )
+                if len(problems) >= limit:
+                    return problems
+    return problems
 
 
 def _clip(data: bytes, limit: int = MAX_LOG_BYTES) -> str:
@@ -387,8 +570,10 @@ def evaluate(args: dict[str, Any]) -> dict[str, Any]:
     problem = _trusted_interpreter_problem()
     if problem is not None:
         return {"status": "error", "message": f"untrusted evaluation interpreter: {problem}"}
-    signal_user(uid, gid, signal.SIGSTOP)  # nothing of the agent runs while we look and score
+    running = freeze_user(uid, gid)  # nothing of the agent runs while we look and score
     try:
+        if running:
+            return {"status": "error", "message": f"agent processes would not stop: {running}"}
         return _evaluate_frozen(args, uid, gid, workspace, key)
     finally:
         signal_user(uid, gid, signal.SIGCONT)
@@ -415,16 +600,20 @@ def _evaluate_frozen(
             path = _find_model_config(workspace, uid)
         if path is None:
             return {"status": "no_submission", "hash": solution, "repaired_data": repaired}
+        if kind == "csv":
+            refused = check_csv_submission(path, args.get("submission_rules") or {}, workspace)
+            if refused:
+                return {"status": "invalid_submission", "hash": solution, "output": refused}
         argv += ["--submission_file" if kind == "csv" else "--config_fname", path]
     log_path = os.path.join(RESULTS_DIR, f"agent-{os.getpid()}.log")
     env = {
-        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH": f"{os.path.dirname(sys.executable)}:{ROOT_PATH}",
         "HOME": "/root",
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "AIR_MLGYM_AGENT": json.dumps(
             {"uid": uid, "gid": gid, "home": args["home"], "workspace": workspace,
-             "log": log_path, "python": sys.executable}
+             "log": log_path, "python": sys.executable, "returns": args.get("returns") or {}}
         ),
     }  # fmt: skip
     command = [sys.executable, "-I", "-B", "-X", f"pycache_prefix={NO_PYCACHE}", __file__, "run"]
@@ -457,6 +646,9 @@ def _evaluate_frozen(
         }
     metrics = last_json_object(stdout.decode("utf-8", errors="replace"))
     output = _clip(stdout + stderr) + _agent_log(log_path)
+    if process.returncode == EVALUATOR_BROKEN_EXIT and EVALUATOR_BROKEN_MARK.encode() in stderr:
+        why = stderr.decode("utf-8", "replace").split(EVALUATOR_BROKEN_MARK, 1)[1].strip()
+        return {"status": "evaluator_broken", "hash": solution, "message": why[:2000]}
     if process.returncode != 0 or metrics is None:
         return {"status": "failed", "hash": solution, "output": output, "rc": process.returncode}
     return {"status": "ok", "metrics": metrics, "hash": solution, "output": output}
@@ -521,7 +713,15 @@ def run_evaluation(spec: dict[str, Any]) -> None:
 
     sys.path.insert(0, spec["eval_dir"])
     sys.argv = list(spec["argv"])
-    runpy.run_path(spec["argv"][0], run_name="__main__")
+    try:
+        runpy.run_path(spec["argv"][0], run_name="__main__")
+    except ImportError as e:
+        # The pristine evaluation script cannot import what it needs (the agent's modules come
+        # through the proxy, whose failures are AgentCodeError): the image's fault, not the
+        # solution's. The parent reports it as a broken evaluator instead of a failed score.
+        sys.stderr.write(f"{EVALUATOR_BROKEN_MARK}{type(e).__name__}: {e}\n")
+        sys.stderr.flush()
+        os._exit(EVALUATOR_BROKEN_EXIT)
 
 
 # --- the call proxy for agent code the evaluation imports ----------------------------------
@@ -630,8 +830,15 @@ def proxy_module(name: str) -> None:
             return value
         ask = _AgentProcess.get().ask
 
+        rule = (json.loads(os.environ["AIR_MLGYM_AGENT"]).get("returns") or {}).get(attr)
+
         def call(*a: Any, **kw: Any) -> Any:
-            return ask(("call", name, attr, a, kw))
+            value = ask(("call", name, attr, a, kw))
+            if rule:
+                refused = check_return(rule, value)
+                if refused:
+                    raise AgentCodeError(f"{name}.{attr} returned {value!r}: {refused}")
+            return value
 
         call.__name__ = attr
         setattr(module, attr, call)
@@ -675,6 +882,71 @@ def host(workspace: str, fd: int) -> None:
         _send(channel, data)
 
 
+# --- submission checks (metrics.toml `returns` and `submission`) ------------------------------
+
+
+def check_return(rule: dict[str, Any], value: Any) -> str | None:
+    """Why `value`, returned by the agent's function, is not what the task allows; None if it
+    is. `one_of`: an int among these; `ints`: a list of that many non-negative ints, summing to
+    at most `max_sum`."""
+    if "one_of" in rule and (
+        isinstance(value, bool) or not isinstance(value, int) or value not in rule["one_of"]
+    ):
+        return f"the task allows only one of {rule['one_of']}"
+    if "ints" in rule:
+        count = int(rule["ints"])
+        if not isinstance(value, list) or len(value) != count:
+            return f"the task allows a list of exactly {count} integers"
+        if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in value):
+            return "the task allows non-negative integers only"
+        if "max_sum" in rule and sum(value) > int(rule["max_sum"]):
+            return f"the task allows at most {rule['max_sum']} in total"
+    return None
+
+
+def check_csv_submission(path: str, rules: dict[str, Any], workspace: str) -> str | None:
+    """Why the CSV submission at `path` is refused before scoring; None if it passes."""
+    import csv
+
+    if not rules:
+        return None
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        return f"the submission cannot be read as CSV: {e}"
+    if not rows:
+        return "the submission is empty"
+    header, body = [c.strip() for c in rows[0]], [r for r in rows[1:] if r]
+    columns = rules.get("columns")
+    if columns and sorted(header) != sorted(columns):
+        return f"the submission's columns must be exactly {columns}, not {header}"
+    if any(len(r) != len(header) for r in body):
+        return "every row of the submission must have one value per column"
+    key = rules.get("key")
+    if key and rules.get("keys_from") and key in header:
+        source = os.path.join(workspace, rules["keys_from"])
+        try:
+            with open(source, newline="", encoding="utf-8") as handle:
+                reference = list(csv.reader(handle))
+        except OSError as e:
+            return f"cannot read {rules['keys_from']} to check the submission: {e}"
+        column = [c.strip() for c in reference[0]].index(key)
+        wanted = sorted(r[column].strip() for r in reference[1:] if r)
+        index = header.index(key)
+        got = [r[index].strip() for r in body]
+        if sorted(got) != wanted:
+            return (f"the submission's {key} values must be exactly those of "
+                    f"{rules['keys_from']}, each once")
+    for name, allowed in (rules.get("values") or {}).items():
+        if name in header:
+            index = header.index(name)
+            bad = [r[index] for r in body if r[index].strip() not in allowed]
+            if bad:
+                return f"the submission's {name} must be one of {allowed}, not {bad[0]!r}"
+    return None
+
+
 def _tail(text: str, limit: int = 4000) -> str:
     return text if len(text) <= limit else "...\n" + text[-limit:]
 
@@ -683,13 +955,34 @@ def _tail(text: str, limit: int = 4000) -> str:
 
 
 def cmd_prepare(args: dict[str, Any]) -> dict[str, Any]:
+    """Once per container, before its first episode: the checks that make it usable, the
+    neutralised privileges, the home snapshot."""
     os.makedirs(TASKS_DIR, mode=0o700, exist_ok=True)
     os.makedirs(RESULTS_DIR, mode=0o700, exist_ok=True)
-    problem = _trusted_interpreter_problem()
+    problems = interpreter_problems()
+    if problems:
+        return {"ok": False, "interpreter_problem": "; ".join(problems)}
+    pid1 = pid1_problem(int(args["uid"]))
+    if pid1:
+        return {"ok": False, "pid1_problem": pid1}
+    cleared = drop_setuid()
     result = snapshot_home(args["home"], args["workspace_name"])
-    result["interpreter_problem"] = problem
-    result["tasks"] = sorted(os.listdir(TASKS_DIR))
+    result.update(ok=True, interpreter=sys.executable, setuid_cleared=cleared,
+                  tasks=sorted(os.listdir(TASKS_DIR)))
     return result
+
+
+def cmd_check_imports(args: dict[str, Any]) -> dict[str, Any]:
+    """The modules a task's evaluation files import, imported by the evaluator's interpreter."""
+    missing = []
+    for module in args.get("imports") or []:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # any failure to import makes the evaluator unusable
+            missing.append(f"{module} ({type(e).__name__}: {e})")
+    if missing:
+        return {"ok": False, "message": f"{sys.executable} cannot import " + ", ".join(missing)}
+    return {"ok": True}
 
 
 def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
@@ -698,6 +991,13 @@ def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
     survivors = kill_user(uid, gid)
     if survivors:
         return {"ok": False, "message": f"processes of uid {uid} survive SIGKILL: {survivors}"}
+    pid1 = pid1_problem(uid)
+    if pid1:
+        return {"ok": False, "message": pid1}
+    ipc = remove_user_ipc(uid)
+    ipc_left = user_ipc_left(uid)
+    if ipc_left:
+        return {"ok": False, "message": f"SysV IPC objects of uid {uid} survive: {ipc_left}"}
     workspace = args["workspace"]
     if os.path.lexists(workspace):
         _remove(workspace)
@@ -715,6 +1015,7 @@ def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
         "ok": True,
         "home": home,
         "scratch_removed": scratch,
+        "ipc_removed": ipc,
         "seconds": round(time.monotonic() - started, 4),
     }
 
@@ -731,13 +1032,11 @@ def cmd_install_template(args: dict[str, Any]) -> dict[str, Any]:
     if os.path.isdir(data):
         hidden = set(args.get("hidden", []))
         for rel, path in _walk(data):
-            os.lchown(path, 0, 0)
-            if os.path.isdir(path):
-                os.chmod(path, 0o555)
+            if os.path.isdir(path) and not os.path.islink(path):
+                _set_attrs(path, 0, 0, 0o555)
             else:
-                os.chmod(path, 0o400 if f"data/{rel}" in hidden else 0o444)
-        os.chown(data, 0, 0)
-        os.chmod(data, 0o555)
+                _set_attrs(path, 0, 0, 0o400 if f"data/{rel}" in hidden else 0o444)
+        _set_attrs(data, 0, 0, 0o555)
         # Evaluation scripts that find the data next to themselves (not at the workspace's
         # path) find it through this link; the workspace's data is checked before each use.
         link = os.path.join(root, "eval", "data")
@@ -746,8 +1045,7 @@ def cmd_install_template(args: dict[str, Any]) -> dict[str, Any]:
     for rel in args.get("hidden", []):  # readable by the evaluation (root) only
         path = os.path.join(root, "workspace", rel)
         if os.path.isfile(path) and not os.path.islink(path):
-            os.chown(path, 0, 0)
-            os.chmod(path, 0o400)
+            _set_attrs(path, 0, 0, 0o400)
     return {"ok": True}
 
 
@@ -762,6 +1060,7 @@ COMMANDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "reset": cmd_reset,
     "install-template": cmd_install_template,
     "evaluate": cmd_evaluate,
+    "check-imports": cmd_check_imports,
 }
 
 
