@@ -206,8 +206,55 @@ function renderDeliveries(deliveries, notifyError) {
 }
 
 function renderEvents(events) {
-  $("events").replaceChildren(...events.slice().reverse().map((e) => el("li", {},
-    el("span", { class: "muted" }, `${clock(e.at)} ${e.kind} `), e.message.split("\n")[0])));
+  $("events").replaceChildren(...events.slice().reverse().map((e) => e.kind === "stacks"
+    ? stacksEvent(e)
+    : el("li", {}, el("span", { class: "muted" }, `${clock(e.at)} ${e.kind} `),
+         e.message.split("\n")[0])));
+}
+
+// A hang's stacks (airvisor.stacks): the verdict per process, the full stacks one click away
+// (GET /runs/{id}/attempts/{n}/stacks, read when opened). Kept per event, so the open state
+// survives the page's refreshes.
+const stacksNodes = new Map();
+
+function stacksEvent(e) {
+  const key = `${page.runId} ${e.id}`;
+  if (stacksNodes.has(key)) return stacksNodes.get(key);
+  const pre = el("pre", { class: "stacks" }, "loading…");
+  const details = el("details", { "data-attempt": e.data.attempt },
+    el("summary", {}, `full stacks of attempt ${e.data.attempt}`), pre);
+  details.addEventListener("toggle", () => {
+    if (details.open && !details.dataset.loaded) loadStacks(page.runId, e.data.attempt, pre, details);
+  });
+  const lines = (e.data.verdicts || []).concat((e.data.notes || []).map((n) => `note: ${n}`));
+  const node = el("li", { class: "stacks-event", "data-event": "stacks" },
+    el("span", { class: "muted" }, `${clock(e.at)} ${e.kind} `),
+    "where each process was before the stall kill:",
+    el("ul", { class: "verdicts" }, ...lines.map((line) => el("li", {}, line))), details);
+  stacksNodes.set(key, node);
+  return node;
+}
+
+async function loadStacks(runId, attempt, pre, details) {
+  try {
+    const body = await getJSON(
+      `/runs/${encodeURIComponent(runId)}/attempts/${encodeURIComponent(attempt)}/stacks`);
+    pre.textContent = body.processes.map(stacksText).join("\n\n") || body.notes.join("\n");
+    details.dataset.loaded = "1";
+  } catch (err) {
+    pre.textContent = `cannot read the stacks: ${err.message}`;
+  }
+}
+
+function stacksText(p) {
+  const lines = [p.verdict];
+  if (p.note) lines.push(`note: ${p.note}`);
+  for (const t of p.threads) {
+    lines.push("", `Thread ${t.os_thread_id ?? t.thread_id} (${t.active ? "active" : "idle"}): `
+      + `"${t.name ?? "?"}"`);
+    for (const f of t.frames) lines.push(`    ${f.name} (${f.native ? f.short : `${f.short}:${f.line}`})`);
+  }
+  return lines.join("\n");
 }
 
 // ---- charts (inline SVG) ---------------------------------------------------------------------
