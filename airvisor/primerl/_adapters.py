@@ -17,9 +17,9 @@ and per-component exit statuses. It is offered only where it can be faithful: pr
 prime-rl reachable for the resolution; anything else is refused with the reason.
 
 Sources (see docs/primerl-fidelity.md for the full table):
-- v0.4 `src/prime_rl/rl.py:556-790` (`rl()`: commands, environments, log files).
+- v0.4 `src/prime_rl/rl.py:556-819` (`rl()`: commands, environments, log files).
 - v0.4 `src/prime_rl/rl.py:76-78` (SharedCheckpointConfig.resume_step): `rl --ckpt.resume-step N`.
-- main `src/prime_rl/entrypoints/rl.py:613-660` (`rl()`: `--resume.step`, `clean_future_steps`).
+- main `src/prime_rl/entrypoints/rl.py:613-661` (`rl()`: `--resume.step`, `clean_future_steps`).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def script(profile: Profile, name: str) -> list[str]:
 def airvisor_overrides(profile: Profile) -> dict[str, Any]:
     """What airvisor puts on top of the user's files: [prime_rl.overrides], and for main a
     fixed `run.name` when the user's config has none (main names an unnamed run afresh at every
-    launch, `configs/rl.py:254-258`, so a relaunch could never find its checkpoints)."""
+    launch, `configs/rl.py:254-261`, so a relaunch could never find its checkpoints)."""
     overrides = dict(profile.prime_rl.overrides)
     if profile.prime_rl.version == "main":
         run = overrides.get("run")
@@ -321,7 +321,7 @@ def component_mode_problems(profile: Profile, resolution: Resolution) -> list[Pr
 
 def _component_specs(profile: Profile, resolution: Resolution, *, env: dict[str, str],
                      cwd: Path, attempt_dir: Path) -> dict[str, LaunchSpec]:
-    """v0.4's three processes exactly as `rl.py:583-760` starts them."""
+    """v0.4's three processes exactly as `rl.py:599-761` starts them."""
     problems = component_mode_problems(profile, resolution)
     if problems:
         raise ResolveError(problems)
@@ -338,7 +338,7 @@ def _component_specs(profile: Profile, resolution: Resolution, *, env: dict[str,
     gpus = ",".join
     if isinstance(components.get("inference"), Mapping):
         path, text = config_file("inference")
-        specs["inference"] = LaunchSpec(  # rl.py:611-627
+        specs["inference"] = LaunchSpec(  # rl.py:609-624
             argv=[*script(profile, "inference"), "@", str(path)],
             env={**env, "CUDA_VISIBLE_DEVICES": gpus(map(str, facts.inference_gpus))},
             cwd=cwd, files={path: text})
@@ -352,7 +352,7 @@ def _component_specs(profile: Profile, resolution: Resolution, *, env: dict[str,
     else:
         head = [*profile.prime_rl.command_prefix, "env", "PYTHONUNBUFFERED=1",
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "torchrun"]
-    specs["trainer"] = LaunchSpec(  # rl.py:721-762
+    specs["trainer"] = LaunchSpec(  # rl.py:721-761
         argv=[*head,
               f"--rdzv-endpoint=localhost:{profile.trainer.rdzv_port or _free_port()}",
               f"--rdzv-id={uuid.uuid4().hex}",
@@ -364,7 +364,7 @@ def _component_specs(profile: Profile, resolution: Resolution, *, env: dict[str,
              **wandb},
         cwd=cwd, files={path: text})
     path, text = config_file("orchestrator")
-    specs["orchestrator"] = LaunchSpec(  # rl.py:682-703
+    specs["orchestrator"] = LaunchSpec(  # rl.py:682-707
         argv=[*script(profile, "orchestrator"), "@", str(path)],
         env={**env, "LOGURU_FORCE_COLORS": "1", **wandb}, cwd=cwd, files={path: text})
     return specs

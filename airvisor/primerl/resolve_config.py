@@ -127,7 +127,7 @@ def _pydantic_errors(exc: Any) -> list[dict[str, Any]]:
 def _absolute_at_paths(args: list[str], cwd: Path, version: str) -> list[str]:
     """Make the file of every `@ file` (and, for main, `--key @file`) absolute against cwd.
 
-    v0.4 reads only a standalone `@` followed by the path (utils/pydantic_config.py:140-158);
+    v0.4 reads only a standalone `@` followed by the path (utils/pydantic_config.py:152-177);
     main also `--key @file` without the space (pydantic_config/cli.py _process_args).
     """
     out = list(args)
@@ -160,7 +160,7 @@ def _absolute(path: Any, cwd: Path) -> str | None:
 
 
 def _parse_v04(component: str, args: list[str]) -> tuple[Any, list[str]]:
-    """v0.4's own parse: parse_argv reads sys.argv (utils/pydantic_config.py:239-275).
+    """v0.4's own parse: parse_argv reads sys.argv (utils/pydantic_config.py:251-276).
 
     Unknown flags make pydantic-settings' argparse print usage and `error: ...` to stderr and
     raise SystemExit(2); that message is the refusal. Only the inference entry point allows
@@ -222,8 +222,8 @@ def _v04_bad_toml(args: list[str]) -> str | None:
 
 
 def _v04_component_dump(config: Any) -> dict[str, Any]:
-    # rl.py:611 (inference), 684 (orchestrator), 723 (trainer): what the launcher writes to the
-    # temporary TOML each component is started with.
+    # rl.py:611 (inference), rl.py:684 (orchestrator), rl.py:723 (trainer): what the launcher
+    # writes to the temporary TOML each component is started with.
     dumped: dict[str, Any] = config.model_dump(exclude_none=True, mode="json")
     return dumped
 
@@ -246,7 +246,7 @@ def _v04_facts(config: Any, cwd: Path) -> dict[str, Any]:
         "inference_port": inference.server.port if inference is not None else None,
         # orchestrator/config.py ClientConfig.base_url: a list in v0.4.
         "client_base_urls": list(orchestrator.client.base_url),
-        # rl.py:144-145 (fields), 620 and 752: CUDA_VISIBLE_DEVICES of each process.
+        # rl.py:144-145 (fields), rl.py:620,752: CUDA_VISIBLE_DEVICES of each process.
         "inference_gpu_ids": list(config.inference_gpu_ids) if inference is not None else None,
         "trainer_gpu_ids": list(config.trainer_gpu_ids),
         "gpu_ids_are_physical": True,
@@ -278,7 +278,7 @@ def _v04_facts(config: Any, cwd: Path) -> dict[str, Any]:
         ),
         "orchestrator_ckpt_dir": str(Path(orchestrator_dir) / "checkpoints"),
         "log_dir": log_dir,
-        # rl.py:617, 695, 747 (component stdout+stderr), rl.py:560 (launcher, if log.file),
+        # rl.py:617,695,747 (component stdout+stderr), rl.py:560 (launcher, if log.file),
         # rl.py:735 (torchrun --log-dir, per-rank logs).
         "log_files": {
             "inference": str(Path(log_dir) / "inference.stdout") if inference is not None else None,
@@ -323,8 +323,9 @@ def _parse_main(component: str, args: list[str]) -> Any:
 
 
 def _main_subconfigs(config: Any, scratch: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Exactly what main's launcher writes: prime-rl's own write_subconfigs (entrypoints/rl.py:
-    77-111), run into a scratch directory and read back, with env_servers (rl.py:51-62)."""
+    """Exactly what main's launcher writes: prime-rl's own write_subconfigs
+    (entrypoints/rl.py:77-111), run into a scratch directory and read back, with env_servers
+    (entrypoints/rl.py:51-62)."""
     from prime_rl.entrypoints.rl import (
         ENVS_DIR,
         INFERENCE_CONFIG,
@@ -406,7 +407,7 @@ def _main_facts(config: Any, cwd: Path, run_name_given: bool) -> dict[str, Any]:
     infer_ids: list[int] | None = None
     train_ids: list[int] | None = None
     if single_node and num_infer is not None and num_train is not None:
-        # entrypoints/rl.py:129-147: local ids 0..n-1 for inference, then the trainer's, mapped
+        # entrypoints/rl.py:130-148: local ids 0..n-1 for inference, then the trainer's, mapped
         # through the launcher's CUDA_VISIBLE_DEVICES (utils/process.py:36-44; without it,
         # NVML's order, i.e. the identity).
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -480,7 +481,7 @@ def _main_facts(config: Any, cwd: Path, run_name_given: bool) -> dict[str, Any]:
         "run_dir_has_artifacts": bool(artifacts),
         "fresh_launch_refused": bool(artifacts) and resume is None and not config.clean,
         "weight_broadcast_type": trainer.weight_broadcast.type,
-        # trainer/ckpt.py:310-317 (ckpt.output_dir overrides), orchestrator/ckpt.py:74-77.
+        # trainer/ckpt.py:309-317 (ckpt.output_dir overrides), orchestrator/ckpt.py:74-77.
         "trainer_ckpt_dir": str(Path(_absolute(trainer_ckpt_base, cwd) or run_dir) / "checkpoints"),
         "orchestrator_ckpt_dir": str(
             Path(_absolute(orchestrator.output_dir, cwd) or run_dir) / "checkpoints"
@@ -490,7 +491,7 @@ def _main_facts(config: Any, cwd: Path, run_name_given: bool) -> dict[str, Any]:
         "next_attempt": attempt,
         "attempt_log_dir": str(attempt_dir),
         "latest_log_dir": str(logs_dir / "latest"),  # utils/pathing.py:37-39
-        # entrypoints/rl.py:199, 257, 287, 326, 338: in the attempt dir of the next launch.
+        # entrypoints/rl.py:199,257,287,326,338: in the attempt dir of the next launch.
         "log_files": {
             "inference": str(attempt_dir / "inference.log") if inference is not None else None,
             "orchestrator": str(attempt_dir / "orchestrator.log"),

@@ -1,22 +1,18 @@
 """The per-version layout table, on checkpoint trees laid out exactly as each version writes them.
 
 The tree builders below follow prime-rl's own save code, cited per function; the table's
-citations themselves are checked against the sources in ../shared/third_party.
+citations themselves are checked by content in test_citations.py.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import pytest
 
 from airvisor.policy import choose_resume_step
-from airvisor.primerl._layout import RULES, RunLayout, layout_for
-
-THIRD_PARTY = Path(__file__).resolve().parents[2].parent / "shared" / "third_party"
-
+from airvisor.primerl._layout import RunLayout, layout_for
 
 # ---------------------------------------------------------------------------------------------
 # v0.4 writers (prime-rl-v0.4.0/src/prime_rl/...)
@@ -319,36 +315,3 @@ def test_the_resume_choice_reads_each_versions_layout(tmp_path: Path) -> None:
     out = tmp_path / "v04"
     v04_full_step(out, 3)
     assert choose_resume_step(layout_for("0.4", {"output_dir": str(out)}).scan()).step == 3
-
-
-CITATION = re.compile(r"^(?P<file>[\w/.-]+\.py):(?P<lines>[\d,-]+)")
-ROOT = re.compile(
-    r"^(?P<root>prime-rl-[\w.]+/(?:src/prime_rl|packages/prime-rl-configs/src/prime_rl/configs)/)"
-)
-
-
-def test_every_rule_cites_existing_prime_rl_lines() -> None:
-    """Each `file:lines` item exists and the lines are inside the file; an item without the
-    `prime-rl-...` prefix continues the previous item's source root."""
-    assert THIRD_PARTY.is_dir(), f"prime-rl sources missing at {THIRD_PARTY}"
-    checked = 0
-    for version, rules in RULES.items():
-        assert {"trainer_half", "orchestrator_half", "orchestrator_weights", "step_base",
-                "keep_last", "logs", "launcher_log", "metrics_jsonl", "resume_flag",
-                "clean"} <= set(rules)
-        for key, rule in rules.items():
-            root = ""
-            for item in (part.strip() for part in rule.source.split(";")):
-                found = ROOT.match(item)
-                if found:
-                    root, item = found["root"], item[found.end():]
-                assert root, f"{version} {key}: {rule.source!r} names no source root"
-                cited = CITATION.match(item)
-                target = THIRD_PARTY / root / (cited["file"] if cited else item.split(" ")[0])
-                assert target.exists(), f"{version} {key}: {target} does not exist"
-                if cited:
-                    length = len(target.read_text().splitlines())
-                    for span in cited["lines"].split(","):
-                        assert int(span.split("-")[-1]) <= length, f"{version} {key}: {item}"
-                    checked += 1
-    assert checked >= 30
