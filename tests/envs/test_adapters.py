@@ -102,9 +102,11 @@ def test_vf04_taskset_full_episode(
 
 
 @pytest.mark.parametrize("kind", ["vf03", "vf04"])
-def test_container_stopped_mid_episode_ends_without_error(
+def test_container_lost_mid_episode_is_an_errored_rollout(
     kind: str, checkout: Path, tmp_path: Path, make_container: Callable[[], str]
 ) -> None:
+    """A container that goes away and does not come back is the environment's failure: the
+    orchestrator sees an errored rollout (masked out of training), never a reward of 0."""
     venv_python(kind)
     name = make_container()
     config = {
@@ -113,17 +115,47 @@ def test_container_stopped_mid_episode_ends_without_error(
         "stop_container": {"name": name, "at_request": 3},  # while the model "thinks"
     }
     result = drive(kind, tmp_path, config)
+    assert_errored(kind, result, "could not be recovered")
+    saved = saved_trajectory(tmp_path)
+    assert saved["end_reason"] == "container_unavailable" and "recovered" in saved["error"]
+
+
+def assert_errored(kind: str, result: dict[str, Any], why: str) -> None:
     if kind == "vf03":
-        assert result["error"] is None
-        assert result["is_completed"] is True
-        assert result["summary"]["end_reason"] == "container_unavailable"
-        assert "unavailable" in result["completion"][-1]["content"]
-        assert result["metrics"]["mlgym_container_lost"] == 1.0
+        assert result["error"] is not None and why in result["error"], result
     else:
-        assert result["ok"] is True and result["errors"] == []
-        assert result["info"]["end_reason"] == "container_unavailable"
-    assert result["reward"] == pytest.approx(0.0)
-    assert saved_trajectory(tmp_path)["end_reason"] == "container_unavailable"
+        assert result["ok"] is False, result
+        assert any(why in json.dumps(error) for error in result["errors"]), result["errors"]
+
+
+@pytest.mark.parametrize("kind", ["vf03", "vf04"])
+def test_an_image_without_a_usable_evaluator_errors_every_rollout(
+    kind: str, checkout: Path, tmp_path: Path, make_container: Callable[[], str],
+    docker_client: Any,
+) -> None:  # fmt: skip
+    venv_python(kind)
+    name = make_container()
+    # the image's only Python gone before the first episode: nothing can evaluate
+    gone = docker_client.containers.get(name).exec_run(
+        ["/bin/sh", "-c", "rm -f /usr/bin/python3*"], user="root"
+    )
+    assert gone.exit_code == 0
+    config = {"env_args": env_args(kind, checkout, tmp_path, name), "replies": SCRIPT}
+    result = drive(kind, tmp_path, config)
+    assert_errored(kind, result, "has no Python to evaluate with")
+    assert result["requests"] == 0  # refused before any model turn
+
+
+@pytest.mark.parametrize("kind", ["vf03", "vf04"])
+def test_a_missing_image_errors_every_rollout(
+    kind: str, checkout: Path, tmp_path: Path
+) -> None:
+    venv_python(kind)
+    args = env_args(kind, checkout, tmp_path, "unused")
+    args.pop("container_names")
+    args.update(image="airvisor-test/no-such-image:absent", network="none")
+    result = drive(kind, tmp_path, {"env_args": args, "replies": SCRIPT})
+    assert_errored(kind, result, "no-such-image")
 
 
 def test_vf04_taskset_config_accepts_every_env_arg() -> None:

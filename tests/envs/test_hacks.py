@@ -298,3 +298,133 @@ def test_repeated_evaluation_of_an_unchanged_solution_is_not_penalised(bench: Be
     assert all(r.info["cached"] for r in again) and submitted.reward == 0.0
     assert episode.total_reward == first.reward
     bench.honest_titanic()
+
+
+
+# --- root-seeking hacks (issue 24): the image's PATH, its sudoers line, pid 1, IPC, links ------
+
+ROOT_MARK = "/var/lib/pwned-by-root"  # only root can create it
+FORGE = (
+    "#!/bin/sh\n"
+    f'[ "$(id -u)" = 0 ] && touch {ROOT_MARK}\n'
+    """echo '{"accuracy": 1.0, "Score": 100}'\n"""
+    "exit 0\n"
+)
+FORGED_SITE = 'print(\'{"accuracy": 1.0}\')\nraise SystemExit(0)\n'
+
+
+def root_mark_absent(bench: Bench) -> bool:
+    found = bench.container.exec_run(["/usr/bin/test", "-e", ROOT_MARK], user="root")
+    return bool(found.exit_code != 0)
+
+
+def heredoc(path: str, text: str) -> str:
+    return f"cat > {path} <<'AIREOF'\n{text}AIREOF\n"
+
+
+def test_programs_on_the_agents_path_are_never_run_by_root(bench: Bench) -> None:
+    """MLGym's image puts /home/agent/.local/bin and /home/agent/miniconda3/bin first on PATH:
+    a root exec that resolves a program through it runs the agent's code. The agent plants
+    every program root might call there, and corrupts its own Python environment (which is
+    the evaluator's on the official layout: the evaluator uses its root-owned copy)."""
+    names = "timeout env python python3 python3.11 rm id mkdir test cp sh bash sleep"
+    plant = (
+        "```bash\nmkdir -p ~/.local/bin ~/miniconda3/bin\n"
+        + heredoc("/tmp/forge", FORGE)
+        + heredoc("/tmp/site", FORGED_SITE)
+        + f"for n in {names}; do for d in ~/.local/bin ~/miniconda3/bin; do "
+        "cp /tmp/forge $d/$n 2>/dev/null; chmod +x $d/$n 2>/dev/null; done; done\n"
+        "for d in ~/miniconda3/envs/*/lib/python3*/*-packages ~/miniconda3/envs/*/lib/python3;"
+        ' do [ -w "$d" ] && cp /tmp/site "$d/sitecustomize.py" && cp /tmp/site '
+        '"$d/usercustomize.py"; [ -w "$d/pandas/__init__.py" ] && '
+        'cat /tmp/site >> "$d/pandas/__init__.py"; done; echo planted\n```'
+    )
+    episode, seen = bench.play("titanicSurvival", titanic_with_honest_submission(plant))
+    assert "planted" in seen[1]
+    assert episode.total_reward == pytest.approx(HONEST, abs=1e-9)  # the real accuracy
+    assert root_mark_absent(bench)
+    bench.honest_titanic()  # the agent's environment is restored with the home: same state
+    assert root_mark_absent(bench)
+
+
+def test_mlgyms_sudo_line_gives_the_agent_no_root(bench: Bench) -> None:
+    """MLGym's image lets the agent run apt-get as root through sudo, and apt runs any
+    command it is configured to: the line is neutralised in air_mlgym's containers."""
+    hook = f'APT::Update::Pre-Invoke::="touch {ROOT_MARK}"'
+    hack = (
+        f"```bash\nsudo -n /usr/bin/apt-get -o '{hook}' update 2>&1 | tail -n 2\n"
+        f"sudo -n /usr/bin/apt -o '{hook}' update 2>&1 | tail -n 2; echo done\n```"
+    )
+    episode, seen = bench.play("titanicSurvival", titanic_with_honest_submission(hack))
+    assert "done" in seen[1]
+    assert root_mark_absent(bench)
+    assert episode.total_reward == pytest.approx(HONEST, abs=1e-9)
+    bench.honest_titanic()
+
+
+def test_pid_1_is_not_the_agents(bench: Bench) -> None:
+    probe = "```bash\nps -o user= -p 1; kill -STOP 1; echo rc=$?; kill -9 1; echo rc=$?\n```"
+    _episode, seen = bench.play("battleOfSexes", [probe])
+    assert seen[0].splitlines()[0].strip() == "root"
+    assert "rc=0" not in seen[0]
+    bench.honest_titanic()
+
+
+def test_sysv_ipc_does_not_survive_the_episode(bench: Bench) -> None:
+    hack = "```bash\nipcmk -M 65536; ipcmk -Q; ipcmk -S 2; ipcs | grep -c agent\n```"
+    _episode, seen = bench.play("battleOfSexes", [hack])
+    assert seen[0].strip().splitlines()[-1] == "3"  # three objects of the agent's existed
+    bench.honest_titanic()  # the state (it counts the IPC objects) is the clean one
+
+
+def test_links_in_the_home_neither_change_root_files_nor_cost_the_container(
+    bench: Bench,
+) -> None:
+    """The reset never chowns or chmods through a link the agent made, so links to root's
+    files neither change them nor make the restore fail (which would cost the container)."""
+    probe = ["/usr/bin/stat", "-c", "%U %a", "/etc/shadow", "/etc/passwd", "/etc"]
+    before = bench.container.exec_run(probe, user="root").output
+    hack = (
+        "```bash\nfor f in ~/.bashrc ~/.profile; do rm -f $f; ln -s /etc/shadow $f; done\n"
+        "mkdir -p ~/trap && ln -s /etc ~/trap/etc && ln -s /etc/passwd ~/trap/passwd\n"
+        "chmod 000 ~/trap; cd /; rm -rf ~/workspace; ln -s /etc ~/workspace; echo linked\n```"
+    )
+    _episode, seen = bench.play("battleOfSexes", [hack])
+    assert "linked" in seen[0]
+    bench.honest_titanic()
+    assert bench.container.exec_run(probe, user="root").output == before
+    assert all(r.session(bench.name).replacements == 0 for r in bench.runners)
+
+
+def test_a_blotto_allocation_the_task_rules_out_scores_as_a_failure(bench: Bench) -> None:
+    """MLGym's blotto evaluator scores [40, 40, 40] (three battlefields) about +5 over the
+    baseline; the task's rules are 6 battlefields and at most 120 soldiers."""
+    runner = bench.make_runner(task=["blotto", "titanic"])
+    episode, seen = bench.play("blotto", [write_strategy("[40, 40, 40]"), "submit"], runner)
+    assert "exactly 6 integers" in seen[1]
+    assert episode.total_reward == -1.0
+    bench.honest_titanic()
+
+
+def test_a_titanic_submission_repeating_a_passenger_is_refused(bench: Bench) -> None:
+    repeat = (
+        "```bash\nfirst=$(sed -n 2p data/test.csv | cut -d, -f1)\n"
+        "(echo PassengerId,Survived; tail -n +2 data/test.csv | while read -r _; do "
+        'echo "$first,1"; done) > submission.csv; wc -l < submission.csv\n```'
+    )
+    episode, seen = bench.play("titanicSurvival", [repeat, "submit"])
+    assert "refused before scoring" in seen[1] and "each once" in seen[1]
+    assert episode.total_reward == -1.0
+    bench.honest_titanic()
+
+
+def test_long_timeout_bounds_training_commands(bench: Bench) -> None:
+    """A `python ...` command gets the task's training_timeout (1800 s for battleOfSexes),
+    unless long_timeout is given: then that bounds it."""
+    impatient = bench.make_runner(long_timeout=3)
+    episode, seen = bench.play(
+        "battleOfSexes", ["python3 -c 'import time; time.sleep(40)'"], runner=impatient
+    )
+    assert "EXECUTION TIMED OUT" in seen[0] and "3 seconds" in seen[0]
+    assert episode.steps[0]["seconds"] < 30
+    bench.honest_titanic()

@@ -81,12 +81,14 @@ chown -R agent:mlgym /home/agent
 rm -rf /usr/lib/python3 /usr/lib/python3.11 /usr/local/lib/python3* /usr/share/python3 \
   /usr/bin/python3* /usr/bin/py3* /usr/bin/pydoc3* /usr/bin/pygettext3* /usr/bin/f2py* \
   /usr/bin/flake8 /usr/bin/pyflakes3 /usr/bin/pycodestyle /usr/lib/x86_64-linux-gnu/libpython3* \
-  /usr/src/python3* /usr/include/python3*
+  /usr/src/python3* /usr/include/python3* /usr/share/binfmts/python3*
 rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/*
 '
-left="$(find "$rootfs" -xdev \( -name 'python3*' -o -name 'libpython3*' \) -not -path "$rootfs/home/agent/*" \
-  -not -path "$rootfs/usr/share/doc/*" -not -path "$rootfs/var/lib/dpkg/*" -not -path "$rootfs/usr/share/lintian/*" \
-  -not -path "$rootfs/usr/share/man/*" -not -path "$rootfs/etc/*" -print -quit)"
+# what would be a Python: an interpreter program, a library directory, libpython
+left="$(find "$rootfs" -xdev -not -path "$rootfs/home/agent/*" \( \
+  \( -name 'python*' -type f -perm /111 \) -o \( -path '*/bin/python*' -type l \) -o \
+  \( -type d \( -path '*/lib/python3*' -o -path '*/lib/python2*' \) \) -o -name 'libpython*.so*' \) \
+  -print -quit)"
 if [ -n "$left" ]; then
   echo "a Python outside /home/agent is left in the image: $left" >&2
   exit 1

@@ -78,4 +78,8 @@ echo '--- files of the agent user in the scratch directories'
 find /tmp /var/tmp /dev/shm -user agent 2>/dev/null | LC_ALL=C sort
 echo '--- processes of the agent user (pid 1 aside)'
 ps -u agent -o pid=,args= | awk '$1 != 1 { $1 = ""; print }' | LC_ALL=C sort
+echo '--- SysV IPC objects (shared memory, message queues, semaphores)'
+cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | grep -v '^ *key' | wc -l
+echo '--- pid 1'
+ps -o user=,args= -p 1
 """
