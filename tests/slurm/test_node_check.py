@@ -54,7 +54,7 @@ def test_node_check_reaps_a_leftover_of_the_run_and_keeps_the_job(slurm_multi: A
     assert report["ok"] and report["job_id"] == job
     (reaped,) = report["reaped"]
     assert f"run {run_id}" in reaped["reason"] and reaped["command"] == "sleep 600"
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while leftovers() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert leftovers() == []
