@@ -53,7 +53,7 @@ RULES: Mapping[Version, Mapping[str, Rule]] = {
             "<output_dir>/run_default/checkpoints/step_N/orchestrator: progress.pt written IN "
             "PLACE first, then buffer/{easy_examples,hard_examples,rollout_buffer}.jsonl "
             "(rollout_buffer last); resume reads all four",
-            V04 + "orchestrator/ckpt.py:24-30,41-46,59-70; orchestrator/buffer.py:86-111"),
+            V04 + "orchestrator/ckpt.py:24-30,41-46,59-70; orchestrator/buffer.py:86-112"),
         "orchestrator_weights": Rule(
             "the orchestrator's resume loads the step's weights: run_default/broadcasts/step_N/"
             "STABLE, or run_default/checkpoints/step_N/STABLE plus .../step_N/weight; it fails "
