@@ -22,6 +22,7 @@ from airvisor.store import Store
 
 from ..daemon.conftest import FakeRunService
 from ..engine.conftest import Harness, free_port, harness  # noqa: F401  (the fixture, shared)
+from ..web.test_page_browser import CHROMIUM, browser  # noqa: F401  (the fixture, shared)
 
 REPO = Path(__file__).resolve().parents[2]
 
