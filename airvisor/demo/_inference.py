@@ -223,7 +223,7 @@ def main(argv: Sequence[str], version: str = "main") -> int:
         time.sleep(demo.startup_delay)
         state.ready.set()
         logger.info("Application startup complete.")
-        _serve(settings, state, logger, output_dir)
+        _serve(settings, state, logger, output_dir, engine_core)
         return 0  # not reached: _serve runs until a signal or an injected fault
     except Terminated as stop:
         logger.info(f"Received {stop}; shutting down")
@@ -244,11 +244,22 @@ class _InjectedExit(Exception):
 
 
 def _serve(
-    settings: InferenceSettings, state: _ServerState, logger: StandinLogger, output_dir: Path
+    settings: InferenceSettings, state: _ServerState, logger: StandinLogger, output_dir: Path,
+    engine_core: subprocess.Popen[bytes] | None = None,
 ) -> None:
     demo = settings.demo
     ready_at = time.monotonic()
     while True:
+        if engine_core is not None and engine_core.poll() is not None:
+            # vLLM (0.32): the client's monitor sees the EngineCore process die and shuts the
+            # client down (vllm/v1/engine/core_client.py:811-821, "engine core exited
+            # unexpectedly"); the next request, airvisor's /health probe included, meets the
+            # dead engine and the API server exits (entrypoints/launchers/launcher.py:330-332,
+            # unless VLLM_KEEP_ALIVE_ON_ENGINE_DEATH).
+            logger.warning("[shutdown] MPClient: engine core exited unexpectedly; starting "
+                           "cleanup")
+            raise _InjectedExit("EngineCore encountered an issue. See stack trace (above) for "
+                                "the root cause.")
         now = time.monotonic() - ready_at
         if (
             demo.crash_after is not None

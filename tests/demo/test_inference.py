@@ -83,6 +83,18 @@ def test_engine_core_child_follows_sigterm_but_outlives_sigkill(standins: Standi
     # (the fixture SIGKILLs the group, which still holds the child)
 
 
+def test_the_api_server_exits_when_its_engine_core_dies(standins: Standins) -> None:
+    """As vLLM's: a dead EngineCore takes the API server down (vllm/v1/engine/core_client.py
+    monitor_engine_cores, entrypoints/launchers/launcher.py), so a supervisor sees it exit."""
+    port = standins.free_port()
+    config = standins.write_config("infer", standins.inference_config(port, engine_core_child=True))
+    server = standins.start("inference", ["@", str(config)])
+    child = standins.wait_until(lambda: _engine_core(server.pid), "the EngineCore child")
+    child.kill()
+    assert server.wait(20) == 1
+    assert "engine core exited unexpectedly" in server.plain_log()
+
+
 def test_port_in_use_fails_fast_with_a_clear_line(standins: Standins) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
