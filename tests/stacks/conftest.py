@@ -79,8 +79,10 @@ def api_over(store: Store) -> Iterator[httpx.Client]:
         server.stop()
 
 
-def airvisor_cli(store: Store, *args: str) -> subprocess.Popen[str]:
-    """`airvisor ARGS` reading the harness's state directory (no daemon asked: --local)."""
+def airvisor_cli(store: Store, *args: str, url: str | None = None) -> subprocess.Popen[str]:
+    """`airvisor ARGS` reading the harness's state directory, or asking the API at `url`."""
     env = {**os.environ, "AIRVISOR_STATE_DIR": str(store.path.parent)}
+    if url is not None:
+        env["AIRVISOR_URL"] = url
     return subprocess.Popen([sys.executable, "-m", "airvisor", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

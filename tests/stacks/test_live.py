@@ -50,6 +50,14 @@ def test_stacks_of_a_live_run_while_it_trains(harness: Harness) -> None:
         assert {"launcher", "inference", "trainer", "orchestrator"} <= components
         rank0 = next(p for p in body["processes"] if p["target"]["rank"] == 0)
         assert rank0["verdict"].startswith("trainer rank 0: ") and rank0["threads"]
+        # `airvisor stacks` through the daemon (it finds it at $AIRVISOR_URL).
+        cli = airvisor_cli(harness.store, "stacks", "--summary", url=str(api.base_url))
+        _tick_until(harness.manager, lambda: cli.poll() is not None)
+        out, err = cli.communicate()
+        assert cli.returncode == 0, err
+        assert f"run {record.id}, attempt 1: stacks now" in out
+        assert "trainer rank 0: " in out and "orchestrator (pid " in out
+        assert "Thread " not in out  # --summary: the verdicts only
         # Nothing stored for an attempt that did not hang.
         assert api.get(f"/runs/{record.id}/attempts/1/stacks").status_code == 404
         after_api = sup.step or 0
