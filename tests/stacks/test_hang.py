@@ -16,8 +16,8 @@ from .conftest import Harness, airvisor_cli, api_over, demo_profile
 HANGING_FUNCTION = "inject_faults_before_step"  # airvisor/demo/_steps.py: the hang's loop
 
 
-def _stall_stacks(harness: Harness, component: str) -> tuple[str, object]:
-    profile = demo_profile(harness.tmp, demo={component: {"hang_at_step": 3}})
+def _stall_stacks(harness: Harness, component: str, **rl: object) -> tuple[str, object]:
+    profile = demo_profile(harness.tmp, rl=rl, demo={component: {"hang_at_step": 3}})
     run_id = harness.run(profile, timeout=120)
     assert str(harness.state(run_id)) == "succeeded"  # the recovery went on as before
     events = harness.events(run_id)
@@ -33,9 +33,10 @@ def _stall_stacks(harness: Harness, component: str) -> tuple[str, object]:
 
 
 def test_trainer_hang_leaves_stacks_naming_the_hanging_function(harness: Harness) -> None:
-    run_id, event = _stall_stacks(harness, "trainer")
+    run_id, event = _stall_stacks(harness, "trainer", trainer_gpu_ids=[1, 2])  # two ranks
     assert f"trainer rank 0: sleeping in {HANGING_FUNCTION} (airvisor/demo/_steps.py:" \
         in event.message  # type: ignore[attr-defined]
+    assert "trainer rank 1: " in event.message  # type: ignore[attr-defined]
     data = event.data  # type: ignore[attr-defined]
     assert data["attempt"] == 1
     capture = read_capture(harness.store.path.parent / "runs" / run_id / "attempt_1")
