@@ -68,7 +68,7 @@ def test_vf03_multiturn_env_full_episode(
         {"env_args": env_args("vf03", checkout, tmp_path, name), "replies": SCRIPT},
     )
     assert result["verifiers"].startswith("0.3")
-    assert result["error"] is None
+    assert result["error"] is None, result["error"]
     assert result["stop_condition"] == "has_final_env_response"
     assert result["reward"] == pytest.approx(IMPROVED)
     assert result["metrics"]["mlgym_submitted"] == 1.0

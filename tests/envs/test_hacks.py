@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from air_mlgym._core import EnvArgs, MLGymRunner
 from air_mlgym._episode import Episode
-from mlgym_scripts import STATE_SCRIPT, expected_reward, replies, write_strategy
+from mlgym_scripts import STATE_ARGV, expected_reward, replies, write_strategy
 from task_containers import run_task_container
 
 pytestmark = pytest.mark.docker
@@ -61,7 +61,7 @@ class Bench:
         return runner
 
     def state(self) -> str:
-        result = self.container.exec_run(["bash", "-c", STATE_SCRIPT], user="root")
+        result = self.container.exec_run(STATE_ARGV, user="root")
         assert result.exit_code == 0, result.output
         return str(result.output.decode())
 

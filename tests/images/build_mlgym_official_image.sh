@@ -31,9 +31,18 @@ rootfs="$(mktemp -d /tmp/airvisor-mlgym-official.XXXXXX)"
 trap 'rm -rf "$rootfs" "$rootfs.log"' EXIT
 # upstream: bash gcc git jq wget g++ make file sudo (compilers left out: no task here needs them)
 packages=sudo,procps,file,jq,python3,python3-numpy,python3-pandas,python3-sklearn,flake8
-if ! debootstrap --variant=minbase --include="$packages" bookworm "$rootfs" >"$rootfs.log" 2>&1; then
-  tail -n 30 "$rootfs.log" >&2
-  exit 1
+# AIRVISOR_IMAGE_CACHE (optional): a directory keeping the debootstrap result between builds
+cached="${AIRVISOR_IMAGE_CACHE:+$AIRVISOR_IMAGE_CACHE/mlgym-official-debootstrap.tar}"
+if [ -n "$cached" ] && [ -f "$cached" ]; then
+  tar -C "$rootfs" -xf "$cached"
+else
+  if ! debootstrap --variant=minbase --include="$packages" bookworm "$rootfs" >"$rootfs.log" 2>&1; then
+    tail -n 30 "$rootfs.log" >&2
+    exit 1
+  fi
+  if [ -n "$cached" ]; then
+    mkdir -p "$AIRVISOR_IMAGE_CACHE" && tar -C "$rootfs" -cf "$cached.tmp" . && mv "$cached.tmp" "$cached"
+  fi
 fi
 cp "$bashrc" "$rootfs/tmp/custom_bashrc"
 chroot "$rootfs" /bin/bash -euo pipefail -c '
@@ -84,11 +93,9 @@ rm -rf /usr/lib/python3 /usr/lib/python3.11 /usr/local/lib/python3* /usr/share/p
   /usr/src/python3* /usr/include/python3* /usr/share/binfmts/python3*
 rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/*
 '
-# what would be a Python: an interpreter program, a library directory, libpython
-left="$(find "$rootfs" -xdev -not -path "$rootfs/home/agent/*" \( \
-  \( -name 'python*' -type f -perm /111 \) -o \( -path '*/bin/python*' -type l \) -o \
-  \( -type d \( -path '*/lib/python3*' -o -path '*/lib/python2*' \) \) -o -name 'libpython*.so*' \) \
-  -print -quit)"
+# what would be a Python: an interpreter in a bin directory, a library directory, libpython
+left="$(cd "$rootfs" && find usr/bin usr/sbin usr/local/bin usr/local/sbin usr/lib usr/local/lib \
+  -maxdepth 2 \( -name 'python[0-9]*' -o -name 'libpython*.so*' \) -print -quit)"
 if [ -n "$left" ]; then
   echo "a Python outside /home/agent is left in the image: $left" >&2
   exit 1

@@ -78,17 +78,19 @@ def signal_user(uid: int, gid: int, signum: int) -> None:
     os.waitpid(pid, 0)
 
 
-def freeze_user(uid: int, gid: int, attempts: int = 50) -> list[int]:
+def freeze_user(uid: int, gid: int, patience: float = 20.0) -> list[int]:
     """SIGSTOP every process of `uid` until all are stopped (a process forked while the first
-    kill(-1) ran is caught by the next); returns any still running."""
-    left: list[int] = []
-    for _ in range(attempts):
+    kill(-1) ran is caught by the next; on a loaded machine a process may take a while to be
+    scheduled and stop); returns any still running after `patience` seconds."""
+    deadline = time.monotonic() + patience
+    pause = 0.002
+    while True:
         signal_user(uid, gid, signal.SIGSTOP)
         left = [p for p in user_pids(uid) if _state(p) not in {"T", "t", "Z", "X", ""}]
-        if not left:
-            return []
-        time.sleep(0.005)
-    return left
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def _state(pid: int) -> str:
@@ -123,15 +125,18 @@ def user_pids(uid: int) -> list[int]:
     return sorted(pids)
 
 
-def kill_user(uid: int, gid: int, attempts: int = 50) -> list[int]:
-    """Kill every process of `uid` (pid 1 aside); returns any that would not go."""
-    for _ in range(attempts):
+def kill_user(uid: int, gid: int, patience: float = 20.0) -> list[int]:
+    """Kill every process of `uid` (pid 1 aside); returns any still there after `patience`
+    seconds (a killed process may take a while to be scheduled and exit on a loaded machine)."""
+    deadline = time.monotonic() + patience
+    pause = 0.002
+    while True:
         signal_user(uid, gid, signal.SIGKILL)
         left = [p for p in user_pids(uid) if not _is_zombie(p)]
-        if not left:
-            return []
-        time.sleep(0.01)
-    return left
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def _is_zombie(pid: int) -> bool:

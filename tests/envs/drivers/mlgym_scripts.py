@@ -83,3 +83,6 @@ cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | grep -v '^ *key' | w
 echo '--- pid 1'
 ps -o user=,args= -p 1
 """
+# Run as root with a clean environment and absolute paths: the image's PATH may start with
+# directories the agent writes (MLGym's official layout), where a hack may have planted `bash`.
+STATE_ARGV = ["/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "/bin/bash", "-c", STATE_SCRIPT]
