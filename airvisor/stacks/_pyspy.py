@@ -13,6 +13,7 @@ import json
 import linecache
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -47,7 +48,14 @@ class Dump:
 
 
 def _source_line(filename: str, line: int) -> str | None:
+    """The line of a world-readable .py file: the path comes from the process's memory, and
+    what is read here is served (GET .../stacks), so nothing a local user could not read."""
     if line <= 0 or not filename.endswith(".py"):
+        return None
+    try:
+        if not os.stat(filename).st_mode & stat.S_IROTH:
+            return None
+    except OSError:
         return None
     text = linecache.getline(filename, line).strip()
     return text or None
@@ -90,9 +98,12 @@ def _other_pid_namespace(pid: int) -> bool:
 
 
 def explain_failure(output: str, *, pid: int, euid: int, ptrace_scope: str | None,
-                    other_namespace: bool) -> tuple[str, str]:
-    """(failure kind, note) for py-spy's error output. Pure: table-tested on recorded output."""
+                    other_namespace: bool, alive: bool = True) -> tuple[str, str]:
+    """(failure kind, note) for py-spy's error output (`alive`: the pid still exists after
+    it). Pure: table-tested on recorded output."""
     text = output.lower()
+    if not alive:
+        return "gone", f"pid {pid} is gone (it exited before its stack was read)"
     if "permission denied" in text or "operation not permitted" in text or "eperm" in text:
         if "failed to suspend process" in text:
             return "busy", (f"could not pause pid {pid} to read it (ptrace refused: it is "
@@ -109,8 +120,7 @@ def explain_failure(output: str, *, pid: int, euid: int, ptrace_scope: str | Non
                  "CAP_SYS_PTRACE there, or run it from inside." if other_namespace else "")
         return "denied", (f"ptrace of pid {pid} refused although airvisor runs as root (a "
                           "seccomp or LSM rule, or a user namespace, forbids it)." + where)
-    if "check that the process is running" in text or "no such process" in text \
-            or "no such file or directory" in text:
+    if "check that the process is running" in text or "no such process" in text:
         return "gone", f"pid {pid} is gone (it exited before its stack was read)"
     if "failed to find python version" in text or "failed to find a python interpreter" in text \
             or "not a python" in text:
@@ -168,7 +178,8 @@ def dump_process(pid: int, *, timeout: float, native: bool = True,
             return Dump(threads=tuple(threads), native="--native" in extra, note=suffix)
         failure, note = explain_failure(
             f"{done.stderr}\n{done.stdout}", pid=pid, euid=os.geteuid(),
-            ptrace_scope=_ptrace_scope(), other_namespace=_other_pid_namespace(pid))
+            ptrace_scope=_ptrace_scope(), other_namespace=_other_pid_namespace(pid),
+            alive=os.path.exists(f"/proc/{pid}"))
         if failure == "busy" and "--nonblocking" not in extra:
             note = f"{note}; read without pausing it, so the frames may be inconsistent"
             attempts = [["--nonblocking"]]

@@ -35,6 +35,9 @@ NOT_PYTHON = ("Error: Failed to find python version from target process\n\nStack
 
 
 @pytest.mark.parametrize(("output", "euid", "scope", "namespace", "kind", "words"), [
+    # Whatever py-spy says, a pid that no longer exists is gone.
+    ("Error: Failed to open /proc/42/maps: No such file or directory", 0, None, False, "gone",
+     ["pid 42 is gone"]),
     (DENIED, 1000, "1", False, "denied",
      ["uid 1000, not root", "CAP_SYS_PTRACE", "kernel.yama.ptrace_scope is 1",
       "/proc/sys/kernel/yama/ptrace_scope"]),
@@ -50,8 +53,9 @@ NOT_PYTHON = ("Error: Failed to find python version from target process\n\nStack
 ])
 def test_failures_become_notes(output: str, euid: int, scope: str | None, namespace: bool,
                                kind: str, words: list[str]) -> None:
+    alive = "/proc/42/maps" not in output
     got_kind, note = explain_failure(output, pid=42, euid=euid, ptrace_scope=scope,
-                                     other_namespace=namespace)
+                                     other_namespace=namespace, alive=alive)
     assert got_kind == kind
     for word in words:
         assert word in note
