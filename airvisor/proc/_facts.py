@@ -185,6 +185,20 @@ def _read_environ(pid: int) -> bytes:
         return b""
 
 
+def process_starts() -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, start time as psutil's create_time) of every process, from /proc/<pid>/stat
+    alone (the subreaper fallback's tree recorder looks at this twice a second)."""
+    boot = psutil.boot_time()
+    found: dict[int, tuple[int, float]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _read_stat(int(name))
+        if stat is not None:
+            found[int(name)] = (stat[0], boot + stat[5] / _CLOCK_TICKS)
+    return found
+
+
 def _argv(cmdline: list[str] | None) -> tuple[str, ...]:
     """The cmdline without the empty padding a process title leaves at its end."""
     argv = list(cmdline or ())

@@ -167,6 +167,10 @@ def launch(
         _launched[popen.pid] = run_id
         _active_runs.add(run_id)
     identity = identity_of(popen.pid) or ProcessIdentity(popen.pid, 0.0)
+    if cgroup is None:  # no cgroup names the run's processes: record the tree it grows
+        from airvisor.proc._tree import record_launch
+
+        record_launch(run_id, component, attempt, popen.pid, identity.create_time)
     return Launched(popen=popen, identity=identity, log_path=log_path)
 
 

@@ -17,9 +17,10 @@ from airvisor.proc._facts import (
     pid_namespace,
 )
 from airvisor.proc._kill import adopted_runs, protected_pids
+from airvisor.proc._tree import RecordedTree, read_trees
 from airvisor.reaper._owners import resolve_owners
 from airvisor.reaper._slurm import JobAsker, slurm_job_phases
-from airvisor.reaper._verdict import Judged, ReapContext, judge_all, known_kind
+from airvisor.reaper._verdict import Judged, ReapContext, judge_all, known_kind, tree_ownership
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,17 @@ def default_context(
                        or None),
         own_supervisor_cgroup=cgroup_supervisor(pid_cgroup(os.getpid())),
     )
+
+
+def recorded_trees(facts: Iterable[ProcessFacts], own_state: str | None) -> list[RecordedTree]:
+    """The process trees the subreaper fallback recorded: in our state dir and in that of every
+    other airvisor a marker names (where this user may read it)."""
+    dirs = {own_state} if own_state else set()
+    for f in facts:
+        for marker in (f.marker, f.session_marker, *f.ancestor_markers):
+            if marker is not None and marker.owner:
+                dirs.add(marker.owner)
+    return [tree for d in sorted(dirs) for tree in read_trees(d)]
 
 
 def adopted_orphans_here() -> dict[int, str]:
@@ -164,8 +176,13 @@ def discover_all(
         ports = listening_ports_by_pid(kinds) if kinds else {}
         for pid, held in ports.items():
             facts_by_pid[pid] = replace(facts_by_pid[pid], listening_ports=held)
-    own_known, foreign = resolve_owners(facts_by_pid.values(), context.own_instance,
-                                        context.own_state_dir)
+    recorded = {**tree_ownership(facts_by_pid, recorded_trees(facts_by_pid.values(),
+                                                              context.own_state_dir)),
+                **context.recorded}
+    own_known, foreign = resolve_owners(
+        facts_by_pid.values(), context.own_instance, context.own_state_dir,
+        extra=[(o.instance, o.state_dir, o.run_id) for o in recorded.values()
+               if o.instance is not None])
     context = replace(
         context,
         foreign_live={**{i: (v.live if v is not None else None) for i, v in foreign.items()},
@@ -176,6 +193,7 @@ def discover_all(
         known_run_ids=context.known_run_ids if context.known_run_ids is not None
         else own_known if own_known is not None else frozenset(),
         adopted={**adopted_orphans_here(), **context.adopted},
+        recorded=recorded,
     )
     jobs = {f.slurm_job for f in facts_by_pid.values()
             if f.slurm_job is not None and f.slurm_job != context.own_slurm_job

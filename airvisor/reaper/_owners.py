@@ -64,9 +64,12 @@ def store_view(state_dir: str | Path, run_ids: Iterable[str]) -> StoreView | Non
     return StoreView(live, frozenset(known))
 
 
-def owners_seen(facts: Iterable[ProcessFacts]) -> dict[str, tuple[str | None, set[str]]]:
+def owners_seen(
+    facts: Iterable[ProcessFacts], extra: Iterable[tuple[str, str | None, str]] = ()
+) -> dict[str, tuple[str | None, set[str]]]:
     """instance id -> (state dir or None when unknown, run ids) of every airvisor named by a
-    marker or a run cgroup of these processes."""
+    marker or a run cgroup of these processes, or in `extra` ((instance, state dir, run id),
+    e.g. from recorded process trees)."""
     found: dict[str, tuple[str | None, set[str]]] = {}
 
     def add(instance: str, state_dir: str | None, run_id: str) -> None:
@@ -79,17 +82,20 @@ def owners_seen(facts: Iterable[ProcessFacts]) -> dict[str, tuple[str | None, se
         for marker in (f.marker, f.session_marker, *f.ancestor_markers):
             if marker is not None and marker.owner:
                 add(owner_instance(marker.owner), marker.owner, marker.run_id)
+    for instance, state_dir, run_id in extra:
+        add(instance, state_dir, run_id)
     return found
 
 
 def resolve_owners(
-    facts: Iterable[ProcessFacts], own_instance: str | None, own_state_dir: str | None
+    facts: Iterable[ProcessFacts], own_instance: str | None, own_state_dir: str | None,
+    extra: Iterable[tuple[str, str | None, str]] = (),
 ) -> tuple[frozenset[str] | None, dict[str, StoreView | None]]:
     """(the runs this airvisor's store knows among those seen, or None when unreadable;
     instance -> what each other airvisor's store says, None where unreadable)."""
     own_known: frozenset[str] | None = frozenset()
     foreign: dict[str, StoreView | None] = {}
-    for instance, (state_dir, run_ids) in owners_seen(facts).items():
+    for instance, (state_dir, run_ids) in owners_seen(facts, extra).items():
         view: StoreView | None = None
         if instance == own_instance:
             if own_state_dir is not None:

@@ -20,10 +20,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from airvisor.proc._facts import ProcessFacts
+from airvisor.proc._tree import RecordedTree, same_process
 
 # The kinds the reaper knows, with the words a reason uses for them.
 KIND_LABELS: dict[str, str] = {
@@ -204,6 +205,8 @@ class ReapContext:
     # its own allocation or container are judged as if there were no job or container.
     own_slurm_job: str | None = None
     own_supervisor_cgroup: str | None = None
+    # Subreaper fallback: processes a run's recorded process tree names (see `tree_ownership`).
+    recorded: Mapping[int, Ownership] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -242,14 +245,23 @@ class Ownership:
 
 def ownership(facts: ProcessFacts, context: ReapContext | None = None) -> Ownership | None:
     """By the run's cgroup (the kernel's record), else by the marker in its environment, else
-    by the marker of its session (its own wiped by setproctitle), else (subreaper fallback) as
-    an orphan this supervisor adopted from a run."""
+    by the marker of its session (its own wiped by setproctitle), else (subreaper fallback) by
+    the run's recorded process tree, else by the marker of an ancestor (a child of a run's
+    process is the run's whatever it did to its environment), else as an orphan this
+    supervisor adopted from a run."""
     run = facts.cgroup_run
     if run is not None:
         return Ownership(run.run_id, run.component, run.instance, run.state_dir,
                          f"cgroup {facts.cgroup}")
     marker = facts.marker or facts.session_marker
     if marker is None:
+        if context is not None and facts.pid in context.recorded:
+            return context.recorded[facts.pid]
+        if facts.ancestor_markers:
+            nearest = facts.ancestor_markers[0]
+            return Ownership(nearest.run_id, nearest.component,
+                             owner_instance(nearest.owner) if nearest.owner else None,
+                             nearest.owner, "marker of an ancestor")
         if context is not None and facts.pid in context.adopted:
             return Ownership(context.adopted[facts.pid], None, None, None,
                              "orphan adopted by this supervisor (subreaper)")
@@ -257,6 +269,48 @@ def ownership(facts: ProcessFacts, context: ReapContext | None = None) -> Owners
     how = "marker" if facts.marker is not None else "marker of its session"
     instance = owner_instance(marker.owner) if marker.owner else None
     return Ownership(marker.run_id, marker.component, instance, marker.owner, how)
+
+
+def tree_ownership(facts_by_pid: Mapping[int, ProcessFacts],
+                   trees: Iterable[RecordedTree]) -> dict[int, Ownership]:
+    """Subreaper fallback: the processes the recorded trees of runs name, whatever they did to
+    their title, environment, session or parent after they were recorded.
+
+    A process is its run's when the tree records it (same pid and start time); when its session
+    is that of a component the tree records (the session id is the component's pid, and the
+    kernel does not give that pid to another process while the session lives); or when an
+    ancestor is one of those (a child born after the supervisor died).
+    """
+    owned: dict[int, Ownership] = {}
+    sessions: dict[int, Ownership] = {}
+    for tree in trees:
+        instance = owner_instance(tree.owner)
+        for entry in tree.entries:
+            current = facts_by_pid.get(entry.pid)
+            if entry.root and (current is None
+                               or same_process(current.create_time, entry.create_time)):
+                sessions[entry.pid] = Ownership(
+                    tree.run_id, entry.component, instance, tree.owner,
+                    f"in the session of run {tree.run_id}'s component pid {entry.pid} "
+                    "(recorded process tree)")
+            if current is not None and same_process(current.create_time, entry.create_time):
+                owned[entry.pid] = Ownership(
+                    tree.run_id, entry.component, instance, tree.owner,
+                    "recorded in the run's process tree (subreaper fallback)")
+    for pid, facts in facts_by_pid.items():
+        if pid not in owned and facts.sid in sessions:
+            owned[pid] = sessions[facts.sid]
+    for pid, facts in facts_by_pid.items():
+        if pid in owned:
+            continue
+        for ancestor in facts.ancestors:
+            if ancestor in owned:
+                parent = owned[ancestor]
+                owned[pid] = Ownership(parent.run_id, parent.component, parent.instance,
+                                       parent.state_dir, f"descendant of pid {ancestor}, "
+                                       f"{parent.how}")
+                break
+    return owned
 
 
 def run_is_live(run_id: str, instance: str | None, context: ReapContext) -> bool | None:

@@ -24,16 +24,12 @@ def test_detached_retitled_holders_are_stopped_and_found(scenario: Any,
     # 2. After the supervisor is SIGKILLed, `processes` still names the run's processes.
     found = result["crash_found"]
     assert all(found[role] for role in ("root", "middle")), found
-    if mode == "cgroup":
-        # The cgroup names the holders too, whatever they did to title and session.
-        assert all(found[r] and "cgroup" in found[r] and "r-crash" in found[r]
-                   for r in ("holder-child", "holder-grandchild")), found
-        assert result["crash_alive_after_reap"] == [], result["crash_reap_out"]
-    else:
-        # The fallback's known limit: with its supervisor gone, a detached holder whose
-        # environment is wiped re-parents to init and nothing names it any more.
-        assert found["holder-child"] is None and found["holder-grandchild"] is None
-        assert set(result["crash_alive_after_reap"]) == {"holder-child", "holder-grandchild"}
+    # Whatever the holders did to title and session: the cgroup names them, or (fallback) the
+    # process tree the supervisor recorded before it died.
+    how = "cgroup" if mode == "cgroup" else "recorded in the run's process tree"
+    assert all(found[r] and how in found[r] and "r-crash" in found[r]
+               for r in ("holder-child", "holder-grandchild")), found
+    assert result["crash_alive_after_reap"] == [], result["crash_reap_out"]
     assert result["crash_reap_rc"] == 0, result["crash_reap_out"]
     # A restarted supervisor (same state dir) stops a crashed run's processes by its cgroup.
     assert result["restart_stop_rc"] == 0
@@ -54,7 +50,30 @@ def test_detached_retitled_holders_are_stopped_and_found(scenario: Any,
     assert dead_b["root"] and "not live" in dead_b["root"] and "state-b" in dead_b["root"]
     after = result["after_b_died"]
     assert sorted(after["a"]) == everyone, result["reap_dead_b_out"]
-    if mode == "cgroup":
-        assert after["b"] == [], result["reap_dead_b_out"]
-    else:
-        assert sorted(after["b"]) == ["holder-child", "holder-grandchild"]
+    # In the fallback, B's recorded tree (in B's state dir, named by B's markers) names B's
+    # detached holders for A's reaper too.
+    assert after["b"] == [], result["reap_dead_b_out"]
+
+
+def test_a_retitled_child_with_a_fresh_environment_is_found_by_the_recorded_tree(
+        scenario: Any) -> None:
+    """Subreaper fallback, supervisor SIGKILLed: the component's detached child that replaced
+    its environment and retitled itself is found through the tree the supervisor recorded,
+    and the reap stops it and the component, and nothing else."""
+    result = scenario("retitled_child", env={"AIRVISOR_CONTAINMENT": "subreaper"}, timeout=240)
+    assert result["mode"] == "subreaper"
+    # The child carries no marker, but a readable environment of its own (as vLLM's engine).
+    assert result["child_marker"] is False
+    assert "VLLM_HOST_IP=127.0.0.1" in result["child_environ"]
+    # Detached from the component: re-parented to the subreaper supervisor, then to init.
+    assert result["child_ppid_before"] == result["supervisor"]
+    pids = result["pids"]
+    child, root, stranger = (str(pids[k]) for k in ("child", "root", "stranger"))
+    assert "recorded in the run's process tree" in result["candidates"][child]
+    assert "r-retitled" in result["candidates"][child]
+    assert "marker" in result["candidates"][root]
+    assert stranger not in result["candidates"]
+    assert "not started by airvisor" in result["kept"][stranger]
+    assert result["reap_rc"] == 0, result["reap_out"]
+    assert result["alive"] == {"root": False, "child": False, "stranger": True}, \
+        result["reap_out"]

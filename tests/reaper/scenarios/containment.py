@@ -40,12 +40,19 @@ ROLES = ("root", "middle", "holder-child", "holder-grandchild")
 class Supervised:
     """One `_supervisor.py` process with its component (plant.py holders)."""
 
-    def __init__(self, p: Any, work: Path, state: Path, run_id: str) -> None:
+    def __init__(self, p: Any, work: Path, state: Path, run_id: str,
+                 argv: list[str] | None = None, roles: tuple[str, ...] = ROLES) -> None:
+        """`argv` (default: plant.py holders) is the component; "{ready}" in it is replaced
+        by the directory where each of `roles` reports its pid."""
         self.ready = work / f"ready-{run_id}"
         self.ready.mkdir()
+        self.state, self.run_id = state, run_id
+        holders = argv is None
         env = {"AIRVISOR_STATE_DIR": str(state)}
+        component = [arg.replace("{ready}", str(self.ready)) for arg in argv] if argv else [
+            sys.executable, str(planting.PLANT_SCRIPT), str(self.ready), "holders"]
         argv = [sys.executable, str(HERE / "_supervisor.py"), run_id, str(work), "--",
-                sys.executable, str(planting.PLANT_SCRIPT), str(self.ready), "holders"]
+                *component]
         full_env = {**os.environ, **env}
         self.popen = subprocess.Popen(argv, env=full_env, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, text=True,
@@ -57,16 +64,16 @@ class Supervised:
         self.pids: dict[str, int] = {}
 
         def all_ready() -> bool:
-            for role in ROLES:
+            for role in roles:
                 path = self.ready / role
                 if role not in self.pids and path.exists():
                     self.pids[role] = int(path.read_text())
                     p._record(self.pids[role])
-            return len(self.pids) == len(ROLES)
+            return len(self.pids) == len(roles)
 
-        planting.wait_until(all_ready, 30, f"holders of {run_id}")
+        planting.wait_until(all_ready, 30, f"{', '.join(roles)} of {run_id}")
         # The holders retitle themselves right after reporting: wait for that.
-        for role in ("holder-child", "holder-grandchild"):
+        for role in ("holder-child", "holder-grandchild") if holders else ():
             planting.wait_until(lambda r=role: _title(self.pids[r]) == "holder", 10, "retitle")
 
     def alive(self) -> list[str]:
@@ -79,8 +86,22 @@ class Supervised:
         return json.loads(self.popen.stdout.readline())["report"]  # type: ignore[no-any-return]
 
     def sigkill(self) -> None:
+        if self.info["mode"] == "subreaper":
+            self.wait_recorded()
         os.kill(self.popen.pid, signal.SIGKILL)
         self.popen.wait()
+
+    def wait_recorded(self) -> None:
+        """The fallback's recorder polls the process table: wait until the run's recorded tree
+        names every planted process still alive, so the SIGKILL finds them recorded."""
+        from airvisor.proc._tree import read_trees
+
+        def recorded() -> bool:
+            seen = {e.pid for t in read_trees(self.state) if t.run_id == self.run_id
+                    for e in t.entries}
+            return {pid for pid in self.pids.values() if planting.pid_alive(pid)} <= seen
+
+        planting.wait_until(recorded, 30, f"the recorded tree of {self.run_id}")
 
 
 def _title(pid: int) -> str:
