@@ -37,4 +37,6 @@ def test_the_page_shows_where_the_run_hung(harness: Harness, browser: object) ->
         expect(stacks).to_contain_text("inject_faults_before_step (airvisor/demo/_steps.py:")
         page.wait_for_timeout(2500)  # the page refreshes its events every second
         expect(stacks).to_be_visible()  # and the open stacks stay open
+        event.scroll_into_view_if_needed()
+        page.screenshot(path=str(harness.tmp / "stacks-page.png"))
         assert not errors, errors
