@@ -479,32 +479,50 @@ class RunManager:
                                       f"run's {what}; {fix}")
 
     def _prepare_run_dir(self, profile: Profile, run_dir: Path, start_mode: StartMode) -> None:
-        if not run_dir_used(run_dir):
+        """What to do with a run directory an earlier run used, decided before anything
+        starts: refuse, resume (only from a complete checkpoint), or start fresh with the
+        earlier files moved aside (archive) or deleted (replace). main's `ckpt.output_dir`
+        outside the run directory goes with it."""
+        from airvisor.primerl import run_layout
+
+        layout = run_layout(profile) if profile.resolved else None
+        dirs = layout.run_dirs() if layout is not None else [run_dir]
+        used = [d for d in dirs if run_dir_used(d)]
+        if not used:
             return
         mode = {"resume": "resume", "fresh": "archive"}.get(start_mode, profile.run.on_existing)
         if start_mode == "fresh" and profile.run.on_existing == "replace":
             mode = "replace"
-        if mode == "resume":
-            return
-        if mode == "refuse":
-            from airvisor.primerl import run_layout
-
-            choice = choose_resume_step(run_layout(profile).scan())
+        if mode in ("resume", "refuse"):
+            choice = choose_resume_step(layout.scan()) if layout is not None else None
             where = (f"newest complete checkpoint: step {choice.step}"
-                     if choice.step is not None else "no complete checkpoint")
+                     if choice is not None and choice.step is not None
+                     else "no complete checkpoint")
+            if mode == "resume" and choice is not None and choice.step is not None:
+                return
+            if mode == "resume":
+                skipped = "; ".join(f"step {step}: {why}" for step, why in
+                                    (choice.skipped if choice is not None else ()))
+                raise RunConflict(
+                    f"cannot resume: {', '.join(map(str, used))} holds no complete checkpoint"
+                    + (f" ({skipped})" if skipped else "")
+                    + ". Start with --fresh to move the earlier files aside and train from "
+                    "the beginning")
             raise RunConflict(
-                f"output dir {run_dir} already holds an earlier run ({where}). Start with "
-                f"--resume to continue from it, or --fresh to move it aside "
-                f"(or set [run] on_existing in the profile)")
-        if mode == "replace":
-            # A rename under the lock (instant), the delete on a thread of its own: a large run
-            # directory must not hold the main loop (and systemd's watchdog) for minutes.
-            trash = archive_run_dir(run_dir, "deleting")
-            threading.Thread(target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True},
-                             name="delete-old-run-dir", daemon=True).start()
-            return
-        archived = archive_run_dir(run_dir, "old")
-        log.info("moved earlier run aside", path=str(archived))
+                f"output dir {', '.join(map(str, used))} already holds an earlier run ({where})"
+                ". Start with --resume to continue from it, or --fresh to move it aside "
+                "(or set [run] on_existing in the profile)")
+        for directory in used:
+            if mode == "replace":
+                # A rename under the lock (instant), the delete on a thread of its own: a
+                # large run directory must not hold the main loop (and systemd's watchdog).
+                trash = archive_run_dir(directory, "deleting")
+                threading.Thread(target=shutil.rmtree, args=(trash,),
+                                 kwargs={"ignore_errors": True}, name="delete-old-run-dir",
+                                 daemon=True).start()
+            else:
+                archived = archive_run_dir(directory, "old")
+                log.info("moved earlier run aside", path=str(archived))
 
 
 def _is_slurm(profile: Profile) -> bool:

@@ -157,12 +157,13 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
                                f"(max_steps = {profile.run.max_steps}): training is complete",
                                complete=True)
     prepared = prepared_or_raise(choice.step)
-    if choice.step is None and number > 1 and profile.prime_rl.version == "main" \
-            and run_dir_used(layout.run_dir):
+    if choice.step is None and number > 1 and profile.prime_rl.version == "main":
         # main's `rl` refuses a fresh start in a used run directory (utils/pathing.py
-        # validate_run_dir) and its `clean` would delete it: move it aside instead.
-        moved = archive_run_dir(layout.run_dir, f"attempt-{number - 1}")
-        summary += f"; no complete checkpoint: earlier files moved to {moved}"
+        # validate_run_dir) and its `clean` would delete it: move it aside instead (with a
+        # ckpt.output_dir outside it, that one too).
+        for used in [d for d in layout.run_dirs() if run_dir_used(d)]:
+            moved = archive_run_dir(used, f"attempt-{number - 1}")
+            summary += f"; no complete checkpoint: earlier files moved to {moved}"
     try:
         # The attempt's logs go to the state directory: a full one would only show as the
         # launcher dying on its first write.

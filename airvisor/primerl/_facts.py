@@ -203,8 +203,17 @@ def facts_from_resolved(version: Version, facts: Mapping[str, Any], *, cwd: Path
         inference_memory_share=memory_share(version, (rl or {}).get("inference")),
         slurm=bool(facts.get("slurm")),
         deployment_type=str(facts.get("deployment_type") or "single_node"),
-        extras=layout_extras(version, rl),
+        extras={**layout_extras(version, rl), **resume_extras(facts)},
     )
+
+
+def resume_extras(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The resume prime-rl resolved for this launch (`resolved_resume_step`, and
+    `resolved_resume_latest` for -1 / main's `[resume]` without a step), so that a resume
+    the user's own files ask for is seen before it overrides airvisor's choice."""
+    step = facts.get("resume_step")
+    return {"resolved_resume_step": step if isinstance(step, int) else None,
+            "resolved_resume_latest": bool(facts.get("resume_latest"))}
 
 
 # --- airvisor's own reading, only when prime-rl cannot be reached ----------------------------

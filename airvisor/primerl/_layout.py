@@ -317,6 +317,16 @@ class RunLayout:
             return None
         return directory / f"{component}{LOG_FILE_SUFFIX[self.version]}"
 
+    def run_dirs(self) -> list[Path]:
+        """Every directory this run writes: the run directory, and main's `ckpt.output_dir`
+        when it lies outside it (RULES["main"]["trainer_output_dir"]). A used run is moved
+        aside or refused as a whole, never half."""
+        dirs = [self.run_dir]
+        root = self.trainer_ckpt_root
+        if root != self.run_dir and not root.is_relative_to(self.run_dir):
+            dirs.append(root)
+        return dirs
+
     def rewritten_logs(self) -> list[Path]:
         """The component logs the next launch writes at the same paths (v0.4 opens
         `logs/*.stdout` with "w" at each launch, RULES["0.4"]["logs"], and deletes them first

@@ -82,6 +82,33 @@ def _resume_step_problems(profile: Profile, resume_step: int | None) -> list[Pro
                     "or start fresh without a resume step")]
 
 
+def _user_resume_problems(profile: Profile, resolution: Resolution,
+                          resume_step: int | None) -> list[Problem]:
+    """airvisor chooses every launch's resume step (from the newest complete checkpoint); a
+    resume the user's own files ask for (v0.4 `ckpt.resume_step`, -1 meaning the newest step
+    directory whether complete or not; main `[resume]`) would silently override it on a launch
+    airvisor meant to be fresh. Refused, naming the setting; prime-rl checked what it resolved."""
+    extras = resolution.facts.extras
+    if not resolution.checked_by_prime_rl or "resolved_resume_step" not in extras:
+        return []
+    resolved = extras.get("resolved_resume_step")
+    latest = bool(extras.get("resolved_resume_latest"))
+    if resume_step is not None and resolved == resume_step and not latest:
+        return []
+    if resume_step is None and resolved is None and not latest:
+        return []
+    setting = ("ckpt.resume_step" if profile.prime_rl.version == "0.4" else "[resume]")
+    asked = "the newest checkpoint (-1 / latest)" if latest else f"step {resolved}"
+    wanted = f"step {resume_step}" if resume_step is not None else "a fresh start"
+    return [Problem(
+        f"{profile_where(profile, ('prime_rl', 'args'))}: {setting}",
+        f"your prime-rl config resumes from {asked}, which would override {wanted}, the "
+        "launch airvisor chose (airvisor resumes each relaunch from the newest complete "
+        "checkpoint itself)",
+        f"remove {setting} from your prime-rl config (and its overrides); to continue an "
+        "earlier run, start with `airvisor start --resume`")]
+
+
 def prepare_run(
     profile: Profile,
     *,
@@ -106,6 +133,7 @@ def prepare_run(
             return PreparedRun(profile, None, None, exc.problems)
     bound = bind(profile, resolution)
     problems = component_mode_problems(bound, resolution)
+    problems += _user_resume_problems(profile, resolution, resume_step)
     facts = resolution.facts
     problems += check_profile(bound, facts) if machine else []
     if not machine:
