@@ -118,8 +118,9 @@ def explain_failure(output: str, *, pid: int, euid: int, ptrace_scope: str | Non
                               f"airvisor service has it), or ask the daemon; {scope}")
         where = (" It runs in another PID namespace (a container?): py-spy needs "
                  "CAP_SYS_PTRACE there, or run it from inside." if other_namespace else "")
-        return "denied", (f"ptrace of pid {pid} refused although airvisor runs as root (a "
-                          "seccomp or LSM rule, or a user namespace, forbids it)." + where)
+        return "denied", (f"ptrace of pid {pid} refused although airvisor runs as root: it "
+                          "lacks CAP_SYS_PTRACE (a container started without it?), or a seccomp "
+                          "or LSM rule forbids ptrace." + where)
     if "check that the process is running" in text or "no such process" in text:
         return "gone", f"pid {pid} is gone (it exited before its stack was read)"
     if "failed to find python version" in text or "failed to find a python interpreter" in text \
