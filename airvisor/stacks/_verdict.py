@@ -137,8 +137,16 @@ def _rule_for(frame: Frame) -> _Rule | None:
     return next((r for r in _PY_RULES if _matches(r, frame)), None)
 
 
+# torch.distributed's launcher (torchrun's elastic agent) is not a collective: it watches the
+# ranks, mostly sleeping between looks.
+_NOT_COLLECTIVE = ("torch/distributed/elastic/", "torch/distributed/launcher/",
+                   "torch/distributed/run.py")
+
+
 def _is_torch_distributed(frame: Frame) -> bool:
-    return not frame.native and frame.short.replace("\\", "/").startswith("torch/distributed/")
+    short = frame.short.replace("\\", "/")
+    return not frame.native and short.startswith("torch/distributed/") \
+        and not short.startswith(_NOT_COLLECTIVE)
 
 
 def _where(frame: Frame) -> str:

@@ -63,6 +63,18 @@ def test_the_source_line_tells_a_sleep_without_native_frames() -> None:
     assert describe_frames(frames) == "sleeping in hang_here (_sleep.py:4)"
 
 
+def test_torchrun_agent_is_not_a_collective() -> None:
+    """torchrun's elastic agent (hand-written in py-spy's format, torch 2.x's frames) sleeps
+    between looks at its ranks: not "blocked in" anything."""
+    frames = frames_of("torchrun_agent")
+    assert describe_frames(frames) == (
+        "at SimpleElasticAgent._invoke_run (torch/distributed/elastic/agent/server/api.py:864) "
+        "under torchrun:8")
+    slept = [f.model_copy(update={"code": "time.sleep(monitor_interval)"}) if i == 0 else f
+             for i, f in enumerate(frames)]
+    assert describe_frames(slept).startswith("sleeping in SimpleElasticAgent._invoke_run (")
+
+
 def test_no_frames_and_native_only() -> None:
     assert describe_frames([]) == "no frames (the thread is starting or ending)"
     native = Frame(name="epoll_wait", filename="/lib/libc.so.6", short="libc.so.6", line=0,

@@ -3,9 +3,10 @@
     .venv/bin/python tests/stacks/recorded/record.py
 
 Each scenario is a tiny real program blocked in one way; its main thread's dump is written as
-`<scenario>.json` (py-spy's own JSON, `--native` where the name says so). `torch_all_reduce.json`
-is not recorded here (no torch on the test machines): it is written by hand in the same format,
-with the frames of torch 2.x's `dist.all_reduce` as py-spy shows a rank blocked in NCCL.
+`<scenario>.json` (py-spy's own JSON, `--native` where the name says so). `torch_all_reduce*.json`
+and `torchrun_agent.json` are not recorded here (no torch on the test machines): they are written
+by hand in the same format, with torch 2.x's frames of a rank blocked in `dist.all_reduce` (NCCL)
+and of torchrun's elastic agent.
 """
 
 from __future__ import annotations
