@@ -131,3 +131,33 @@ def test_real_vllm_orphans_and_shm_leftovers_are_reaped(scenario: Any, vllm_venv
     # What was removed is vLLM's: its /dev/shm segments and its /tmp/vllm_dist_* directory.
     for name in result["removed"]:
         assert name in result["shm_before_kill"] or name.startswith("vllm_dist_"), name
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(700)
+def test_real_vllm_supervised_in_the_fallback_is_reaped_after_its_server_dies(
+        scenario: Any, vllm_venv: Path, tmp_path: Path) -> None:
+    """The issue's case: a real vLLM started as a run's component without a cgroup; after a
+    SIGKILL of its API server, the EngineCore and Worker keep a readable environment without
+    the marker. The run's reap stops them (the recorded tree names them)."""
+    result = scenario("vllm_supervised", str(vllm_venv), timeout=650,
+                      env={"AIRVISOR_CONTAINMENT": "subreaper",
+                           "AIRVISOR_STATE_DIR": str(tmp_path / "state")})
+    if "error" in result:
+        raise AssertionError(result["error"])
+    assert result["mode"] == "subreaper"
+    tree = {int(pid): cmd for pid, cmd in result["tree"].items()}
+    engines = [pid for pid, cmd in tree.items() if cmd.startswith("VLLM::EngineCore")]
+    assert engines, tree
+    # As the issue saw: retitled, with a readable environment that lacks the marker.
+    assert any(cmd.startswith("VLLM::EngineCore") for cmd in result["readable_unmarked"]), \
+        result["readable_unmarked"]
+    found = {int(pid): entry for pid, entry in result["found"].items()}
+    for pid in engines:
+        kind, reason, owner = found[pid]
+        assert kind == "vllm-engine" and "r-vllm" in reason and owner.startswith(
+            "airvisor run r-vllm"), found[pid]
+    assert set(found) <= set(tree), found
+    assert result["alive_after"] == [], result["summary"]
+    assert result["bystander_alive"] is True
