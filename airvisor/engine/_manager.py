@@ -360,7 +360,7 @@ class RunManager:
             handles, dead = self._component_handles(run)
             action = decide_takeover(phase, attempt=run.attempt, alive=handles, dead=dead)
             if action in (BootAction.ADOPT, BootAction.RESUME) and \
-                    finish_if_completed(self.store, run, profile):
+                    finish_if_completed(self.store, run, profile, claim=self._claim):
                 continue  # it ended while no supervisor watched: recorded, not relaunched
             with self._lock:
                 self._claim(run.id)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from airvisor._logfile import LogTail
+from airvisor._logfile import LogTail, tail_lines
 from airvisor._logging import get_logger
 from airvisor.engine._event_levels import event_log_level
 from airvisor.engine._events import (
@@ -64,6 +64,7 @@ STATE_DIR_MIN_FREE = 64 << 20
 FINISH_TIMEOUT = 150.0  # seconds for the launcher to exit once training has finished
 MEMBER_SCAN_INTERVAL = 2.0  # seconds between looks into the launcher's tree
 MEMBER_RESCAN_INTERVAL = 60.0  # once inference, trainer and orchestrator are found
+ADOPT_CATCH_UP_LINES = 200  # of each log's end, read when a live attempt is adopted
 # prime-rl's launchers name the child that failed first: v0.4 rl.py:539-552,782 and main's
 # utils/process.py monitor_process: f"{process_name.capitalize()} failed with exit code {code}".
 _CHILD_FAILED = re.compile(r"\b(Inference|Trainer|Orchestrator|Teacher_inference|Env[-_ ]server\S*)"
@@ -636,14 +637,19 @@ class RunSupervisor:
         self.components = handles
         self.step = step
         self._attempt_started = self._clock()
-        self._attempt_progress = self._clock()
+        # No step seen yet: the attempt keeps its first-step grace (from now), not the stall
+        # timeout a step in progress gets.
+        self._attempt_progress = self._clock() if step is not None else None
         self._attempt_max_step = step or 0
         layout = self.layout
         metrics = layout.metrics_file() if layout is not None else None
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
+        logs = [h.log.path for h in handles.values()]
         if self.mode == "launcher" and layout is not None:
             self.views = {name: LogView(lambda name=name: layout.log_file(name),  # type: ignore[misc]
                                         from_end=True) for name in VIEWED}
+            logs += [path for name in VIEWED if (path := layout.log_file(name)) is not None]  # type: ignore[arg-type]
+        self._catch_up_milestones(logs)
         waiting = ("orchestrator" not in handles if self.mode == "components"
                    else step is None)
         # The old supervisor died before the server was ready: wait for it again.
@@ -653,6 +659,20 @@ class RunSupervisor:
         if self.profile.containers.enabled and self._hooks.container_pool is not None:
             self._pool = self._hooks.container_pool(self.profile, self.run_id)
         self._start_prober()
+
+    def _catch_up_milestones(self, paths: list[Path]) -> None:
+        """What the logs said while no supervisor read them (their ends: a finished line is
+        among a log's last): a run that finished meanwhile is seen as finished, not hung."""
+        for path in paths:
+            try:
+                lines, _ = tail_lines(path, ADOPT_CATCH_UP_LINES)
+            except OSError:
+                continue
+            for line in lines:
+                milestone = milestone_from_log_line(line)
+                if milestone in ("trainer_finished", "orchestrator_finished",
+                                 "training_finished"):
+                    self._finished.add(milestone)
 
     def _rebuild_specs(self, resume_step: int | None) -> None:
         """The launch specs of an adopted attempt, resolved again by prime-rl exactly as the

@@ -11,12 +11,12 @@ API accepted that the previous daemon did not carry out.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from airvisor._logfile import tail_lines
-from airvisor.policy import milestone_from_log_line, step_from_log_line
+from airvisor.policy import Phase, milestone_from_log_line, step_from_log_line
 from airvisor.primerl import LAUNCHER, run_layout, step_base_of
 from airvisor.proc import ProcessIdentity, read_marker, terminate_tree
 from airvisor.profile._schema import Profile
@@ -115,7 +115,8 @@ def _alive(comp: ComponentRecord, run_id: str) -> bool:
     return marker is not None and marker.run_id == run_id
 
 
-def finish_if_completed(store: Store, run: RunRecord, profile: Profile) -> bool:
+def finish_if_completed(store: Store, run: RunRecord, profile: Profile,
+                        claim: Callable[[str], None] | None = None) -> bool:
     """At boot, before adopting or relaunching a run whose supervisor died: when its logs show
     the run completed and its trainer and orchestrator are gone, stop what is left of it (the
     inference server; prime-rl's launcher in its clean-up once both said they finished), by
@@ -136,8 +137,14 @@ def finish_if_completed(store: Store, run: RunRecord, profile: Profile) -> bool:
     for comp in comps:
         if comp.state in ("running", "starting"):
             store.upsert_component(run.id, run.attempt, comp.name, state="exited")
-    store.update_run(run.id, state="succeeded", step=step, ended_at=time.time(),
-                     last_error=None, last_progress_at=facts.last_write)
+    # Recorded whole: phase with state (never "succeeded (phase running)"), the attempt's
+    # outcome and end; the supervisor (this daemon, which closed it) claims it first.
+    if claim is not None:
+        claim(run.id)
+    store.end_attempt(run.id, run.attempt, "succeeded", None)
+    store.update_run(run.id, phase=str(Phase.SUCCEEDED), state=str(Phase.SUCCEEDED.state),
+                     step=step, ended_at=time.time(), last_error=None,
+                     last_progress_at=facts.last_write)
     stopped = f"; stopped what was left ({len(report.terminated) + len(report.killed)} " \
               "processes)" if report.terminated or report.killed else ""
     store.add_event(run.id, "finished_unsupervised",

@@ -490,3 +490,61 @@ def test_a_relaunch_keeps_the_earlier_launchs_v04_logs(replay_factory: Any) -> N
     r.ready()
     r.advance(50)
     assert r.sup.state == RunState.RUNNING and len(r.events("failure")) == 1
+
+
+# -- adoption: what happened while nobody watched (issue 21) -------------------------------------
+def test_an_adopted_attempt_without_a_step_keeps_its_first_step_grace(
+        replay_factory: Any) -> None:
+    r = replay_factory(health={"stall_timeout": 10, "first_step_grace": 100})
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.reboot(components_alive=True)  # the daemon died before the first step
+    r.ready()
+    r.advance(50)  # past stall_timeout, within first_step_grace
+    assert r.sup.state == RunState.RUNNING and not r.events("failure")
+    r.advance(60)
+    assert r.sup.state == RunState.RECOVERING
+    assert "first_step_grace" in r.events("failure")[0].message
+
+
+def test_a_run_that_finished_while_no_daemon_watched_is_recorded_whole(
+        replay_factory: Any) -> None:
+    r = replay_factory(health={"stall_timeout": 10, "first_step_grace": 100})
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.say("trainer", "SUCCESS Step 3 | Time: 1s")
+    r.advance(1)
+    r.sup.detach()
+    # While the daemon is down, training ends.
+    r.say("trainer", "SUCCESS Step 11 | Time: 1s")
+    r.say("trainer", "SUCCESS RL trainer finished!")
+    r.say("orchestrator", "SUCCESS Orchestrator finished.")
+    r.store.update_run(r.run_id, supervisor_started=1.0)  # that daemon is gone
+    manager = r._new_manager()
+    manager.adopt_on_boot()
+    run = r.store.get_run(r.run_id)
+    assert run is not None
+    assert (run.state, run.phase) == ("succeeded", "succeeded"), (run.state, run.phase)
+    assert run.step == 11 and run.ended_at is not None
+    last = r.store.attempts(r.run_id)[-1]
+    assert last["outcome"] == "succeeded" and last["ended_at"] is not None
+    assert not r.events("failure")
+
+
+def test_finished_lines_an_adopted_attempt_wrote_unwatched_are_seen(replay_factory: Any) -> None:
+    """Adopted while its launcher is still cleaning up (the inference server alive): the
+    finished lines written while no daemon watched count, so no hang is declared."""
+    r = replay_factory(health={"stall_timeout": 10, "first_step_grace": 100})
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.say("trainer", "SUCCESS Step 3 | Time: 1s")
+    r.advance(1)
+    r.reboot(components_alive=True)
+    r.say("trainer", "SUCCESS Step 11 | Time: 1s")
+    r.say("trainer", "SUCCESS RL trainer finished!")
+    r.say("orchestrator", "SUCCESS Orchestrator finished.")
+    r.sup._catch_up_milestones([r.run_dir / "logs" / "trainer.stdout",
+                                r.run_dir / "logs" / "orchestrator.stdout"])
+    r.ready()
+    r.advance(60)  # far past stall_timeout
+    assert not r.events("failure") and r.sup.state == RunState.RUNNING
