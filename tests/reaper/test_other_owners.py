@@ -151,3 +151,20 @@ def test_preflight_leaves_a_running_jobs_processes_and_records_every_process(
         assert entry["command"] == "VLLM::Worker"
     assert f"pid {result['in_job']['worker']}" in event["message"]
     assert "Slurm job 4242" in event["message"]
+
+
+def test_the_engines_preflight_records_each_process_in_the_runs_events(
+        scenario: Any, tmp_path: Any) -> None:
+    result = scenario("preflight_event", env={"AIRVISOR_STATE_DIR": str(tmp_path / "state")})
+    dead, nobodys = result["pids"]["dead"], result["pids"]["nobodys"]
+    assert result["alive"] == {"dead": False, "nobodys": True}
+    [event] = result["events"]
+    by_pid = {p["pid"]: p for p in event["data"]["processes"]}
+    stopped = by_pid[dead]
+    assert stopped["action"] in ("stopped", "killed")
+    assert stopped["owner"] == "airvisor run r-dead"
+    assert "which is not live" in stopped["reason"] and "sleep" in stopped["command"]
+    left = by_pid[nobodys]
+    assert left["action"] == "left" and left["owner"] == "nobody (not started by airvisor)"
+    assert "not ours" in left["why_left"] and left["command"].startswith("vllm serve")
+    assert f"pid {dead}" in event["message"] and f"pid {nobodys}" in event["message"]
