@@ -54,9 +54,18 @@ def env_value(raw: bytes, name: str) -> str | None:
     return raw[start:end if end >= 0 else len(raw)].decode("utf-8", "replace")
 
 
-def slurm_job_of(environ: bytes, cgroup: str | None) -> str | None:
+_STEPD_TITLE = re.compile(r"^\[(\d+)[.\]]")
+
+
+def slurm_job_of(environ: bytes, cgroup: str | None, argv: tuple[str, ...] = ()) -> str | None:
     """The Slurm job a process runs in: slurmd's cgroup of the job (the kernel's record), else
-    the job id slurmstepd put in its environment."""
+    the job id slurmstepd put in its environment; slurmstepd itself titles itself
+    `slurmstepd: [<job>.<step>]` (its descendants inherit the job, see `collect_facts`, also
+    when a retitle wiped their environment)."""
+    if len(argv) >= 2 and argv[0] == "slurmstepd:":
+        found = _STEPD_TITLE.match(argv[1])
+        if found:
+            return found.group(1)
     if cgroup:
         found = _SLURM_CGROUP_JOB.search(cgroup)
         if found:
@@ -342,7 +351,7 @@ def collect_facts(
             torchelastic_worker=_TORCHELASTIC_PREFIX in environ
             and (environ.startswith(_TORCHELASTIC_PREFIX)
                  or b"\0" + _TORCHELASTIC_PREFIX in environ),
-            slurm_job=slurm_job_of(environ, cgroup),
+            slurm_job=slurm_job_of(environ, cgroup, argv),
             supervisor_cgroup=cgroup_supervisor(cgroup),
             gpu_memory=dict(gpu_memory_by_pid.get(pid, {})),
             cgroup=cgroup,

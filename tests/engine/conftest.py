@@ -17,6 +17,8 @@ from airvisor.profile import Profile, load_profile
 from airvisor.profile._configs import deep_merge
 from airvisor.store import Store
 
+from ..launchers import missing_launcher, real_launcher
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -24,35 +26,57 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def demo_rl_config(out: Path, **extra: Any) -> dict[str, Any]:
-    """A prime-rl v0.4 `rl` config for the stand-ins, as a user writes one (the run dir `out`)."""
+def demo_rl_config(out: Path, version: str = "0.4", **extra: Any) -> dict[str, Any]:
+    """A prime-rl `rl` config in that version's dialect, as a user writes one (run dir `out`,
+    v0.4; main's run dir is `out/t`)."""
     port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
     base: dict[str, Any] = {
-        "output_dir": str(out), "max_steps": 12, "seq_len": 512,
-        "inference_gpu_ids": [0], "trainer_gpu_ids": [1],
+        "output_dir": str(out), "max_steps": 12,
         "ckpt": {"interval": 2, "keep_last": 3},
-        "model": {"name": "demo/tiny"},
-        "inference": {"server": {"port": port}},
-        # v0.4: a list, and not derived from the server's port
+        "inference": {"server": {"host": "127.0.0.1", "port": port}},
         "trainer": {},  # required by v0.4 RLConfig (no default)
-        "orchestrator": {"client": {"base_url": [f"http://127.0.0.1:{port}/v1"]},
-                         "sampling": {"max_tokens": 128}},
     }
+    if version == "0.4":
+        base |= {"seq_len": 512, "inference_gpu_ids": [0], "trainer_gpu_ids": [1],
+                 "model": {"name": "demo/tiny"},
+                 # v0.4: a list, and not derived from the server's port
+                 "orchestrator": {"client": {"base_url": [url]},
+                                  "sampling": {"max_tokens": 128}}}
+    else:
+        # (a model name main's renderer map knows)
+        base |= {"run": {"name": "t"}, "model": {"name": "Qwen/Qwen3-0.6B"},
+                 "deployment": {"num_train_gpus": 1, "num_infer_gpus": 1},
+                 "orchestrator": {"model": {"client": {"base_url": url}}}}
     return deep_merge(base, extra)
 
 
-def demo_profile_dict(out: Path, *, rl: dict[str, Any] | None = None,
-                      **extra: Any) -> dict[str, Any]:
-    """An airvisor profile over the demo stand-ins of prime-rl v0.4's `rl`; its prime-rl config
-    (`demo_rl_config(out, **rl)`) is written next to `out` as `<out>-rl.toml`."""
+def demo_profile_dict(out: Path, *, rl: dict[str, Any] | None = None, version: str = "0.4",
+                      launcher: str = "prime-rl", **extra: Any) -> dict[str, Any]:
+    """An airvisor profile over prime-rl's own `rl` launcher of `version` (tests/launchers.py:
+    only the programs it starts are the demo's stand-ins), or with `launcher="demo"` over the
+    demo's stand-in of the launcher itself; its prime-rl config (`demo_rl_config(out, version,
+    **rl)`) is written next to `out` as `<out>-rl.toml`."""
     config = out.parent / f"{out.name}-rl.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(tomli_w.dumps(demo_rl_config(out, **(rl or {}))))
+    config.write_text(tomli_w.dumps(demo_rl_config(out, version, **(rl or {}))))
+    prime_rl: dict[str, Any] = {"version": version, "args": ["@", str(config)],
+                                "workdir": str(out.parent)}
+    if launcher == "prime-rl":
+        missing = missing_launcher(version)
+        if missing is not None:
+            pytest.skip(missing)
+        prime_rl["venv"] = str(real_launcher(out.parent / f"prime-rl-{version}", version))
+        if version == "main":
+            # main's launcher maps its GPUs from CUDA_VISIBLE_DEVICES, else NVML
+            # (utils/process.py:36-44): this machine has no GPU, so name the box's two.
+            prime_rl["env"] = {"CUDA_VISIBLE_DEVICES": "0,1"}
+    else:
+        prime_rl |= {"python": [], "command_prefix": ["{python}", "-m", "airvisor.demo",
+                                                      "--prime-rl", version]}
     base: dict[str, Any] = {
         "run": {"name": "t", "demo": True, "on_existing": "replace"},
-        "prime_rl": {"version": "0.4", "python": [], "args": ["@", str(config)],
-                     "command_prefix": ["{python}", "-m", "airvisor.demo", "--prime-rl", "0.4"],
-                     "workdir": str(out.parent)},
+        "prime_rl": prime_rl,
         "demo": {"inference": {"startup_delay": 0.3}, "trainer": {"step_time": 0.1},
                  "orchestrator": {"step_time": 0.05}},
         "trainer": {"min_free_gib": 0},
@@ -88,8 +112,10 @@ class Harness:
         self.manager.hooks.prepare_machine = prepare_machine
         self.run_ids: list[str] = []
 
-    def profile(self, *, rl: dict[str, Any] | None = None, **extra: Any) -> Profile:
-        data = demo_profile_dict(self.tmp / "run", rl=rl, **extra)
+    def profile(self, *, rl: dict[str, Any] | None = None, version: str = "0.4",
+                launcher: str = "prime-rl", **extra: Any) -> Profile:
+        data = demo_profile_dict(self.tmp / "run", rl=rl, version=version, launcher=launcher,
+                                 **extra)
         return load_profile(write_profile(self.tmp / "profile.toml", data))
 
     def run(self, profile: Profile, timeout: float = 90.0, **kw: Any) -> str:

@@ -48,6 +48,7 @@ def test_slurm_job_claims(job: str | None, phase: str | None, own_job: str | Non
 
 @pytest.mark.parametrize(("environ", "cgroup", "job"), [
     (b"PATH=/bin\0SLURM_JOB_ID=42\0HOME=/root\0", "/user.slice", "42"),
+    (b"", None, None),
     (b"SLURM_JOBID=43\0", None, "43"),
     (b"PATH=/bin\0", "/system.slice/slurmstepd.scope/job_77/step_0/user/task_0", "77"),
     (b"", "/slurm/uid_1000/job_78/step_batch/task_0", "78"),
@@ -57,6 +58,21 @@ def test_slurm_job_claims(job: str | None, phase: str | None, own_job: str | Non
 ])
 def test_slurm_job_of_a_process(environ: bytes, cgroup: str | None, job: str | None) -> None:
     assert slurm_job_of(environ, cgroup) == job
+
+
+@pytest.mark.parametrize(("argv", "job"), [
+    (("slurmstepd:", "[12.batch]"), "12"),
+    (("slurmstepd:", "[12.0]"), "12"),
+    (("slurmstepd:", "[12.extern]"), "12"),
+    (("slurmstepd:", "[12]"), "12"),
+    (("slurmstepd:", "[x.batch]"), None),
+    (("/usr/sbin/slurmstepd",), None),
+    (("vim", "slurmstepd:", "[12.batch]"), None),
+])
+def test_slurmstepd_names_its_job(argv: tuple[str, ...], job: str | None) -> None:
+    """A job step's processes descend from `slurmstepd: [<job>.<step>]`: a retitled task whose
+    environment setproctitle wiped is still found in its job through it."""
+    assert slurm_job_of(b"", None, argv) == job
 
 
 @pytest.mark.parametrize(("cgroup", "supervisor"), [
