@@ -68,6 +68,8 @@ _PY_RULES = (
     _Rule(EVENT_LOOP, ("asyncio/base_events.py",), ("_run_once", "run_forever",
                                                     "BaseEventLoop._run_once",
                                                     "BaseEventLoop.run_forever")),
+    # uvloop's loop (vLLM's, uvicorn's) runs in C: the innermost Python frame is asyncio.run's.
+    _Rule(EVENT_LOOP, ("asyncio/runners.py",), ("",)),
     _Rule(LOCK, ("threading.py",), ("wait", "Condition.wait", "Event.wait", "Thread.join",
                                     "join", "_wait_for_tstate_lock",
                                     "Thread._wait_for_tstate_lock", "Semaphore.acquire",
@@ -198,7 +200,7 @@ def describe_frames(frames: Sequence[Frame]) -> str:
                 if not is_library(frames[j]):
                     break
                 outer = None if frames[j].native else _rule_for(frames[j])
-                if outer is not None:
+                if outer is not None and rule.kind != EVENT_LOOP:  # _run_once says it all
                     i, rule = j, outer
             return _phrase(rule.kind, frames, i)
         if native_kind is not None:

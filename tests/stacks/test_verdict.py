@@ -44,8 +44,8 @@ TORCH = ("blocked in all_reduce (torch/distributed/distributed_c10d.py:2501) und
     ("queue_get", "waiting on a queue in Queue.get (queue.py:171) under _queue_get.py:3"),
     ("queue_get_native", "waiting on a queue in Queue.get (queue.py:171) under _queue_get.py:3"),
     ("event_wait", "waiting on a lock in Event.wait (threading.py:629) under _event_wait.py:3"),
-    ("asyncio_idle", "idle in the asyncio event loop at BaseEventLoop.run_forever "
-                     "(asyncio/base_events.py:607) under _asyncio_idle.py:4"),
+    ("asyncio_idle", "idle in the asyncio event loop at BaseEventLoop._run_once "
+                     "(asyncio/base_events.py:1884) under _asyncio_idle.py:4"),
     ("child_wait", "waiting for a child process in Popen.communicate (subprocess.py:1201) "
                    "under _child_wait.py:3"),
     ("sleep_native", "sleeping in hang_here (_sleep.py:4)"),  # time.sleep seen natively
@@ -73,6 +73,30 @@ def test_torchrun_agent_is_not_a_collective() -> None:
     slept = [f.model_copy(update={"code": "time.sleep(monitor_interval)"}) if i == 0 else f
              for i, f in enumerate(frames)]
     assert describe_frames(slept).startswith("sleeping in SimpleElasticAgent._invoke_run (")
+
+
+def _py(name: str, short: str, line: int, root: str = "/venv/lib/python3.12/site-packages/"
+        ) -> Frame:
+    return Frame(name=name, filename=root + short, short=short, line=line)
+
+
+def test_uvloop_server_idles_in_the_event_loop() -> None:
+    """vLLM's API server on uvloop: the loop runs in C, asyncio.run's frame is the innermost
+    Python one (frames as py-spy --native shows them, written by hand)."""
+    frames = [
+        Frame(name="epoll_wait", filename="/lib/libc.so.6", short="libc.so.6", line=0,
+              native=True),
+        Frame(name="uv__io_poll", filename="/venv/uvloop/loop.so", short="loop.so", line=0,
+              native=True),
+        _py("Runner.run", "asyncio/runners.py", 118, "/usr/lib/python3.12/"),
+        _py("run", "asyncio/runners.py", 194, "/usr/lib/python3.12/"),
+        _py("run", "uvloop/__init__.py", 109),
+        _py("run_server", "vllm/entrypoints/openai/api_server.py", 1920),
+        _py("<module>", "vllm/entrypoints/openai/api_server.py", 1960),
+    ]
+    assert describe_frames(frames) == (
+        "idle in the asyncio event loop at Runner.run (asyncio/runners.py:118) under "
+        "vllm/entrypoints/openai/api_server.py:1920")
 
 
 def test_no_frames_and_native_only() -> None:
