@@ -6,7 +6,10 @@ is a known training kind that holds memory on a GPU the profile needs or listens
 profile needs. Everything else that looks like training is listed as "not ours, left alone" and
 is stopped only with an explicit `--all`. A run of another airvisor (another state dir) is
 judged by that airvisor's store; processes inside another PID namespace (a container's) are
-Docker's business.
+Docker's business. Other owners' live work is never stale: a process in a Slurm job that Slurm
+does not say has ended (`slurm_job_claims`), or in a container runtime's or Kubernetes' cgroup,
+is that owner's, listed as such and stopped only with `--all`. In the subreaper fallback the
+run's recorded process tree (`tree_ownership`) names what a marker no longer does.
 
 A kind is recognised by what a process *is* (its executable, its argv[0..n] with the Python
 interpreter and its options peeled off, its process title, the console script it runs, its
