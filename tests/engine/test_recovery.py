@@ -1,8 +1,14 @@
-"""The supervisor over real processes: completion, crash and hang recovery, crash loops."""
+"""The supervisor over real processes: completion, crash and hang recovery, crash loops.
+
+Every scenario runs against prime-rl's own `rl` launcher of both versions (tests/launchers.py:
+only the programs it starts are stand-ins).
+"""
 
 from __future__ import annotations
 
 import socket
+
+import pytest
 
 from airvisor.policy import RunState
 from airvisor.primerl import LAUNCHER, prepare_run, run_layout
@@ -21,13 +27,19 @@ def bound(profile: Profile) -> Profile:
     return prepared.profile
 
 
-def test_demo_run_completes(harness: Harness) -> None:
-    profile = harness.profile()
+@pytest.fixture(params=["0.4", "main"])
+def version(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_demo_run_completes(harness: Harness, version: str) -> None:
+    profile = harness.profile(version=version)
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
     run = harness.store.get_run(run_id)
-    # prime-rl v0.4 counts steps from 0: max_steps 12 ends with `Step 11`.
-    assert run is not None and run.step == 11 and run.restarts == 0
+    # prime-rl v0.4 counts steps from 0 (max_steps 12 ends with `Step 11`), main from 1.
+    last = {"0.4": 11, "main": 12}[version]
+    assert run is not None and run.step == last and run.restarts == 0
     layout = run_layout(bound(profile))
     complete = sorted(step for step, c in layout.scan().items() if c.complete)
     # keep_last = 3 (prime-rl prunes older halves); the final checkpoint is step 12.
@@ -42,8 +54,10 @@ def test_demo_run_completes(harness: Harness) -> None:
         assert log is not None and log.is_file() and log.stat().st_size > 0
 
 
-def test_trainer_crash_resumes_from_last_complete_checkpoint(harness: Harness) -> None:
-    profile = harness.profile(demo={"trainer": {"crash_at_step": 5, "exit_code": 3}})
+def test_trainer_crash_resumes_from_last_complete_checkpoint(harness: Harness,
+                                                             version: str) -> None:
+    profile = harness.profile(version=version,
+                              demo={"trainer": {"crash_at_step": 5, "exit_code": 3}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
     failures = harness.events(run_id, "failure")
@@ -54,8 +68,8 @@ def test_trainer_crash_resumes_from_last_complete_checkpoint(harness: Harness) -
     assert resume_steps(harness, run_id) == [None, 4]
 
 
-def test_hang_is_detected_by_stall_timeout_and_recovered(harness: Harness) -> None:
-    profile = harness.profile(demo={"trainer": {"hang_at_step": 7}})
+def test_hang_is_detected_by_stall_timeout_and_recovered(harness: Harness, version: str) -> None:
+    profile = harness.profile(version=version, demo={"trainer": {"hang_at_step": 7}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
     failure = harness.events(run_id, "failure")[0]
@@ -63,8 +77,8 @@ def test_hang_is_detected_by_stall_timeout_and_recovered(harness: Harness) -> No
     assert resume_steps(harness, run_id) == [None, 6]
 
 
-def test_orchestrator_crash_recovers(harness: Harness) -> None:
-    profile = harness.profile(demo={"orchestrator": {"crash_at_step": 6}})
+def test_orchestrator_crash_recovers(harness: Harness, version: str) -> None:
+    profile = harness.profile(version=version, demo={"orchestrator": {"crash_at_step": 6}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
     failure = harness.events(run_id, "failure")[0]
@@ -72,8 +86,8 @@ def test_orchestrator_crash_recovers(harness: Harness) -> None:
     assert len(resume_steps(harness, run_id)) == 2
 
 
-def test_half_written_newest_checkpoint_is_skipped(harness: Harness) -> None:
-    profile = harness.profile(demo={"trainer": {"half_checkpoint_at_step": 6}})
+def test_half_written_newest_checkpoint_is_skipped(harness: Harness, version: str) -> None:
+    profile = harness.profile(version=version, demo={"trainer": {"half_checkpoint_at_step": 6}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
     assert resume_steps(harness, run_id) == [None, 4]
@@ -81,8 +95,8 @@ def test_half_written_newest_checkpoint_is_skipped(harness: Harness) -> None:
     assert "step 6: trainer half has no .metadata" in attempt.message
 
 
-def test_component_ignoring_sigterm_is_killed_after_grace(harness: Harness) -> None:
-    profile = harness.profile(demo={"trainer": {"crash_at_step": 5},
+def test_component_ignoring_sigterm_is_killed_after_grace(harness: Harness, version: str) -> None:
+    profile = harness.profile(version=version, demo={"trainer": {"crash_at_step": 5},
                                     "orchestrator": {"ignore_sigterm": True}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
@@ -91,8 +105,8 @@ def test_component_ignoring_sigterm_is_killed_after_grace(harness: Harness) -> N
     assert not stopped.message.startswith("0 exited on SIGTERM, 0 needed")
 
 
-def test_crash_loop_ends_as_failed_with_reasons(harness: Harness) -> None:
-    profile = harness.profile(restart={"max_restarts": 2})
+def test_crash_loop_ends_as_failed_with_reasons(harness: Harness, version: str) -> None:
+    profile = harness.profile(version=version, restart={"max_restarts": 2})
     port = bound(profile).inference.port
     assert port is not None
     # A foreign listener holds the inference port: every attempt's server fails to bind.
@@ -108,8 +122,8 @@ def test_crash_loop_ends_as_failed_with_reasons(harness: Harness) -> None:
     assert harness.events(run_id, "gave_up")
 
 
-def test_stop_request_stops_every_component(harness: Harness) -> None:
-    profile = harness.profile(rl={"max_steps": 1000})
+def test_stop_request_stops_every_component(harness: Harness, version: str) -> None:
+    profile = harness.profile(version=version, rl={"max_steps": 1000})
     record = harness.manager.submit(profile)
     harness.run_ids.append(record.id)
     import time
