@@ -170,6 +170,11 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
         # launcher dying on its first write.
         attempt_dir.mkdir(parents=True, exist_ok=True)
         moved_logs = keep_rewritten_logs(layout, attempt_dir / "previous-logs")
+        if profile.prime_rl.mode == "components":
+            # airvisor starts v0.4's three processes itself: first what v0.4's `rl` does
+            # before it starts them, its clean, exactly (rollouts of the dead attempt must never
+            # reach the relaunched trainer).
+            clean_before_launch(layout, prepared.resolution, choice.step)
         free = shutil.disk_usage(attempt_dir).free
         if free < STATE_DIR_MIN_FREE:
             raise AttemptError(
@@ -186,6 +191,18 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
     if moved_logs:
         summary += f"; the earlier launch's logs kept in {attempt_dir / 'previous-logs'}"
     return PreparedAttempt(number, choice, prepared.plan, prepared.profile, summary)
+
+
+def clean_before_launch(layout: RunLayout, resolution: Any, resume_step: int | None) -> None:
+    rl = (resolution.rl if resolution is not None else None) or {}
+    broadcast = (rl.get("trainer") or {}).get("weight_broadcast") or {}
+    deleted, recreated = layout.launch_clean(
+        clean=bool(rl.get("clean", True)), resume_step=resume_step,
+        broadcast_type=broadcast.get("type") if isinstance(broadcast, dict) else None)
+    for path in deleted:
+        shutil.rmtree(path, ignore_errors=True)
+    for path in recreated:
+        path.mkdir(parents=True, exist_ok=True)
 
 
 def training_complete(checkpoint_step: int | None, max_steps: int | None) -> bool:

@@ -327,6 +327,22 @@ class RunLayout:
             dirs.append(root)
         return dirs
 
+    def launch_clean(self, *, clean: bool, resume_step: int | None,
+                     broadcast_type: str | None) -> tuple[list[Path], list[Path]]:
+        """What v0.4's `rl` deletes before it starts its children (RULES["0.4"]["clean"]), as
+        (deleted, deleted then created again): its log dirs (recreated), the broadcasts unless
+        resuming with filesystem broadcast (`resume_step` as rl.py tests it: step 0 is
+        falsy), the rollouts. Component mode does exactly this before each launch; main's
+        launcher has no such clean (it is never run in component mode)."""
+        if self.version != "0.4" or not clean:
+            return [], []
+        logs = [self.run_dir / "logs", self.orchestrator_output_dir / "logs"]
+        deleted = list(logs)
+        if not (resume_step and broadcast_type == "filesystem"):
+            deleted.append(self.orchestrator_output_dir / "broadcasts")
+        deleted.append(self.orchestrator_output_dir / "rollouts")
+        return deleted, logs
+
     def rewritten_logs(self) -> list[Path]:
         """The component logs the next launch writes at the same paths (v0.4 opens
         `logs/*.stdout` with "w" at each launch, RULES["0.4"]["logs"], and deletes them first

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from airvisor.engine._supervisor import prepare_attempt
 from airvisor.policy import RunState
+from airvisor.primerl import prepare_run, run_layout
 
+from ..primerl.test_layout import v04_full_step
 from .conftest import Harness
 
 V04_PYTHON = Path(os.environ.get("AIRVISOR_PRIMERL_V04_VENV",
@@ -29,6 +32,7 @@ def prime_rl_python() -> str:
 def test_component_mode_starts_each_process_as_v04s_launcher_does(
         harness: Harness, prime_rl_python: str) -> None:
     profile = harness.profile(prime_rl={"mode": "components", "python": [prime_rl_python]},
+                              launcher="demo",
                               demo={"trainer": {"step_time": 0.1, "crash_at_step": 5}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
@@ -50,3 +54,41 @@ def test_component_mode_starts_each_process_as_v04s_launcher_does(
     assert "resume_step = 4" in config
     checked = harness.events(run_id, "attempt")[0]
     assert checked.data["checked_by"] == "prime-rl"
+
+
+@pytest.mark.parametrize(("resume_step", "broadcasts_kept"), [(None, False), (4, True)])
+def test_component_mode_cleans_exactly_as_v04s_launcher_before_each_launch(
+        harness: Harness, prime_rl_python: str, resume_step: int | None,
+        broadcasts_kept: bool) -> None:
+    """v0.4's `rl` deletes its log dirs (recreated), the rollouts and, unless resuming with
+    filesystem broadcast, the broadcasts before it starts the processes (rl.py clean): so does
+    component mode, so a relaunched trainer never reads the dead attempt's rollouts."""
+    profile = harness.profile(prime_rl={"mode": "components", "python": [prime_rl_python]},
+                              launcher="demo")
+    prepared = prepare_run(profile, machine=False)
+    assert prepared.ok, prepared.problems
+    layout = run_layout(prepared.profile)
+    if resume_step is not None:
+        v04_full_step(layout.run_dir, resume_step)
+    stale = {
+        "rollouts": layout.rollouts_dir(5) / "rollouts.bin",
+        "broadcasts": layout.broadcast_dir(5) / "STABLE",
+        "logs": layout.run_dir / "logs" / "trainer.stdout",
+        "orchestrator logs": layout.orchestrator_output_dir / "logs" / "orchestrator.log",
+    }
+    for path in stale.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("from the dead attempt")
+    attempt = prepare_attempt(prepared.profile, layout, number=2,
+                              attempt_dir=harness.tmp / "attempt_2", container_names=[],
+                              summary="")
+    assert attempt.choice.step == resume_step
+    assert not stale["rollouts"].exists() and not (layout.orchestrator_output_dir
+                                                   / "rollouts").exists()
+    assert stale["broadcasts"].exists() == broadcasts_kept
+    assert (layout.run_dir / "logs").is_dir() and not stale["logs"].exists()
+    assert (layout.orchestrator_output_dir / "logs").is_dir()
+    assert not stale["orchestrator logs"].exists()
+    # The launcher-mode path leaves all of it to prime-rl's own `rl`.
+    assert layout.launch_clean(clean=False, resume_step=None, broadcast_type="filesystem") \
+        == ([], [])
