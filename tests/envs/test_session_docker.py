@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -326,3 +327,35 @@ def test_runaway_output_is_bounded(runner_for: Any) -> None:
     assert len(result.observation) < 2500
     assert episode.step("echo still-here").observation.strip() == "still-here"
     end(episode)
+
+
+def test_a_container_whose_pid_1_is_the_agents_is_refused(
+    checkout: Path, tmp_path: Path, test_image: str, docker_client: Any
+) -> None:
+    """pid 1 cannot be frozen or killed from inside the container: one run by the agent (the
+    old `docker run -u agent ... bash -l`) could race the evaluation, so it is refused, loudly,
+    with the fix; never served with a silent 0."""
+    name = f"airvisor-pid1{uuid.uuid4().hex[:8]}-0-mlgym-0"
+    docker_client.containers.run(
+        test_image, ["/bin/bash", "-l"], name=name, detach=True, stdin_open=True,
+        user="agent", working_dir="/home/agent", network_mode="none",
+        labels={"air-mlgym.test": "pid1"},
+    )  # fmt: skip
+    runner = MLGymRunner(
+        EnvArgs.from_kwargs(
+            mlgym_path=str(checkout), task="battleOfSexes", container_names=[name],
+            lock_dir=str(tmp_path / "locks"), trajectory_dir=None, container_wait=1,
+        )
+    )  # fmt: skip
+    try:
+        lease = runner.acquire_blocking(timeout=5)
+        assert lease is not None
+        episode = runner.new_episode("battleOfSexes", lease)
+        assert episode.reset() is False
+        assert episode.error is not None
+        assert "pid 1 of the container runs as the agent user" in episode.error
+        assert 'user = "root"' in episode.error  # the fix
+        lease.release()
+    finally:
+        runner.close()
+        docker_client.containers.get(name).remove(force=True)

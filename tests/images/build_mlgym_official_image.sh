@@ -51,6 +51,10 @@ useradd -r -g mlgym -m -d /home/agent -s /bin/bash agent
 echo "agent ALL=(ALL) NOPASSWD: /usr/bin/apt-get, /usr/bin/apt" >> /etc/sudoers.d/agent
 chmod 440 /etc/sudoers.d/agent
 install -m 0644 /tmp/custom_bashrc /home/agent/.bashrc && rm /tmp/custom_bashrc
+# Ubuntu'"'"'s /etc/profile keeps the image'"'"'s PATH (agent directories first) in login shells;
+# Debian'"'"'s resets it: drop that block, as on the official image.
+sed -i "/^if \[ \"\$(id -u)\" -eq 0 \]; then\$/,/^export PATH\$/d" /etc/profile
+grep -q "^export PATH" /etc/profile && { echo "cannot drop the PATH block of /etc/profile" >&2; exit 1; }
 
 conda=/home/agent/miniconda3
 env=$conda/envs/mlgym_generic
@@ -90,12 +94,14 @@ chown -R agent:mlgym /home/agent
 rm -rf /usr/lib/python3 /usr/lib/python3.11 /usr/local/lib/python3* /usr/share/python3 \
   /usr/bin/python3* /usr/bin/py3* /usr/bin/pydoc3* /usr/bin/pygettext3* /usr/bin/f2py* \
   /usr/bin/flake8 /usr/bin/pyflakes3 /usr/bin/pycodestyle /usr/lib/x86_64-linux-gnu/libpython3* \
-  /usr/src/python3* /usr/include/python3* /usr/share/binfmts/python3*
+  /usr/src/python3* /usr/include/python3* /usr/share/binfmts/python3* \
+  /usr/lib/binfmt.d/python3*
 rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/*
 '
 # what would be a Python: an interpreter in a bin directory, a library directory, libpython
 left="$(cd "$rootfs" && find usr/bin usr/sbin usr/local/bin usr/local/sbin usr/lib usr/local/lib \
-  -maxdepth 2 \( -name 'python[0-9]*' -o -name 'libpython*.so*' \) -print -quit)"
+  -maxdepth 2 \( \( -name 'python[0-9]*' \( -type d -o -type l -o -perm /111 \) \) \
+  -o -name 'libpython*.so*' \) -print -quit)"
 if [ -n "$left" ]; then
   echo "a Python outside /home/agent is left in the image: $left" >&2
   exit 1

@@ -533,9 +533,14 @@ def interpreter_problems(limit: int = 5) -> list[str]:
                 except OSError:
                     continue
                 if stat.S_ISLNK(st.st_mode):
+                    # a dangling link too: whoever may create its target decides what it is
                     target = os.path.realpath(path)
-                    if os.path.exists(target) and _untrusted_path(target):
-                        problems.append(f"{path} links to {target}: {_untrusted_path(target)}")
+                    existing = target
+                    while not os.path.lexists(existing):
+                        existing = os.path.dirname(existing)
+                    problem = _untrusted_path(existing)
+                    if problem:
+                        problems.append(f"{path} links to {target}: {problem}")
                 elif st.st_uid != 0 or st.st_mode & 0o022:
                     problems.append(
                         f"{path} is owned by uid {st.st_uid} with mode "
