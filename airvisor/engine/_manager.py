@@ -48,6 +48,7 @@ from airvisor.policy import (
     phase_of_record,
     step_from_log_line,
 )
+from airvisor.primerl import with_stable_tracker_ids
 from airvisor.proc import ProcessIdentity, process_alive, terminate_tree
 from airvisor.profile._schema import Profile
 from airvisor.store import RunRecord, Store
@@ -233,6 +234,9 @@ class RunManager:
             run_dir = Path(profile.run.output_dir or ".")
             self._prepare_run_dir(profile, run_dir, start_mode)
             run_id = new_run_id(profile.run.name)
+            # One experiment-tracker run across every relaunch (primerl/_tracker.py): ids fixed
+            # now, in the profile every attempt (and a later daemon) launches from.
+            profile, tracker_ids = with_stable_tracker_ids(profile, run_id)
             record = self.store.create_run(
                 run_id=run_id, name=profile.run.name,
                 profile_path=str(profile.source) if profile.source else None,
@@ -245,6 +249,11 @@ class RunManager:
             self.store.add_event(run_id, "submitted",
                                  f"run {run_id} accepted (profile {profile.run.name})",
                                  data={"start_mode": start_mode})
+            if tracker_ids:
+                self.store.merge_run_details(run_id, tracker=tracker_ids)
+                shown = ", ".join(f"{k} {v}" for k, v in tracker_ids.items())
+                self.store.add_event(run_id, "tracker", "every attempt continues the same "
+                                     f"experiment-tracker run: {shown}", data=tracker_ids)
             self._queue.put(Command(run_id, "start"))
             return record
 

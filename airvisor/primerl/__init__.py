@@ -26,6 +26,7 @@ from airvisor.primerl._layout import RunLayout, layout_for, step_base_of
 from airvisor.primerl._prepare import PreparedRun, prepare_run
 from airvisor.primerl._resolve import Resolution, ResolveError, resolver_script
 from airvisor.primerl._rlargs import RlArgsError, toml_refs
+from airvisor.primerl._tracker import with_stable_tracker_ids
 
 __all__ = [
     "LAUNCHER",
@@ -52,4 +53,5 @@ __all__ = [
     "run_layout",
     "step_base_of",
     "toml_refs",
+    "with_stable_tracker_ids",
 ]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from airvisor.primerl._rlargs import flag_pairs, toml_refs
+from airvisor.primerl._tracker import tracker_facts
 from airvisor.profile._configs import merge_into
 
 Version = Literal["0.4", "main"]
@@ -203,7 +204,8 @@ def facts_from_resolved(version: Version, facts: Mapping[str, Any], *, cwd: Path
         inference_memory_share=memory_share(version, (rl or {}).get("inference")),
         slurm=bool(facts.get("slurm")),
         deployment_type=str(facts.get("deployment_type") or "single_node"),
-        extras={**layout_extras(version, rl), **resume_extras(facts)},
+        extras={**layout_extras(version, rl), **resume_extras(facts),
+                **tracker_facts(version, dict(rl) if rl else None)},
     )
 
 

@@ -153,6 +153,9 @@ def _header(run: RunView, now: float) -> Table:
         grid.add_row("supervisor", supervisor)
     if run.containment:
         grid.add_row("contained", run.containment)
+    tracker = run.details.get("tracker")
+    if isinstance(tracker, dict) and tracker:
+        grid.add_row("tracker", ", ".join(f"{k} {v}" for k, v in tracker.items()))
     if run.slurm is not None:
         slurm = f"job {_cell(run.slurm.job_id)}"
         if run.slurm.nodes:
