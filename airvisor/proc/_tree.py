@@ -20,7 +20,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -174,7 +174,7 @@ class TreeRecorder:
         table = process_table()
         active = active_runs()
         with self._lock:
-            adopted = self._adopted(table, adopted_runs(), active)
+            adopted = self._adopted(table, adopted_runs, active)
             for run_id in list(self._runs):
                 before = self._runs[run_id]
                 seed = dict(before)
@@ -191,7 +191,8 @@ class TreeRecorder:
                     self._runs[run_id] = after
                     self._write(run_id)
 
-    def _adopted(self, table: Mapping[int, tuple[int, float]], known: Mapping[int, str],
+    def _adopted(self, table: Mapping[int, tuple[int, float]],
+                 by_marker: Callable[[], Mapping[int, str]],
                  active: set[str]) -> dict[int, str]:
         """Orphans re-parented to this subreaper (its children that it did not launch), by
         run. Its own helpers share its session (only components get sessions of their own),
@@ -204,15 +205,21 @@ class TreeRecorder:
             own_session = os.getsid(0)
         except OSError:
             return {}
-        found: dict[int, str] = {}
+        orphans = []
         for pid, (ppid, _) in table.items():
             if ppid != self._me or pid in recorded:
                 continue
             try:
-                if os.getsid(pid) == own_session:
-                    continue
+                if os.getsid(pid) != own_session:
+                    orphans.append(pid)
             except OSError:
                 continue
+        if not orphans:
+            return {}
+        # Which run an orphan came from, by its marker (read only when there is one to place).
+        known = by_marker() if len(mine) != 1 else {}
+        found: dict[int, str] = {}
+        for pid in orphans:
             run = known.get(pid) or (mine[0] if len(mine) == 1 else None)
             if run is not None and run in self._runs:
                 found[pid] = run
