@@ -17,7 +17,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -739,7 +739,3 @@ class SlurmRunSupervisor:
         self._event("restart_scheduled",
                     f"resubmitting in {decision.delay:.1f} s "
                     f"({decision.recent_restarts} recent restart(s))", delay=decision.delay)
-
-
-def describe_nodes(nodes: Sequence[str]) -> str:
-    return ", ".join(nodes) if nodes else "-"

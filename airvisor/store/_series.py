@@ -108,12 +108,6 @@ class SeriesStore:
             (run_id,)).fetchall()
         return [r[0] for r in rows]
 
-    def last_x(self, run_id: str, series: str) -> float | None:
-        row = self.store._conn().execute(
-            "SELECT MAX(x) FROM series_points WHERE run_id = ? AND series = ?",
-            (run_id, series)).fetchone()
-        return None if row is None or row[0] is None else float(row[0])
-
     def read(self, run_id: str, *, points_per_series: int = DEFAULT_READ_POINTS) -> SeriesRead:
         """Every series of a run, each at most about `points_per_series` points (bucketed means
         over equal x ranges when it holds more)."""
