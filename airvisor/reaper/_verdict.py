@@ -281,8 +281,9 @@ def tree_ownership(facts_by_pid: Mapping[int, ProcessFacts],
 
     A process is its run's when the tree records it (same pid and start time); when its session
     is that of a component the tree records (the session id is the component's pid, and the
-    kernel does not give that pid to another process while the session lives); or when an
-    ancestor is one of those (a child born after the supervisor died).
+    kernel does not give that pid to another process while the session lives) and another
+    member of the session is the run's by identity or marker; or when an ancestor is one of
+    those (a child born after the supervisor died).
     """
     owned: dict[int, Ownership] = {}
     sessions: dict[int, Ownership] = {}
@@ -300,8 +301,14 @@ def tree_ownership(facts_by_pid: Mapping[int, ProcessFacts],
                 owned[entry.pid] = Ownership(
                     tree.run_id, entry.component, instance, tree.owner,
                     "recorded in the run's process tree (subreaper fallback)")
+    # A session counts only while one of its members is the run's by identity or marker: a
+    # session whose id is a reused pid (the component long gone) has no such member.
+    anchored = {sid for sid, session in sessions.items() if any(
+        f.sid == sid and ((f.pid in owned and owned[f.pid].run_id == session.run_id)
+                          or (f.marker is not None and f.marker.run_id == session.run_id))
+        for f in facts_by_pid.values())}
     for pid, facts in facts_by_pid.items():
-        if pid not in owned and facts.sid in sessions:
+        if pid not in owned and facts.sid in anchored:
             owned[pid] = sessions[facts.sid]
     for pid, facts in facts_by_pid.items():
         if pid in owned:

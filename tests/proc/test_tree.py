@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from airvisor.proc._facts import ProcessFacts
+from airvisor.proc._marker import Marker
 from airvisor.proc._tree import (
     RecordedTree,
     TreeEntry,
@@ -69,6 +70,7 @@ TREE = RecordedTree("run-1", "/state", 50, 1.0, (
 
 def test_tree_ownership() -> None:
     table = {
+        100: facts(100, 10.0, sid=100),  # the component (recorded)
         101: facts(101, 11.0, sid=101),  # recorded (detached into a session of its own)
         102: facts(102, 12.0, ppid=101, sid=101, ancestors=(101, 1)),  # born later: its child
         103: facts(103, 13.0, sid=100),  # in the dead component's session, never seen
@@ -76,7 +78,7 @@ def test_tree_ownership() -> None:
         105: facts(105, 99.0, sid=105),  # unrelated too
     }
     owned = tree_ownership(table, [TREE])
-    assert set(owned) == {101, 102, 103}
+    assert set(owned) == {100, 101, 102, 103}
     assert owned[101].run_id == "run-1" and owned[101].component == "inference"
     assert owned[101].state_dir == "/state" and owned[101].instance == owner_instance("/state")
     assert "recorded in the run's process tree" in owned[101].how
@@ -87,6 +89,11 @@ def test_tree_ownership() -> None:
     # The component's session counts only while its pid is free or still the component.
     alive_other = {100: facts(100, 77.0, sid=100), 103: facts(103, 13.0, sid=100)}
     assert tree_ownership(alive_other, [TREE]) == {}
+    # ... and while a member of it is the run's by identity or marker: a session whose id is
+    # a reused pid (its leader gone too) is nobody's.
+    assert tree_ownership({103: facts(103, 13.0, sid=100)}, [TREE]) == {}
+    marked = replace(facts(106, 16.0, sid=100), marker=Marker("run-1"))
+    assert set(tree_ownership({103: facts(103, 13.0, sid=100), 106: marked}, [TREE])) == {103, 106}
 
 
 def test_tree_file_round_trip_and_bad_files_are_skipped(tmp_path: Path) -> None:
