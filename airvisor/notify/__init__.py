@@ -11,7 +11,7 @@ from airvisor.notify._config import (
     run_targets,
 )
 from airvisor.notify._decide import Notification, decide, parse_holders
-from airvisor.notify._deliver import DeliveryError, Dispatcher, http_post, retry_delay
+from airvisor.notify._deliver import DeliveryError, Dispatcher, http_post
 from airvisor.notify._payload import json_payload, render, slack_payload
 from airvisor.notify._redact import redact_url, scrub, target_id
 from airvisor.notify._watch import EventWatcher
@@ -32,7 +32,6 @@ __all__ = [
     "parse_holders",
     "redact_url",
     "render",
-    "retry_delay",
     "run_targets",
     "scrub",
     "slack_payload",

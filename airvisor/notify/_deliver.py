@@ -20,6 +20,7 @@ from airvisor._logging import get_logger
 from airvisor.notify._config import Target
 from airvisor.notify._payload import render
 from airvisor.notify._redact import scrub
+from airvisor.policy import backoff_delay
 from airvisor.store import DELIVERED, FAILED, PENDING, DeliveryStore
 
 log = get_logger("airvisor.notify")
@@ -29,11 +30,6 @@ Post = Callable[[httpx.Client, Target, dict[str, Any]], None]
 
 class DeliveryError(Exception):
     """One try failed; str() is safe to log (no URL)."""
-
-
-def retry_delay(tries_done: int, initial: float, maximum: float) -> float:
-    """Seconds to wait after the `tries_done`-th failed try: initial, 2x, 4x, ... capped."""
-    return float(min(maximum, initial * 2 ** max(tries_done - 1, 0)))
 
 
 def http_post(client: httpx.Client, target: Target, body: dict[str, Any]) -> None:
@@ -129,8 +125,10 @@ class Dispatcher:
                             error=error, giving_up=last)
                 if last:
                     return
-                if self._closing.wait(retry_delay(attempt, target.backoff_initial,
-                                                  target.backoff_max)):
+                # after the n-th failed try: initial, 2x, 4x, ... capped
+                delay = backoff_delay(target.backoff_initial, 2.0, target.backoff_max,
+                                      attempt - 1)
+                if self._closing.wait(delay):
                     return  # shutting down: left pending, the next daemon resumes it
                 continue
             self._deliveries.record_try(job.delivery_id, status=DELIVERED, error=None)

@@ -6,6 +6,7 @@ from airvisor.policy._backoff import (
     Restart,
     RestartKind,
     RestartPolicy,
+    backoff_delay,
     decide_restart,
 )
 from airvisor.policy._progress import (
@@ -50,6 +51,7 @@ __all__ = [
     "StopDecision",
     "StopRoute",
     "advance",
+    "backoff_delay",
     "choose_resume_step",
     "decide_restart",
     "decide_stop_route",

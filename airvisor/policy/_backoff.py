@@ -32,6 +32,12 @@ class GiveUp:
     reason: str
 
 
+def backoff_delay(initial: float, factor: float, maximum: float, earlier: int) -> float:
+    """Seconds to wait before a retry after `earlier` retries already made: initial, x factor
+    for each earlier one, capped at `maximum`. The one backoff formula (restarts, webhooks)."""
+    return float(min(initial * factor ** max(earlier, 0), maximum))
+
+
 def decide_restart(policy: RestartPolicy, restart_times: Sequence[float],
                    now: float) -> Restart | GiveUp:
     """Decide after a failure, given when earlier restarts of this run happened."""
@@ -43,5 +49,6 @@ def decide_restart(policy: RestartPolicy, restart_times: Sequence[float],
             f"crash loop: {len(recent)} restarts within {policy.window:g} s "
             f"(restart.max_restarts = {policy.max_restarts})"
         )
-    delay = policy.backoff_initial * policy.backoff_factor ** len(recent)
-    return Restart(delay=min(delay, policy.backoff_max), recent_restarts=len(recent))
+    delay = backoff_delay(policy.backoff_initial, policy.backoff_factor, policy.backoff_max,
+                          len(recent))
+    return Restart(delay=delay, recent_restarts=len(recent))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from airvisor.notify import Dispatcher, Target, retry_delay
+from airvisor.notify import Dispatcher, Target
 from airvisor.store import DELIVERED, FAILED, DeliveryStore, Store
 
 from .receiver import Receiver, wait_for
@@ -42,10 +42,6 @@ def receiver() -> Iterator[Receiver]:
 
 
 BODY = {"event": "failed", "title": "run demo failed: x", "run_id": "r1", "reason": "x"}
-
-
-def test_retry_delays_double_up_to_the_cap() -> None:
-    assert [retry_delay(n, 2.0, 10.0) for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, 10.0]
 
 
 def test_delivered_once_per_key_and_target(deliveries: DeliveryStore,

@@ -1,4 +1,6 @@
-from airvisor.policy import GiveUp, Restart, RestartPolicy, decide_restart
+import pytest
+
+from airvisor.policy import GiveUp, Restart, RestartPolicy, backoff_delay, decide_restart
 
 POLICY = RestartPolicy(max_restarts=3, window=100.0, backoff_initial=1.0, backoff_factor=2.0,
                        backoff_max=3.0)
@@ -37,3 +39,17 @@ def test_old_restarts_fall_out_of_the_window() -> None:
 def test_zero_restarts_allowed_fails_at_once() -> None:
     policy = RestartPolicy(0, 10.0, 1.0, 2.0, 5.0)
     assert isinstance(decide_restart(policy, [], 0.0), GiveUp)
+
+
+@pytest.mark.parametrize(("initial", "factor", "maximum", "earlier", "delay"), [
+    (2.0, 2.0, 10.0, 0, 2.0),   # the first retry waits the initial delay
+    (2.0, 2.0, 10.0, 1, 4.0),
+    (2.0, 2.0, 10.0, 2, 8.0),
+    (2.0, 2.0, 10.0, 3, 10.0),  # capped
+    (5.0, 1.0, 300.0, 7, 5.0),  # factor 1: constant
+    (0.0, 2.0, 300.0, 4, 0.0),  # no backoff at all
+])
+def test_the_one_backoff_formula(initial: float, factor: float, maximum: float, earlier: int,
+                                 delay: float) -> None:
+    """Restarts and webhook retries both wait `backoff_delay`."""
+    assert backoff_delay(initial, factor, maximum, earlier) == delay
