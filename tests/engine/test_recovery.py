@@ -7,6 +7,7 @@ only the programs it starts are stand-ins).
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from airvisor.policy import RunState
 from airvisor.primerl import LAUNCHER, prepare_run, run_layout
 from airvisor.profile import Profile
 
-from .conftest import Harness
+from .conftest import Harness, free_port
 
 
 def resume_steps(h: Harness, run_id: str) -> list[int | None]:
@@ -138,3 +139,38 @@ def test_stop_request_stops_every_component(harness: Harness, version: str) -> N
         harness.manager.tick(0.1)
     assert supervisor.state == RunState.STOPPED
     assert all(c.state == "stopped" for c in harness.store.components(record.id))
+
+
+def test_main_members_are_found_by_their_titles_env_server_included(harness: Harness) -> None:
+    """prime-rl main retitles each process `PRIME-RL::<Name>` once it runs: airvisor finds
+    inference, orchestrator, the env server of each source and the trainer in its launcher's
+    tree (for status, `airvisor logs` and the page), with their pids."""
+    base = free_port()
+    # main's parser imports each source's taskset package: air_mlgym (envs/, on the test venv's
+    # path) over the MLGym checkout in ../shared/third_party; the env server is a stand-in.
+    mlgym = Path(__file__).resolve().parents[3] / "shared" / "third_party" / "MLGym"
+    source = {"name": "mlgym", "env": {"taskset": {
+        "id": "air_mlgym", "mlgym_path": str(mlgym), "tasks": ["battleOfSexes"]}}}
+    profile = harness.profile(
+        version="main",
+        rl={"max_steps": 40,
+            "orchestrator": {"env_server_base_port": base, "train": {"source": [source]}}})
+    record = harness.manager.submit(profile)
+    harness.run_ids.append(record.id)
+    supervisor = harness.manager.supervisor(record.id)
+    assert supervisor is not None
+    import time
+
+    deadline = time.monotonic() + 90
+    wanted = {"inference", "orchestrator", "env-server", "trainer"}
+    while not wanted <= set(supervisor.members) and time.monotonic() < deadline:
+        harness.manager.tick(0.1)
+    assert wanted <= set(supervisor.members), supervisor.members
+    members = {c.name: c for c in harness.store.components(record.id) if c.kind == "member"}
+    assert wanted <= set(members) and all(members[n].pid for n in wanted)
+    for name in wanted:  # retitled as main does, and still found
+        assert members[name].pid is not None
+    harness.manager.request_stop(record.id)
+    while not supervisor.state.terminal and time.monotonic() < deadline + 30:
+        harness.manager.tick(0.1)
+    assert supervisor.state == RunState.STOPPED
