@@ -23,11 +23,11 @@ from .conftest import DaemonProcess, write_profile
 PROFILE = "adoption_demo"
 
 
-def demo_profile(tmp: Path) -> dict[str, Any]:
-    # The engine tests' fast demo profile (reaper off: other stand-ins may run here), made long
-    # and a little more patient.
+def demo_profile(tmp: Path, version: str) -> dict[str, Any]:
+    # The engine tests' fast profile over prime-rl's own launcher of `version` (reaper off:
+    # other stand-ins may run here), made long and a little more patient.
     return demo_profile_dict(
-        tmp / "out", rl={"max_steps": 1000}, run={"name": PROFILE},
+        tmp / "out", version=version, rl={"max_steps": 1000}, run={"name": PROFILE},
         health={"ready_timeout": 30, "stall_timeout": 10, "first_step_grace": 30},
     )
 
@@ -71,8 +71,9 @@ def drain(sock: socket.socket) -> list[str]:
 class Daemons:
     """Starts daemons on one state dir; at the end stops the run and sweeps its processes."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, version: str) -> None:
         self.tmp = tmp
+        self.version = version
         self.env = {"AIRVISOR_PROFILES": str(tmp / "profiles")}
         self.started: list[DaemonProcess] = []
         self.run_ids: list[str] = []
@@ -98,10 +99,11 @@ class Daemons:
         assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"
 
 
-@pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[Daemons]:
-    write_profile(tmp_path / "profiles" / f"{PROFILE}.toml", demo_profile(tmp_path))
-    handle = Daemons(tmp_path)
+@pytest.fixture(params=["0.4", "main"])
+def daemons(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Daemons]:
+    version = str(request.param)
+    write_profile(tmp_path / "profiles" / f"{PROFILE}.toml", demo_profile(tmp_path, version))
+    handle = Daemons(tmp_path, version)
     try:
         yield handle
     finally:
@@ -160,7 +162,8 @@ def test_a_new_daemon_adopts_a_live_run_then_resumes_one_whose_components_died(
         proc.kill()
     psutil.wait_procs([psutil.Process(p) for p in pids.values() if psutil.pid_exists(p)],
                       timeout=10)
-    checkpoints = layout_for("0.4", {"output_dir": before["run_dir"]}).scan()
+    checkpoints = layout_for(daemons.version, {"output_dir": before["run_dir"],
+                                               "run_dir": before["run_dir"]}).scan()
     newest_complete = max(step for step, c in checkpoints.items() if c.complete)
     third = daemons.start()
     resumed = wait_for("the resumed attempt to make progress", lambda: (
