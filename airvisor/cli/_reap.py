@@ -4,14 +4,15 @@
     airvisor reap --dry-run [--profile NAME]     what `reap` would stop and remove
     airvisor reap [--yes] [--profile NAME]       stop them (asks first on a terminal)
     airvisor reap --all                          also training processes that are not ours
+    airvisor gpus                                GPUs, memory and who holds it
 
 `--profile` resolves the profile as `check` and `start` do (prime-rl's own resolution of its
 config, with `--set` overrides), so the run's inference port and GPUs are those `start` uses.
-    airvisor gpus                                GPUs, memory and who holds it
 
 Stale: processes of airvisor runs that are not live (by the run's cgroup or marker), and
 training processes (vLLM, torchrun, prime-rl) in the way of the profile's GPUs or ports.
-Other training processes are listed as "not ours, left alone" and stopped only with --all.
+Other training processes are listed as "not ours, left alone" and stopped only with --all, as
+are a live Slurm job's processes and another airvisor's task containers.
 
 Exit status: 0 done (or nothing to do), 1 something could not be done (survivors, no GPU
 driver, refused without --yes), 2 bad command line.
