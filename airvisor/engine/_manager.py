@@ -267,10 +267,13 @@ class RunManager:
         with self._lock:
             supervisor = self._runs.get(run_id)
             if supervisor is None:
-                if self.store.get_run(run_id) is None:
+                record = self.store.get_run(run_id)
+                if record is None:
                     raise UnknownRun(f"no run with id {run_id!r}")
+                if RunState(record.state).terminal:  # released once it ended
+                    raise RunConflict(f"run {run_id} has already ended ({record.state})")
                 raise RunConflict(f"run {run_id} is not supervised by this process "
-                                  "(finished, or owned by another airvisor)")
+                                  "(owned by another airvisor)")
             if supervisor.state.terminal:
                 raise RunConflict(f"run {run_id} has already ended ({supervisor.state})")
         record_accepted(self.store, run_id, action)  # the next daemon does it if this one dies
@@ -296,6 +299,16 @@ class RunManager:
         for supervisor in supervisors:
             if not supervisor.state.terminal:
                 self._guard(supervisor, supervisor.on_tick)
+        self._release_finished()
+
+    def _release_finished(self) -> None:
+        """A run that ended leaves memory (its history stays in SQLite): a daemon's memory
+        does not grow with the number of runs it has seen. One with a worker task still
+        reporting is kept until it has."""
+        with self._lock:
+            for run_id, supervisor in list(self._runs.items()):
+                if supervisor.state.terminal and not getattr(supervisor, "busy", False):
+                    del self._runs[run_id]
 
     def _dispatch(self, event: Event) -> None:
         supervisor = self._runs.get(event.run_id)

@@ -496,6 +496,11 @@ class RunSupervisor:
 
         threading.Thread(target=work, name=f"{name}-{self.run_id}", daemon=True).start()
 
+    @property
+    def busy(self) -> bool:
+        """A worker task has not reported yet."""
+        return bool(self._tasks)
+
     def _close_views(self) -> None:
         for view in self.views.values():
             view.close()

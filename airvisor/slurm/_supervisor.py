@@ -185,6 +185,11 @@ class SlurmRunSupervisor:
         """No local processes in Slurm mode (the job's nodes are in the run's details)."""
         return {}
 
+    @property
+    def busy(self) -> bool:
+        """A worker task has not reported yet (the manager keeps the run until it has)."""
+        return bool(self._tasks)
+
     def _event(self, kind: str, message: str, *, component: str | None = None,
                **data: Any) -> None:
         self.store.add_event(self.run_id, kind, message, component=component, data=data)

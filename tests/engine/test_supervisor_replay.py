@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from airvisor.engine import InferenceReady, RunManager, RunSupervisor
+from airvisor.engine import InferenceReady, RunConflict, RunManager, RunSupervisor
 from airvisor.engine._events import ProbeFailed
 from airvisor.engine._supervisor import FINISH_TIMEOUT, LogView
 from airvisor.policy import RunState
@@ -548,3 +548,19 @@ def test_finished_lines_an_adopted_attempt_wrote_unwatched_are_seen(replay_facto
     r.ready()
     r.advance(60)  # far past stall_timeout
     assert not r.events("failure") and r.sup.state == RunState.RUNNING
+
+
+def test_a_finished_run_leaves_the_managers_memory(replay_factory: Any) -> None:
+    """Issue 21: a daemon's memory does not grow with the runs it has seen; the finished run's
+    history stays in the store, and a command for it says it ended."""
+    r = replay_factory()
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.current(LAUNCHER).exit(0)
+    r.settle(RunState.SUCCEEDED)
+    r.manager.tick(0.0)
+    assert r.manager.supervisor(r.run_id) is None
+    run = r.store.get_run(r.run_id)
+    assert run is not None and run.state == "succeeded" and r.events("success")
+    with pytest.raises(RunConflict, match="has already ended"):
+        r.manager.request_stop(r.run_id)
