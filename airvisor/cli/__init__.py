@@ -1,27 +1,14 @@
-"""The `airvisor` command line. Each command group lives in its own module."""
+"""The `airvisor` command line. Each command group lives in its own module; importing it
+registers its commands on `main` (airvisor.cli._main)."""
 
 from __future__ import annotations
 
-import click
+# isort: off
+# `main` first: airvisor.cli._reap still imports it from this package (a known cycle, see
+# tests/test_layering.py); the other command modules import it from airvisor.cli._main.
+from airvisor.cli._main import main
+from airvisor.cli import _check, _daemon, _reap, _run, _stacks, _stop
 
-from airvisor._version import __version__
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="airvisor")
-@click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
-              show_default=True, help="Format of airvisor's own log lines (stderr).")
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-@click.pass_context
-def main(ctx: click.Context, log_format: str, verbose: bool) -> None:
-    """Supervise prime-rl + MLGym RL runs: start, watch, recover, reap."""
-    from airvisor._logging import configure_logging
-
-    ctx.obj = {"json_logs": log_format == "json", "verbose": verbose}
-    configure_logging(json_format=log_format == "json", verbose=verbose)
-
-
-# Command modules register themselves on `main` when imported.
-from airvisor.cli import _check, _daemon, _reap, _run, _stacks, _stop  # noqa: E402
+# isort: on
 
 __all__ = ["_check", "_daemon", "_reap", "_run", "_stacks", "_stop", "main"]

@@ -14,9 +14,9 @@ from typing import Any
 
 import click
 
-from airvisor.cli import main
+from airvisor.cli._main import main
+from airvisor.cli._plan import render_plan
 from airvisor.profile import Problem, Profile, ProfileError, load_profile
-from airvisor.profile import render_plan as _render_plan
 
 EXIT_PROBLEMS = 1
 
@@ -76,7 +76,7 @@ def _check(ref: str, overrides: dict[str, Any], *, show_config: bool, as_json: b
         click.echo(json.dumps(payload, indent=2))
         return 0 if prepared.ok else EXIT_PROBLEMS
     if prepared.plan is not None:
-        click.echo(_render_plan(prepared.profile, prepared.plan, show_config=show_config),
+        click.echo(render_plan(prepared.profile, prepared.plan, show_config=show_config),
                    nl=False)
     if prepared.problems:
         if prepared.plan is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from airvisor.cli import main
+from airvisor.cli._main import main
 
 EXIT_START_FAILED = 2
 

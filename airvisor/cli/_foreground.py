@@ -32,10 +32,14 @@ from typing import Any
 
 import click
 
-EXIT_OK = 0
-EXIT_RUN_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_STOPPED = 3
+from airvisor.cli._common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    EXIT_STOPPED,
+    open_store,
+)
+
 # Ctrl-C forced an exit before the run's end could be recorded (128 + SIGINT, as a shell has).
 EXIT_INTERRUPTED = 130
 # After the forced kill, how long the supervisor may take to record the end of the run.
@@ -146,12 +150,12 @@ def _unfinished_message(run_id: str, state: object) -> str:
             "and sweeps anything left by the run's marker")
 
 
-def _run_foreground(profile: Any, mode: str) -> int:
-    from airvisor.cli._run import _ProgressView, _store
+def run_foreground(profile: Any, mode: str) -> int:
     from airvisor.engine import RunConflict, RunManager, StartMode
     from airvisor.policy import RunState
+    from airvisor.view import ProgressView, StoreSource
 
-    store = _store()
+    store = open_store()
     manager = RunManager(store, foreground=True)
     # Installed before the run exists: a signal during submit is acted on once it does.
     flag = _StopFlag()
@@ -161,7 +165,7 @@ def _run_foreground(profile: Any, mode: str) -> int:
     except RunConflict as exc:
         click.echo(f"airvisor: {exc}", err=True)
         return EXIT_BAD_INPUT
-    view = _ProgressView(store, record.id, live=sys.stdout.isatty())
+    view = ProgressView(StoreSource(store, record.id), live=sys.stdout.isatty())
     output = _Output(store.path.parent / "runs" / record.id / FOREGROUND_LOG)
 
     def echo(text: str, *, err: bool = False) -> None:

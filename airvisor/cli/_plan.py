@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from airvisor.profile._schema import Profile
-
-if TYPE_CHECKING:
-    from airvisor.primerl import AttemptPlan
+from airvisor.primerl import AttemptPlan
+from airvisor.profile import Profile
 
 
 def _gpus(ids: list[int] | tuple[int, ...]) -> str:

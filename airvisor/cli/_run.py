@@ -13,39 +13,16 @@ from typing import Any
 
 import click
 
-from airvisor.cli import main
-from airvisor.cli._foreground import _run_foreground
-from airvisor.store import Store
-
-EXIT_OK = 0
-EXIT_RUN_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_STOPPED = 3
-
-
-def _store() -> Store:
-    from airvisor._paths import database_path
-
-    path = database_path()
-    try:
-        return Store(path)
-    except OSError as err:  # e.g. a user without a writable home, and no daemon to ask
-        click.echo(f"airvisor: cannot open the state database {path}: "
-                   f"{err.strerror or err}. Set AIRVISOR_STATE_DIR to a writable directory, "
-                   "or ask the daemon (is it running?)", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-
-
-def _daemon(use_daemon: bool) -> Any:
-    """A connected DaemonClient, or None when no daemon answers (or it is not wanted)."""
-    if not use_daemon:
-        return None
-    try:
-        from airvisor.daemon import DaemonClient
-    except ImportError:
-        return None
-    return DaemonClient.connect()
-
+from airvisor.cli._common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    EXIT_STOPPED,
+    daemon_client,
+    open_store,
+)
+from airvisor.cli._foreground import run_foreground
+from airvisor.cli._main import main
 
 PIPE_WIDTH = 160  # columns of `status` written to a file or pipe (no terminal to fit)
 
@@ -90,7 +67,7 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
     from airvisor.cli._check import parse_overrides
 
     parsed = parse_overrides(overrides)
-    client = _daemon(not foreground)
+    client = daemon_client(not foreground)
     if client is not None:
         # The daemon may run with another cwd and search path: send the file we mean.
         from airvisor.profile import find_profile
@@ -128,14 +105,7 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
         sys.exit(EXIT_BAD_INPUT)
     if prepared.resolution is not None and not prepared.resolution.checked_by_prime_rl:
         click.echo(f"airvisor: note: {prepared.resolution.note}", err=True)
-    sys.exit(_run_foreground(prepared.profile, mode))
-
-
-def _ProgressView(store: Store, run_id: str, *, live: bool) -> Any:
-    """The foreground run's view (airvisor.view.ProgressView over the store)."""
-    from airvisor.view import ProgressView, StoreSource
-
-    return ProgressView(StoreSource(store, run_id), live=live)
+    sys.exit(run_foreground(prepared.profile, mode))
 
 
 def _follow_daemon(client: Any, run_id: str) -> int:
@@ -183,7 +153,7 @@ def status(run_id: str | None, as_json: bool, local: bool) -> None:
     from airvisor.view import RunView, build_run_view, find_run, render_run
 
     view: RunView | None = None
-    client = _daemon(not local)
+    client = daemon_client(not local)
     if client is not None:
         from airvisor.daemon import DaemonError
 
@@ -205,7 +175,7 @@ def status(run_id: str | None, as_json: bool, local: bool) -> None:
                            err=True)
                 sys.exit(EXIT_BAD_INPUT)
     else:
-        store = _store()
+        store = open_store()
         record = find_run(store, run_id)
         view = None if record is None else build_run_view(store, record)
     if view is None:
@@ -226,7 +196,7 @@ def status(run_id: str | None, as_json: bool, local: bool) -> None:
 @click.option("--local", is_flag=True, help="Read the state database even if a daemon runs.")
 def logs(component: str, follow: bool, lines: int, run_id: str | None, local: bool) -> None:
     """Print a component's log of the current attempt (inference, trainer, orchestrator)."""
-    client = _daemon(not local)
+    client = daemon_client(not local)
     if client is not None:
         try:
             for line in client.logs(run_id or "current", component, lines, follow):
@@ -239,7 +209,7 @@ def logs(component: str, follow: bool, lines: int, run_id: str | None, local: bo
         return
     from airvisor.view import LogNotFound, LogStream, find_run
 
-    store = _store()
+    store = open_store()
     record = find_run(store, run_id)
     if record is None:
         click.echo("airvisor: no runs yet" if not run_id else f"airvisor: no run with id "

@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from airvisor.cli import main
-from airvisor.cli._run import EXIT_BAD_INPUT, EXIT_OK, _daemon, _store
+from airvisor.cli._common import EXIT_BAD_INPUT, EXIT_OK, daemon_client, open_store
+from airvisor.cli._main import main
 
 # A lone argument naming one of these is the component of the current run, not a run id.
 COMPONENTS = ("inference", "trainer", "orchestrator", "env-server", "launcher")
@@ -44,7 +44,7 @@ def _from_store(run_id: str | None, attempt: int | None) -> Any:
     from airvisor.stacks import attempt_dir_of, capture_run, read_capture
     from airvisor.view import find_run
 
-    store = _store()
+    store = open_store()
     record = find_run(store, run_id)
     if record is None:
         click.echo("airvisor: no runs yet" if not run_id
@@ -82,7 +82,7 @@ def stacks(run_id: str | None, component: str | None, attempt: int | None, summa
 
     if component is None and run_id in COMPONENTS:
         run_id, component = None, run_id
-    client = _daemon(not local)
+    client = daemon_client(not local)
     result = (_from_daemon(client, run_id, attempt) if client is not None
               else _from_store(run_id, attempt))
     processes = result.processes

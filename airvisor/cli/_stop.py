@@ -17,7 +17,7 @@ from typing import Any
 import click
 import psutil
 
-from airvisor.cli import main
+from airvisor.cli._main import main
 from airvisor.store import LIVE_STATES, RunRecord, Store
 
 EXIT_BAD_INPUT = 2

@@ -1,8 +1,9 @@
 """The airvisor daemon: REST API (FastAPI on uvicorn), sd_notify, systemd unit, CLI client."""
 
-from airvisor.daemon._app import ApiContext, create_app
+from airvisor.daemon._app import create_app
 from airvisor.daemon._auth import AuthConfigError, decide_auth, is_loopback_host
 from airvisor.daemon._client import DaemonClient, DaemonError, read_token
+from airvisor.daemon._context import ApiContext
 from airvisor.daemon._notify import Notifier, watchdog_interval
 from airvisor.daemon._profiles import ProfileCatalog
 from airvisor.daemon._server import (

@@ -16,8 +16,6 @@ import time
 import types
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -36,7 +34,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from airvisor._logging import get_logger
 from airvisor._version import __version__
 from airvisor.daemon._auth import token_matches
-from airvisor.daemon._machine import CachedGPUs, FeatureMissing, plain, read_gpus
+from airvisor.daemon._context import ApiContext
+from airvisor.daemon._machine import FeatureMissing, plain, read_gpus
 from airvisor.daemon._metrics import metrics_registry, render_metrics
 from airvisor.daemon._models import (
     COMPONENT_PATTERN,
@@ -56,9 +55,8 @@ from airvisor.daemon._models import (
     SubmitIn,
     error_responses,
 )
-from airvisor.daemon._profiles import BadProfileRef, ProfileCatalog, load
-from airvisor.daemon._service import RunService
-from airvisor.daemon._views import CurrentRunSnapshot, detail_of, event_of, summary_of
+from airvisor.daemon._profiles import BadProfileRef, load
+from airvisor.daemon._views import detail_of, event_of, summary_of
 from airvisor.engine import RunConflict, UnknownRun
 from airvisor.store import RunRecord, Store
 from airvisor.view import LogNotFound, LogStream
@@ -72,23 +70,6 @@ FOLLOW_RECHECK_SECONDS = 1.0
 MAX_BODY_BYTES = 64 * 1024
 NO_RUN = "No run with this id (GET /runs lists them)."
 NOT_LIVE = "The run has already ended, or a change to it is under way."
-
-
-@dataclass
-class ApiContext:
-    """What the handlers share. `token` None means auth is off (loopback + --no-auth only)."""
-
-    store: Store
-    service: RunService
-    catalog: ProfileCatalog
-    token: str | None = field(repr=False)  # never in logs or tracebacks
-    state_dir: Path
-    started_at: float = field(default_factory=time.time)
-    snapshot: CurrentRunSnapshot = field(init=False)
-    gpus: CachedGPUs = field(default_factory=CachedGPUs)
-
-    def __post_init__(self) -> None:
-        self.snapshot = CurrentRunSnapshot(self.store)
 
 
 def _context(request: Request) -> ApiContext:
@@ -599,7 +580,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # The run page at / and its background sampler (time series, notifications). Imported
-    # here: airvisor.web imports this package's modules.
+    # here, not at the top: airvisor.web imports this package's lower modules (_context,
+    # _models, _views, _machine), and `import airvisor.daemon` runs this module. The
+    # package-level cycle daemon <-> web is listed in tests/test_layering.py.
     from airvisor.web import install as install_run_page
 
     install_run_page(app, ctx)

@@ -28,13 +28,14 @@ from fastapi import FastAPI
 
 from airvisor._logging import get_logger
 from airvisor._paths import database_path, state_dir
-from airvisor.daemon._app import ApiContext, create_app
+from airvisor.daemon._app import create_app
 from airvisor.daemon._auth import (
     AuthConfigError,
     decide_auth,
     is_loopback_host,
     load_or_create_token,
 )
+from airvisor.daemon._context import ApiContext
 from airvisor.daemon._discovery import announce, announce_paths, withdraw
 from airvisor.daemon._notify import Notifier, watchdog_interval
 from airvisor.daemon._profiles import ProfileCatalog

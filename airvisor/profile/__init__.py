@@ -1,4 +1,4 @@
-"""Run profiles: the schema, loading with actionable errors, checks, and the printed plan."""
+"""Run profiles: the schema, loading with actionable errors, and checks."""
 
 from airvisor.profile._checks import (
     MachineFacts,
@@ -9,7 +9,6 @@ from airvisor.profile._checks import (
 )
 from airvisor.profile._configs import deep_merge
 from airvisor.profile._load import PROFILE_NAME, available_profiles, find_profile, load_profile
-from airvisor.profile._plan import render_plan
 from airvisor.profile._problems import Problem, ProfileError
 from airvisor.profile._schema import COMPONENTS, ComponentName, PrimeRLVersion, Profile
 
@@ -29,6 +28,5 @@ __all__ = [
     "load_profile",
     "machine_problems",
     "prime_rl_scripts",
-    "render_plan",
     "semantic_problems",
 ]

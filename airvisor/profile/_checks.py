@@ -13,17 +13,38 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from airvisor.profile._locate import KeyLocator, Loc
 from airvisor.profile._problems import Problem
 from airvisor.profile._schema import Profile
 
-if TYPE_CHECKING:
-    from airvisor.primerl import RunFacts
+
+class RunFacts(Protocol):
+    """What the checks read of the run prime-rl resolved (airvisor.primerl.RunFacts has it).
+    A protocol, not an import: primerl builds on profiles, so profiles must not import it."""
+
+    @property
+    def run_dir(self) -> Path: ...
+    @property
+    def inference_gpus(self) -> tuple[int, ...]: ...
+    @property
+    def trainer_gpus(self) -> tuple[int, ...]: ...
+    @property
+    def ckpt_interval(self) -> int | None: ...
+    @property
+    def keep_last(self) -> int | None: ...
+    @property
+    def max_steps(self) -> int | None: ...
+    @property
+    def model_names(self) -> Mapping[str, str]: ...
+    @property
+    def slurm(self) -> bool: ...
+    @property
+    def deployment_type(self) -> str: ...
 
 GIB = 1024**3
 
@@ -236,6 +257,10 @@ def _command_problems(profile: Profile, facts: MachineFacts) -> list[Problem]:
     return problems
 
 
+# Free space the run directory's disk needs whatever the checkpoint estimate (logs, metrics).
+RUN_DIR_MIN_FREE = 64 << 20
+
+
 def _output_problems(profile: Profile, facts: RunFacts, fs: MachineFacts) -> list[Problem]:
     run_dir = facts.run_dir
     where = profile_where(profile, ("prime_rl", "args"))
@@ -247,7 +272,15 @@ def _output_problems(profile: Profile, facts: RunFacts, fs: MachineFacts) -> lis
         return [Problem(
             where, f"the run directory {run_dir} (prime-rl's output_dir) is not writable "
             f"({existing} is not writable by this user)",
-            "choose a directory you can write to, or fix its permissions")]
+            "choose a directory you can write to, or fix its permissions", machine=True)]
+    free = fs.free_bytes(existing)
+    if free < RUN_DIR_MIN_FREE:
+        # Whatever the checkpoint estimate says (0 when unset): prime-rl's first write of logs
+        # or metrics would fail, and read as a crash of whichever process wrote first.
+        return [Problem(
+            where, f"the disk under the run directory is full: {free >> 20} MiB free under "
+            f"{existing} (at least {RUN_DIR_MIN_FREE >> 20} MiB needed to write logs)",
+            "free disk space, or choose another output_dir", machine=True)]
     if facts.ckpt_interval is None:
         return []
     if facts.keep_last is None:
@@ -257,14 +290,13 @@ def _output_problems(profile: Profile, facts: RunFacts, fs: MachineFacts) -> lis
     else:
         count = facts.keep_last + 1  # the newest is written before the oldest is deleted
     needed = count * profile.checkpoint.size_gib * GIB
-    free = fs.free_bytes(existing)
     if free < needed:
         return [Problem(
             profile_where(profile, ("checkpoint",)),
             f"too little free disk for checkpoints: {count} x {profile.checkpoint.size_gib} GiB = "
             f"{needed / GIB:.1f} GiB needed under {existing}, {free / GIB:.1f} GiB free",
             "free disk space, lower [ckpt] keep_last in the prime-rl config, or choose another "
-            "output_dir")]
+            "output_dir", machine=True)]
     return []
 
 

@@ -37,7 +37,7 @@ from airvisor.web._collector import STEP_SERIES, Background
 from airvisor.web._models import AttemptOut, DeliveryOut, LogOut, LogsOut, PageOut
 
 if TYPE_CHECKING:
-    from airvisor.daemon._app import ApiContext
+    from airvisor.daemon._context import ApiContext
 
 log = get_logger("airvisor.web")
 

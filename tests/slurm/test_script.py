@@ -96,8 +96,8 @@ def test_check_prints_the_slurm_plan_not_a_one_box_one(tmp_path: Path, primerl_m
     """`airvisor check` of a Slurm profile: the job prime-rl's resolution describes (template,
     partition, exclusions) and the dry run that writes its script; no GPUs or inference URL of
     the login node."""
+    from airvisor.cli._plan import render_plan
     from airvisor.primerl import prepare_run
-    from airvisor.profile._plan import render_plan
 
     project = make_project(tmp_path / "project", "/usr/bin/python3")
     profile = slurm_profile(tmp_path, python=[primerl_main], rl={"slurm": {
