@@ -3,9 +3,14 @@ and the table that says who holds the memory when the wait fails."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from airvisor.gpu._nvml import default_backend, free_memory
 from airvisor.gpu._types import GPUInfo, NVMLBackend, gib
@@ -93,32 +98,41 @@ def format_gpu_table(gpus: list[GPUInfo]) -> str:
     return "\n".join(lines)
 
 
+# Wide enough that a row is never wrapped: commands are cut at COMMAND_CHARS, notes are short.
+_TEXT_WIDTH = 1000
+COMMAND_CHARS = 100
+
+
+def _text_lines(table: Table, indent: str) -> list[str]:
+    """The table as plain lines (no colour, no trailing blanks), each after `indent`."""
+    out = io.StringIO()
+    Console(file=out, width=_TEXT_WIDTH, color_system=None, force_terminal=False,
+            highlight=False).print(table)
+    return [indent + line.rstrip() for line in out.getvalue().splitlines()]
+
+
 def _holder_lines(g: GPUInfo, indent: str, notes: Mapping[int, str] | None = None
                   ) -> list[str]:
-    """PID, USER, GPU MEM, COMMAND per holder (airvisor.notify parses these rows), then on a
-    line of its own the run the memory belongs to and, given `notes`, the next step."""
+    """PID, USER, GPU MEM, COMMAND per holder (airvisor.notify parses these rows), then under
+    its command the run the memory belongs to and, given `notes`, the next step."""
     if not g.processes:
         return [f"{indent}no process holds memory on it"]
-    rows = [("PID", "USER", "GPU MEM", "COMMAND")]
-    ordered = sorted(g.processes, key=lambda p: -(p.used_bytes or 0))
-    for p in ordered:
-        rows.append((str(p.pid), p.user or "?", gib(p.used_bytes), p.command[:100]))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = []
-    for n, r in enumerate(rows):
-        lines.append(f"{indent}{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  "
-                     f"{r[2]:>{widths[2]}}  {r[3]}")
-        if n == 0:
-            continue
-        holder = ordered[n - 1]
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="")
+    table.add_column("PID", no_wrap=True)
+    table.add_column("USER", no_wrap=True)
+    table.add_column("GPU MEM", justify="right", no_wrap=True)
+    table.add_column("COMMAND", no_wrap=True)
+    for p in sorted(g.processes, key=lambda p: -(p.used_bytes or 0)):
+        command = Text(p.command[:COMMAND_CHARS])  # Text: a command's brackets are no markup
         extra = []
-        if holder.run_id is not None:
-            extra.append(f"airvisor run {holder.run_id}")
-        if notes and holder.pid in notes:
-            extra.append(f"next step: {notes[holder.pid]}")
+        if p.run_id is not None:
+            extra.append(f"airvisor run {p.run_id}")
+        if notes and p.pid in notes:
+            extra.append(f"next step: {notes[p.pid]}")
         if extra:
-            lines.append(f"{indent}  -> " + "; ".join(extra))
-    return lines
+            command.append("\n-> " + "; ".join(extra))
+        table.add_row(Text(str(p.pid)), Text(p.user or "?"), Text(gib(p.used_bytes)), command)
+    return _text_lines(table, indent)
 
 
 def format_memory_shortfall(

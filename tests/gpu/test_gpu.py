@@ -149,3 +149,26 @@ def test_the_wait_says_once_when_it_starts_what_is_short() -> None:
     free = wait_until_free({0: GIB}, lambda: {0: 80 * GIB}, timeout=5, clock=clock,
                            sleep=clock.sleep, on_short=told.append)
     assert free.ok and told == []  # no wait, nothing said
+
+
+def test_the_holders_table_lines_up_keeps_brackets_and_notes_each_holder() -> None:
+    from airvisor.gpu import GPUInfo, GPUProcess
+    from airvisor.notify import parse_holders
+
+    holders = (GPUProcess(4242, 60 * GIB, "alice", "vllm serve [model] --port 8000", "r1"),
+               GPUProcess(123456, None, None, "python train.py"))
+    gpus = [GPUInfo(1, "H100", "GPU-a", 80 * GIB, 70 * GIB, 10 * GIB, 55, holders)]
+    message = format_memory_shortfall(gpus, {1: 40 * GIB}, {1: "trainer"}, 12.0,
+                                      notes={123456: "stop it yourself"})
+    lines = message.splitlines()
+    header = next(line for line in lines if "PID" in line)
+    rows = [line for line in lines if line.lstrip().startswith(("4242", "123456"))]
+    command_at = header.index("COMMAND")
+    assert [row[command_at:] for row in rows] == ["vllm serve [model] --port 8000",
+                                                  "python train.py"]
+    # right-justified memory column, ending where its header ends
+    assert {row[:header.index("COMMAND")].rstrip()[-1] for row in rows} == {"B", "?"}
+    assert lines[lines.index(rows[0]) + 1].strip() == "-> airvisor run r1"
+    assert lines[lines.index(rows[1]) + 1].strip() == "-> next step: stop it yourself"
+    assert [(h["pid"], h["user"], h["memory"]) for h in parse_holders(message)] == [
+        (4242, "alice", "60.0 GiB"), (123456, "?", "?")]
