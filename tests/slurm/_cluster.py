@@ -323,6 +323,33 @@ def _docker_usable() -> bool:
     return True
 
 
+def _node_image(wait: float) -> str:
+    """The container nodes' image tag when Docker answers and has it, else "" (asking again
+    for up to `wait` seconds: a busy Docker engine can miss one call)."""
+    deadline = time.monotonic() + wait
+    while True:
+        if _docker_usable():
+            tag = node_image_tag()
+            try:
+                _docker().images.get(tag)
+                return tag
+            except Exception:
+                pass
+        if time.monotonic() >= deadline:
+            return ""
+        time.sleep(1)
+
+
+def _has_container_nodes(layout: Layout) -> bool:
+    """Whether the cluster's current slurm.conf declares the container nodes."""
+    try:
+        text = layout.conf.read_text()
+    except FileNotFoundError:
+        return False
+    return any(line.startswith(f"NodeName={name} ") for line in text.splitlines()
+               for name in CONTAINER_NODES)
+
+
 class SlurmCluster:
     """The running test cluster (see the module docstring for the contract)."""
 
@@ -639,8 +666,9 @@ def _ensure_container_node(layout: Layout, name: str, addr: str, image: str,
 
 def up(*, want_multi: bool = True, quiet: bool = False) -> SlurmCluster:
     """Brings the cluster up (idempotent: what runs is kept) and waits until every node is in
-    service. Container nodes only when Docker answers and the node image is built. Sessions
-    that call it at once (several pytest runs) take turns on a lock file."""
+    service. Container nodes only when Docker answers and the node image is built; once the
+    cluster has them it keeps them (`want_multi=False` means "not needed", never "remove").
+    Sessions that call it at once (several pytest runs) take turns on a lock file."""
     if os.geteuid() != 0:
         raise ClusterError("the test cluster runs its daemons and jobs as root: run as root")
     STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -660,13 +688,17 @@ def _up(*, want_multi: bool, quiet: bool) -> SlurmCluster:
     python = _venv_python()
     host = _host_node()
     gateway, addresses = _node_addresses()
-    image = ""
-    if want_multi and _docker_usable():
-        image = node_image_tag()
-        try:
-            _docker().images.get(image)
-        except Exception:
-            image = ""
+    # A cluster that has its container nodes keeps them: rewriting slurm.conf without them
+    # restarts slurmctld and ends every job on them, e.g. the multi-node tests of a pytest run
+    # side by side with one that needs only the local node (want_multi=False) or whose Docker
+    # call failed once under load.
+    had_multi = _has_container_nodes(layout)
+    image = _node_image(wait=30 if had_multi else 0) if want_multi or had_multi else ""
+    if had_multi and not image:
+        raise ClusterError(
+            "the cluster has container nodes (partition multi) but Docker does not answer or "
+            "their image is gone: not removing them under other sessions' jobs; "
+            "`python tests/slurm/_cluster.py down` resets the cluster")
     multi = bool(image)
     controller_addr = gateway if multi else "127.0.0.1"
     _ensure_dirs(layout)

@@ -147,3 +147,24 @@ def test_a_node_killed_mid_job_fails_the_job_and_is_restored(slurm_multi: Any) -
                            f"--output={out_dir}/out.txt", "--wrap=srun hostname")
     assert cluster.wait_job(again, timeout=60) == "COMPLETED"
     assert sorted((out_dir / "out.txt").read_text().split()) == sorted(cluster.partitions["multi"])
+
+
+def test_a_session_needing_only_the_local_node_keeps_the_container_nodes(
+        slurm_multi: Any) -> None:
+    """`up(want_multi=False)` (tests that need only this machine's node, e.g. the reaper's)
+    on a cluster with container nodes changes nothing: rewriting slurm.conf without them would
+    restart slurmctld and end the jobs of a multi-node test running side by side."""
+    import airvisor_test_slurm_cluster as module  # loaded by conftest.py
+
+    cluster = slurm_multi
+    pid_file = cluster.layout.run / "slurmctld.pid"
+    before = (pid_file.read_text(), cluster.conf_path.read_text())
+    job = cluster.sbatch("--partition=multi", "--nodes=2", "--time=5", "--output=/dev/null",
+                         "--wrap=srun sleep 30")
+    _wait_running(cluster, job)
+    again = module.up(want_multi=False, quiet=True)
+    assert "multi" in again.partitions
+    assert (pid_file.read_text(), cluster.conf_path.read_text()) == before
+    assert cluster.job_state(job) == "RUNNING"
+    cluster.run("scancel", job)
+    assert cluster.wait_job(job, timeout=30) == "CANCELLED"
