@@ -148,9 +148,24 @@ def _is_zombie(pid: int) -> bool:
 IPC_RMID = 0
 
 
-def remove_user_ipc(uid: int) -> int:
+def remove_user_ipc(uid: int, gid: int) -> None:
     """Remove the SysV shared memory segments, message queues and semaphore sets the agent
-    created or owns (IPC_SET lets an owner hand an object to any uid; the creator stays)."""
+    created or owns (IPC_SET lets an owner hand an object to any uid; the creator stays).
+    IPC_RMID needs the owner, the creator or CAP_SYS_ADMIN, which a container's root lacks:
+    a child with the agent's uid does it (it is the creator or the owner of each)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            _remove_ipc_of(uid)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _remove_ipc_of(uid: int) -> int:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -1004,7 +1019,9 @@ def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
     pid1 = pid1_problem(uid)
     if pid1:
         return {"ok": False, "message": pid1}
-    ipc = remove_user_ipc(uid)
+    ipc_before = user_ipc_left(uid)
+    if ipc_before:
+        remove_user_ipc(uid, gid)
     ipc_left = user_ipc_left(uid)
     if ipc_left:
         return {"ok": False, "message": f"SysV IPC objects of uid {uid} survive: {ipc_left}"}
@@ -1025,7 +1042,7 @@ def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
         "ok": True,
         "home": home,
         "scratch_removed": scratch,
-        "ipc_removed": ipc,
+        "ipc_removed": len(ipc_before),
         "seconds": round(time.monotonic() - started, 4),
     }
 
