@@ -88,15 +88,28 @@ class JournalRenderer:
         return journal_line(level, str(rendered).rstrip("\n"))
 
 
+def drop_run_events(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+                    ) -> MutableMapping[str, Any]:
+    """A run's event (its log line carries `run` and `kind`: the supervisors log each event
+    they record in the store) is left to the view that prints the run's events, so a warning
+    is not shown twice (once here, once as the view's line)."""
+    if "run" in event_dict and "kind" in event_dict:
+        raise structlog.DropEvent
+    return event_dict
+
+
 def configure_logging(*, json_format: bool = False, verbose: bool = False,
                       quiet: bool = False, env: Mapping[str, str] | None = None) -> None:
-    """`quiet` keeps only warnings: the foreground view already shows every event."""
+    """`quiet` (a foreground `start`, whose view prints every event of the run) keeps only
+    warnings, and of those only airvisor's own, not the run's events."""
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     env = os.environ if env is None else env
     processors: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
     ]
+    if quiet:
+        processors.append(drop_run_events)
     if json_format:
         processors += [structlog.processors.TimeStamper(fmt="iso", utc=True),
                        structlog.processors.JSONRenderer()]

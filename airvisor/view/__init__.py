@@ -20,7 +20,14 @@ from airvisor.view._model import (
     run_view,
     summary_view,
 )
-from airvisor.view._progress import ApiSource, ProgressView, RunSource, StoreSource
+from airvisor.view._progress import (
+    ApiSource,
+    ProgressView,
+    RunSource,
+    Shown,
+    StoreSource,
+    pipe_progress_due,
+)
 from airvisor.view._render import event_line, progress_line, render_run, to_text
 from airvisor.view._tail import LogStream
 
@@ -37,6 +44,7 @@ __all__ = [
     "RunSource",
     "RunSummaryView",
     "RunView",
+    "Shown",
     "SlurmView",
     "StoreSource",
     "build_run_view",
@@ -47,6 +55,7 @@ __all__ = [
     "find_run",
     "layout_sources",
     "log_files",
+    "pipe_progress_due",
     "profile_name",
     "progress_line",
     "render_run",

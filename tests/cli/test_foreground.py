@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -175,3 +177,48 @@ def test_second_ctrl_c_kills_everything_at_once(
     assert "terminal closed (SIGHUP): airvisor keeps supervising" in output
     assert not (tmp_path / "state" / "runs" / run.id / "foreground.log").exists()
     assert "Traceback" not in output
+
+
+TIMESTAMP = re.compile(r"^\d\d:\d\d:\d\d ")
+PROGRESS = re.compile(r"^(\d\d):(\d\d):(\d\d) \[(\w+)\] attempt (\d+) step ")
+
+
+def test_output_to_a_pipe_shows_each_event_once_on_whole_lines(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    """`airvisor start` with its output in a pipe (a CI log, `| tee`): each event once (not
+    also as airvisor's own log line), no line wrapped at a guessed width, and the progress
+    line only when the run's state or attempt changes, or a minute after it was last printed
+    (never at every step)."""
+    profile = write_profile(tmp_path / "short.toml", demo_profile_dict(
+        tmp_path / "run", rl={"max_steps": 12}, launcher="demo",
+        demo={"trainer": {"step_time": 0.1, "crash_at_step": 5}}))
+    done = subprocess.run([sys.executable, "-m", "airvisor", "start", str(profile)],
+                          env=dict(env, COLUMNS="80"), cwd=ROOT, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr  # recovered, then succeeded
+    run = current_run(tmp_path)
+    assert run is not None and run.state == "succeeded" and run.attempt == 2
+    out = done.stdout + done.stderr
+    events = Store(tmp_path / "state" / "airvisor.sqlite3").events(run.id)
+    warnings = [e for e in events if e.kind in ("failure", "restart_scheduled")]
+    assert {e.kind for e in warnings} == {"failure", "restart_scheduled"}
+    for event in warnings:  # once: the view's line, not also a structlog line on stderr
+        assert out.count(event.message) == 1, out
+    assert "[warning" not in out and "Traceback" not in out
+    # Whole lines: every line of the run is a timestamped event, a failure's log line, or
+    # one of the lines said before the run starts; and some are longer than 80 columns.
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if TIMESTAMP.match(line))
+    assert all(TIMESTAMP.match(line) or line.startswith("           | ")
+               for line in lines[start:-1]), done.stdout
+    assert lines[-1] == f"run {run.id} succeeded at step {run.step}"
+    assert max(len(line) for line in lines) > 80
+    # The progress line: far fewer than the 12 steps, each for a new state or attempt, or a
+    # minute after the one before it.
+    progress = [m for m in map(PROGRESS.match, lines) if m]
+    assert progress and len(progress) < 12
+    for before, after in itertools.pairwise(progress):
+        seconds = [int(h) * 3600 + int(m) * 60 + int(s) for h, m, s in
+                   (before.groups()[:3], after.groups()[:3])]
+        assert (before.group(4, 5) != after.group(4, 5)
+                or (seconds[1] - seconds[0]) % 86400 >= 59), done.stdout

@@ -19,11 +19,13 @@ from airvisor.view import (
     LogStream,
     ProgressView,
     RunView,
+    Shown,
     StoreSource,
     build_run_view,
     event_line,
     find_log,
     find_run,
+    pipe_progress_due,
     progress_line,
     render_run,
     run_view,
@@ -262,6 +264,76 @@ def test_progress_view_on_a_terminal_keeps_one_line_below_the_events(store: Stor
     assert "[running] attempt 1 step 1/4" in raw and "trainer ready" in raw
     # The progress line was drawn and taken away again (a transient Live display).
     assert "\x1b[2K" in raw
+
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(("shown", "state", "attempt", "step", "text", "now", "due"), [
+    (None, "running", 1, None, "x", 0.0, False),  # before the first step: nothing
+    (None, "running", 1, 0, "x", 0.0, True),  # the first line
+    (("running", 1, "a", 0.0), "running", 1, 5, "b", 59.0, False),  # a step: wait
+    (("running", 1, "a", 0.0), "running", 1, 5, "b", 60.0, True),  # ... a minute
+    (("running", 1, "a", 0.0), "running", 1, 5, "a", 600.0, False),  # unchanged: never
+    (("running", 1, "a", 0.0), "recovering", 1, 5, "b", 1.0, True),  # a new state: at once
+    (("preflight", 1, "a", 0.0), "preflight", 2, 5, "b", 1.0, True),  # a new attempt too
+])
+def test_when_a_pipe_gets_the_progress_line(
+        shown: tuple[str, int, str, float] | None, state: str, attempt: int, step: int | None,
+        text: str, now: float, due: bool) -> None:
+    run = sample(state=state, attempt=attempt, step=step)
+    before = None if shown is None else Shown(*shown)
+    assert pipe_progress_due(before, run, text, now, 60.0) is due
+
+
+def test_without_a_terminal_each_line_is_whole_and_the_progress_line_is_rare(
+        store: Store) -> None:
+    run = make_run(store)
+    store.start_attempt(run.id, 1, None)
+    store.upsert_component(run.id, 1, "trainer", state="running", pid=5)
+    long = "trainer exited with status 1 " + "because " * 20 + "(the end)"
+    out = io.StringIO()
+    clock = FakeClock()
+    # rich would wrap at 80 columns when it cannot ask a terminal
+    view = ProgressView(StoreSource(store, run.id), live=False, progress_every=10.0,
+                        clock=clock, console=Console(file=out, width=80, color_system=None))
+    for step in range(40):  # a step every half second
+        if step == 30:
+            store.add_event(run.id, "failure", long, component="trainer",
+                            data={"last_lines": ["x" * 150]})
+        store.update_run(run.id, state="running" if step < 30 else "recovering", step=step)
+        view.refresh()
+        clock.now += 0.5
+    store.update_run(run.id, state="succeeded", step=39)
+    view.refresh(final=True)
+    lines = out.getvalue().splitlines()
+    progress = [line.split(" ", 1)[1] for line in lines if " attempt 1 step " in line]
+    assert progress == [
+        "[running] attempt 1 step 0/4 | trainer=running",
+        "[running] attempt 1 step 20/4 | trainer=running",  # 10 s later
+        "[recovering] attempt 1 step 30/4 | trainer=running",  # a new state: at once
+        "[succeeded] attempt 1 step 39/4 | trainer=running",  # the end
+    ]
+    assert any(line.endswith(f"[trainer] {long}") for line in lines)  # one line, 220 chars
+    assert any(line.endswith("| " + "x" * 150) for line in lines)
+    assert len(lines) == len(progress) + 2
+
+
+def test_a_view_that_loses_its_terminal_prints_whole_lines_from_then_on(store: Store) -> None:
+    run = make_run(store)
+    store.start_attempt(run.id, 1, None)
+    out = io.StringIO()
+    view = ProgressView(StoreSource(store, run.id), live=True,
+                        console=Console(file=out, width=40, color_system=None))
+    view.live = False  # what the foreground does on SIGHUP, with its output moved to a file
+    view.note("terminal closed (SIGHUP): airvisor keeps supervising; its output goes to x")
+    assert len(out.getvalue().splitlines()) == 1
 
 
 # -- logs --------------------------------------------------------------------------------------
