@@ -263,7 +263,7 @@ def _produce(
     inject_faults_before_step(ctx, step)
     begun = time.monotonic()
     # v0.4: async level 1 (step N needs v{N-1}); main ships step N once v{N-1-TARGET_LAG} is
-    # out (orchestrator.py:104,672-683).
+    # out (orchestrator.py:104,668-680).
     required = step - 1 - lag
     if required > loaded_version:
         wait_for_file(ctx.paths.broadcast_dir(required) / BROADCAST_MARKER, poll=POLL)
@@ -286,7 +286,7 @@ def _report_step(
             f"Throughput: {throughput:.1f} tokens/s | Seq. Length: {seq_len:.1f} tokens/sample"
             f" | Async Level: 1 | Max. Off-Policy Level: 0"
         )
-    else:  # main orchestrator.py:880-886
+    else:  # main orchestrator.py:879-888
         from airvisor.demo._trainer import format_time
 
         ctx.logger.success(

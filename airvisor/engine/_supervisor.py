@@ -9,6 +9,7 @@ run's failure detection or the API.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import re
 import shutil
 import threading
@@ -113,7 +114,23 @@ def _describe_containment() -> str:
 
 
 class AttemptError(Exception):
-    """The attempt cannot be prepared (prime-rl refuses the config, a file cannot be written)."""
+    """The attempt cannot be prepared (prime-rl refuses the config, a file cannot be written).
+    `machine`: because of this machine's state (a full or read-only disk), which may heal."""
+
+    def __init__(self, message: str, *, machine: bool = False) -> None:
+        super().__init__(message)
+        self.machine = machine
+
+
+@dataclass(frozen=True)
+class MachineCondition:
+    """What a preflight reports when the machine cannot host the attempt now: not a crash of
+    the run, so not counted; the run waits and tries again."""
+
+    reason: str
+
+
+MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
 
 
 def run_dir_used(run_dir: Path) -> bool:
@@ -144,7 +161,9 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
                                container_names=container_names)
         if prepared.problems or prepared.plan is None:
             raise AttemptError("; ".join(str(p) for p in prepared.problems)
-                               or "the attempt could not be planned")
+                               or "the attempt could not be planned",
+                               machine=bool(prepared.problems)
+                               and all(p.machine for p in prepared.problems))
         return prepared
 
     if layout is None:
@@ -180,14 +199,15 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
             raise AttemptError(
                 f"cannot write the attempt's files under {attempt_dir}: too little free space "
                 f"({free >> 20} MiB free, the attempt's logs need {STATE_DIR_MIN_FREE >> 20} MiB)"
-                "; free space in airvisor's state directory (AIRVISOR_STATE_DIR)")
+                "; free space in airvisor's state directory (AIRVISOR_STATE_DIR)", machine=True)
         for spec in prepared.plan.processes.values():
             for path, text in spec.files.items():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
     except OSError as exc:
         raise AttemptError(f"cannot write the attempt's files under {attempt_dir}: "
-                           f"{exc.strerror or exc}") from exc
+                           f"{exc.strerror or exc}",
+                           machine=exc.errno in MACHINE_ERRNOS) from exc
     if moved_logs:
         summary += f"; the earlier launch's logs kept in {attempt_dir / 'previous-logs'}"
     return PreparedAttempt(number, choice, prepared.plan, prepared.profile, summary)
@@ -435,6 +455,7 @@ class RunSupervisor:
         self._finished: set[str] = set()
         self._finished_at: float | None = None
         self._notes: set[str] = set()  # one-off events already recorded in this attempt
+        self._machine_reason: str | None = None  # the machine condition last said
         self._attempt_max_step = 0
         self._prober: ProberLike | None = None
         self._pool: ContainerPoolLike | None = None
@@ -543,7 +564,7 @@ class RunSupervisor:
             self._pool = pool_factory(profile, run_id)  # constructing it does no I/O
         pool, pool_lock = self._pool, self._pool_lock
 
-        def job() -> PreparedAttempt:
+        def job() -> PreparedAttempt | MachineCondition:
             summary = self._hooks.prepare_machine(profile, run_id, live)
             names: list[str] = []
             if pool is not None:
@@ -552,8 +573,14 @@ class RunSupervisor:
                     pool.up(attempt=number)
                 names = list(pool.names)
                 summary += f"; {len(names)} container(s) up"
-            prepared = prepare_attempt(profile, layout, number=number, attempt_dir=attempt_dir,
-                                       container_names=names, summary=summary)
+            try:
+                prepared = prepare_attempt(profile, layout, number=number,
+                                           attempt_dir=attempt_dir, container_names=names,
+                                           summary=summary)
+            except AttemptError as exc:
+                if exc.machine:
+                    return MachineCondition(str(exc))
+                raise
             return dataclasses.replace(prepared, containers=_pool_status(pool))
 
         self._run_task("preflight", job)
@@ -561,6 +588,9 @@ class RunSupervisor:
     def _launch_attempt(self, prepared: PreparedAttempt) -> None:
         cause = self._failure.kind if self._failure is not None else "first"
         self._failure = None
+        if self._machine_reason is not None:
+            self._event("machine_condition_cleared", "the machine can host the run again")
+            self._machine_reason = None
         self.attempt = prepared.number
         self.profile = prepared.profile
         self.layout = run_layout(prepared.profile)
@@ -738,7 +768,7 @@ class RunSupervisor:
         self._failure = Failure("the daemon restarted during recovery", "boot")
         recorded = self.store.get_run(self.run_id)
         pending = (recorded.details.get("recovery") if recorded is not None else None) or {}
-        if pending.get("kind") in ("crash", "hang", "operator", "boot"):
+        if pending.get("kind") in ("crash", "hang", "operator", "boot", "machine"):
             self._failure = Failure(str(pending.get("reason", "")), pending["kind"])
         self._begin_preflight()
 
@@ -785,7 +815,7 @@ class RunSupervisor:
         elif isinstance(event, ProbeFailed) and self.phase == Phase.RUNNING:
             if self._training_finished():
                 # prime-rl's launcher stops the inference server once training finished (v0.4
-                # rl.py:800-808, main entrypoints/rl.py:403-407, utils/process.py:83-93).
+                # rl.py:804-808, main entrypoints/rl.py:403-407, utils/process.py:83-93).
                 self._note_once("inference_stopped_after_training",
                                 "inference server stopped after training finished (expected)")
                 return
@@ -879,8 +909,8 @@ class RunSupervisor:
 
     def _on_launcher_exit(self, handle: ComponentHandle, returncode: int | None,
                           what: str) -> None:
-        """prime-rl's `rl` ended: 0 after trainer and orchestrator finished (v0.4 rl.py:800-806,
-        main entrypoints/rl.py:401-407); otherwise it names the child that failed first and
+        """prime-rl's `rl` ended: 0 after trainer and orchestrator finished (v0.4 rl.py:804-808,
+        main entrypoints/rl.py:403-407); otherwise it names the child that failed first and
         stops the rest."""
         if returncode == 0:
             self._succeed("prime-rl's launcher finished (trainer and orchestrator done): run "
@@ -954,6 +984,9 @@ class RunSupervisor:
                 return
             self._fail(reason, None)
             return
+        if isinstance(event.result, MachineCondition):
+            self._wait_for_machine(event.result.reason)
+            return
         prepared: PreparedAttempt = event.result
         if prepared.summary:
             self._event("preflight", f"preflight: {prepared.summary}")
@@ -967,6 +1000,22 @@ class RunSupervisor:
         except OSError as exc:
             # ENOENT / EACCES when spawning: a failure of this attempt, with the reason.
             self._fail(f"launch failed: {exc.strerror or exc} ({exc.filename or ''})", None)
+
+    def _wait_for_machine(self, reason: str) -> None:
+        """The machine cannot host the next attempt now (a full or read-only disk): not a
+        crash of the run. Said once per cause (a warning event, `last_error`), then the
+        preflight is tried again every restart.backoff_max, uncounted, until it passes or
+        the run is stopped."""
+        if self._machine_reason != reason:
+            self._machine_reason = reason
+            self.store.update_run(self.run_id, last_error=reason)
+            self._event("machine_condition", f"waiting for the machine: {reason}; retrying "
+                        f"every {self._machine_retry():g} s (not counted as a crash)",
+                        reason=reason)
+        self._recover(Failure(reason, "machine"))
+
+    def _machine_retry(self) -> float:
+        return max(self.profile.restart.backoff_max, self.profile.restart.backoff_initial)
 
     # -- failure and recovery ---------------------------------------------------------------
     def _record_failure(self, reason: str, component: str | None) -> None:
@@ -1050,6 +1099,11 @@ class RunSupervisor:
         if self.phase != Phase.RECOVERY_STOPPING:
             return
         failure = self._failure or Failure("unknown failure", "crash")
+        if failure.kind == "machine":
+            # Waiting for the machine: no restart of the run is recorded or counted.
+            self._set_phase(Phase.BACKOFF)
+            self._backoff_until = self._clock() + self._machine_retry()
+            return
         history = self.store.restart_history(self.run_id)
         counted = failure.kind in COUNTED_KINDS
         wall_now = self._wall()

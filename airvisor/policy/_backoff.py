@@ -8,7 +8,8 @@ from typing import Literal
 
 # Why an attempt is restarted. Only crashes and hangs say something is wrong with the run; an
 # operator's restart and a resume after the daemon itself died do not count toward the limit.
-RestartKind = Literal["crash", "hang", "operator", "boot"]
+# machine: the machine cannot host the attempt now (a full or read-only disk); it waits.
+RestartKind = Literal["crash", "hang", "operator", "boot", "machine"]
 COUNTED_KINDS: frozenset[str] = frozenset({"crash", "hang"})
 
 

@@ -15,7 +15,7 @@ MILESTONES = {
     "Starting training loop": "training_loop_started",
     "RL trainer finished!": "trainer_finished",
     "Orchestrator finished.": "orchestrator_finished",
-    # prime-rl's `rl` once trainer and orchestrator both exited 0 (v0.4 rl.py:800, main
+    # prime-rl's `rl` once trainer and orchestrator both exited 0 (v0.4 rl.py:804, main
     # entrypoints/rl.py:403); it then stops the inference server.
     "RL training finished!": "training_finished",
     "Training finished!": "training_finished",

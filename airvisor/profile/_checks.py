@@ -258,7 +258,7 @@ def _command_problems(profile: Profile, facts: MachineFacts) -> list[Problem]:
 
 
 # Free space the run directory's disk needs whatever the checkpoint estimate (logs, metrics).
-RUN_DIR_MIN_FREE = 64 << 20
+RUN_DIR_MIN_FREE = 16 << 20
 
 
 def _output_problems(profile: Profile, facts: RunFacts, fs: MachineFacts) -> list[Problem]:

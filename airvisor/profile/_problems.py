@@ -15,6 +15,9 @@ class Problem:
     where: str
     message: str
     fix: str | None = None
+    # A condition of this machine, not of the run's config (a full or read-only disk): it may
+    # heal, so a relaunch waits for it instead of counting it as a crash of the run.
+    machine: bool = False
 
     def __str__(self) -> str:
         text = f"{self.where}: {self.message}" if self.where else self.message

@@ -380,7 +380,7 @@ def finish_training(r: Replay) -> None:
 def test_the_inference_server_stopping_after_training_is_not_a_failure(
         replay_factory: Any) -> None:
     """prime-rl's launcher stops the inference server once trainer and orchestrator finished
-    (v0.4 rl.py:800-808, main entrypoints/rl.py:403-407): the failing probe that follows is
+    (v0.4 rl.py:804-808, main entrypoints/rl.py:403-407): the failing probe that follows is
     expected, and the launcher's exit 0 ends the run succeeded."""
     r = replay_factory()
     r.settle(RunState.STARTING)
