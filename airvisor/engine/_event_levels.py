@@ -9,8 +9,8 @@ _LEVELS = {
     "failure": logging.WARNING,  # a component died, hung or failed its health check
     "restart_scheduled": logging.WARNING,
     "abandoned": logging.WARNING,
-    "stacks": logging.WARNING,
-    "machine_condition": logging.WARNING,  # a full or read-only disk: the run waits  # where each process was when the run hung (airvisor.stacks)
+    "stacks": logging.WARNING,  # where each process was when the run hung (airvisor.stacks)
+    "machine_condition": logging.WARNING,  # a full or read-only disk: the run waits
     "gave_up": logging.ERROR,
     "internal_error": logging.ERROR,
 }

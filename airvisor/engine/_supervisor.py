@@ -131,6 +131,7 @@ class MachineCondition:
 
 
 MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+MACHINE_RETRY_MAX = 60.0  # seconds between looks while waiting for the machine
 
 
 def run_dir_used(run_dir: Path) -> bool:
@@ -495,7 +496,9 @@ class RunSupervisor:
         if target == Phase.SUCCEEDED:
             fields["last_error"] = None  # the failures it recovered from stay in its history
         self.store.update_run(self.run_id, **fields)
-        if target.state != previous.state:
+        waiting = self._machine_reason is not None and \
+            {previous, target} <= {Phase.PREFLIGHT, Phase.BACKOFF}
+        if target.state != previous.state and not waiting:  # (each look while waiting: quiet)
             self._event("state", f"run {target.state}", phase=str(target))
         if target.terminal:
             self._close_views()
@@ -578,9 +581,12 @@ class RunSupervisor:
                                            attempt_dir=attempt_dir, container_names=names,
                                            summary=summary)
             except AttemptError as exc:
-                if exc.machine:
-                    return MachineCondition(str(exc))
-                raise
+                if not exc.machine:
+                    raise
+                if pool is not None:  # nothing of the attempt stays up while it waits
+                    with pool_lock:
+                        pool.down()
+                return MachineCondition(str(exc))
             return dataclasses.replace(prepared, containers=_pool_status(pool))
 
         self._run_task("preflight", job)
@@ -1012,10 +1018,17 @@ class RunSupervisor:
             self._event("machine_condition", f"waiting for the machine: {reason}; retrying "
                         f"every {self._machine_retry():g} s (not counted as a crash)",
                         reason=reason)
-        self._recover(Failure(reason, "machine"))
+        self._failure = Failure(reason, "machine")
+        # Persisted with the phase: a daemon that starts now goes on waiting.
+        self.store.merge_run_details(self.run_id, recovery={"reason": reason, "kind": "machine"})
+        self._set_phase(Phase.BACKOFF)
+        self._backoff_until = self._clock() + self._machine_retry()
 
     def _machine_retry(self) -> float:
-        return max(self.profile.restart.backoff_max, self.profile.restart.backoff_initial)
+        """How often a waiting run looks again: restart.backoff_max, at most a minute (a
+        person who freed the disk should not wait long)."""
+        r = self.profile.restart
+        return max(min(r.backoff_max, MACHINE_RETRY_MAX), r.backoff_initial)
 
     # -- failure and recovery ---------------------------------------------------------------
     def _record_failure(self, reason: str, component: str | None) -> None:
@@ -1099,11 +1112,6 @@ class RunSupervisor:
         if self.phase != Phase.RECOVERY_STOPPING:
             return
         failure = self._failure or Failure("unknown failure", "crash")
-        if failure.kind == "machine":
-            # Waiting for the machine: no restart of the run is recorded or counted.
-            self._set_phase(Phase.BACKOFF)
-            self._backoff_until = self._clock() + self._machine_retry()
-            return
         history = self.store.restart_history(self.run_id)
         counted = failure.kind in COUNTED_KINDS
         wall_now = self._wall()

@@ -102,8 +102,10 @@ _EDGES: dict[Phase, frozenset[Phase]] = {
     # A failed preflight stops what it may have started (containers): as a recovery when an
     # attempt ran before, as the end of the run when none ever did. A preflight that finds the
     # final checkpoint (step >= max_steps) ends the run succeeded: nothing is left to train.
+    # A preflight that finds the machine unable to host the attempt (a full or read-only disk;
+    # what it started already taken down) waits in backoff, uncounted.
     Phase.PREFLIGHT: frozenset({Phase.STARTING, Phase.RECOVERY_STOPPING, Phase.STOPPING_STOPPED,
-                                Phase.STOPPING_FAILED, Phase.STOPPING_SUCCEEDED}),
+                                Phase.STOPPING_FAILED, Phase.STOPPING_SUCCEEDED, Phase.BACKOFF}),
     Phase.STARTING: frozenset({Phase.RUNNING, Phase.RECOVERY_STOPPING, *_STOPS}),
     Phase.RUNNING: frozenset({Phase.RECOVERY_STOPPING, *_STOPS}),
     # Once the failed attempt is down: back off, or give up (the crash-loop limit).
