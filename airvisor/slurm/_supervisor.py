@@ -658,6 +658,15 @@ class SlurmRunSupervisor:
         self.store.update_run(self.run_id, last_error=reason)
         self._event("failure", reason, attempt=self.attempt, job_id=self.job_id,
                     last_lines=self._last_lines())
+        if kind == "hang":
+            # The job's processes run on the Slurm nodes, in their own namespaces: py-spy on
+            # this machine cannot look (airvisor.stacks). Said as the hang's stacks event.
+            note = (f"stacks not taken: job {self.job_id}'s processes run on the Slurm nodes "
+                    "(airvisor looks only at processes on its own machine); to look before "
+                    f"the next stall kill: srun --jobid {self.job_id} --overlap py-spy dump "
+                    "--pid PID")
+            self._event("stacks", f"stacks before the stall kill: {note}", attempt=self.attempt,
+                        verdicts=[], notes=[note], dir=None, seconds=0.0)
         if self.attempt and self.phase != Phase.PREFLIGHT:  # PREFLIGHT: the last one ended
             self.store.end_attempt(self.run_id, self.attempt, "failed", reason)
             self.store.merge_attempt_details(self.run_id, self.attempt, reason=reason)

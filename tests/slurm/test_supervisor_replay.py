@@ -112,6 +112,9 @@ def test_a_stall_cancels_the_job_and_resubmits(tmp_path: Path, profile: Profile)
     assert "hung: step 1 has not advanced for 30 s" in failure
     (restart,) = d.store.restart_history(d.run_id)
     assert restart.kind == "hang" and restart.counted
+    # Where it cannot look, it says so (issue 23): the job's processes are on the nodes.
+    (stacks,) = d.messages("stacks")
+    assert "stacks not taken" in stacks and f"srun --jobid {first}" in stacks
 
 
 def test_the_queue_wait_is_not_a_stall(tmp_path: Path, profile: Profile) -> None:
