@@ -79,6 +79,20 @@ stage="$target.stage"
 /bin/mv "$stage/env" "$target"
 /bin/rmdir "$stage"
 """
+# Before root runs an interpreter of the image: it and every directory above it (links
+# resolved) must be root's and writable by root only; prints the first one that is not.
+TRUST_SCRIPT = r"""
+set -eu
+path=$(/usr/bin/readlink -f -- "$1")
+while :; do
+  set -- $(/usr/bin/stat -c '%u %a' -- "$path")
+  if [ "$1" != 0 ] || [ $(( 0$2 & 022 )) != 0 ]; then
+    echo "$path is owned by uid $1 with mode $2"; exit 1
+  fi
+  [ "$path" = / ] && exit 0
+  path=$(/usr/bin/dirname -- "$path")
+done
+"""
 
 EVALUATION_KINDS = {
     "CSVSubmissionTasks": "csv",
@@ -425,7 +439,7 @@ class TaskSession:
                     f"{self.container_name} has no {choice} (env arg admin_python); fix: "
                     'install it in the image, or use admin_python = "auto"'
                 )
-            return choice
+            return self._trusted(container, choice)
         snapshot_python = f"{PYTHON_SNAPSHOT}/bin/python3"
         if self._root_test(container, "-x", snapshot_python):
             return snapshot_python
@@ -448,12 +462,25 @@ class TaskSession:
                 "container (the copy is taken before its first episode)"
             )
         if self._root_test(container, "-x", SYSTEM_PYTHON):
-            return SYSTEM_PYTHON
+            return self._trusted(container, SYSTEM_PYTHON)
         raise EnvironmentUnusable(
             f"{self.container_name} has no Python to evaluate with: neither the agent's "
             f"environment ({', '.join(self._python_env_candidates())}) nor {SYSTEM_PYTHON}; "
             "fix: use MLGym's image (aigym/mlgym-agent) or set python_env / admin_python"
         )
+
+    def _trusted(self, container: Container, python: str) -> str:
+        """`python`, once it is shown that only root can change it (checked before root runs
+        it: an interpreter the agent can write would run the agent's code as root)."""
+        done = self._root_exec(container, ["/bin/sh", "-c", TRUST_SCRIPT, "trust", python])
+        if done.exit_code != 0:
+            why = (done.output or b"").decode(errors="replace").strip()[-500:]
+            raise EnvironmentUnusable(
+                f"{self.container_name}: the evaluation interpreter {python} is not "
+                f"trustworthy ({why}); fix: name a root-owned interpreter in admin_python, or "
+                'use admin_python = "auto" (a root-owned copy of the agent\'s environment)'
+            )
+        return python
 
     def _python_env_candidates(self) -> list[str]:
         if self.config.python_env:
