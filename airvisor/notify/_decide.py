@@ -6,7 +6,10 @@ reads them, so the engine needs no notification code. Mapping:
 - `state` "run failed"                       -> failed (reason: the run's last error, which
                                                  holds the crash-loop verdict when it gave up)
 - `state` "run succeeded"                    -> succeeded
-- `failure` whose reason starts with "hung:" -> stalled
+- `stacks` (taken before the stall kill, airvisor.stacks) after a `failure` whose reason starts
+  with "hung:" -> stalled, with the hang's reason and where each process was stuck (`stacks`:
+  the verdict lines); should no `stacks` event come, the stop that follows the hang
+  (`stopped_components`) -> stalled without them
 - `gpu_wait` (the preflight starts waiting for GPU memory held by others) -> gpu_wait
   (holders parsed from the preflight's table); the preflight's failure after that wait,
   `failure` "preflight failed: GPU memory is still held ...", is one only when no `gpu_wait`
@@ -42,6 +45,7 @@ class Notification:
     resume_step: int | None = None
     attempt: int | None = None
     holders: list[dict[str, Any]] = field(default_factory=list)
+    stacks: list[str] = field(default_factory=list)  # stalled: where each process was stuck
 
     @property
     def key(self) -> str:
@@ -92,6 +96,17 @@ def _recovery(event: EventRecord, earlier: Sequence[EventRecord]
     return None
 
 
+def _hang_being_stopped(earlier: Sequence[EventRecord]) -> EventRecord | None:
+    """The `hung:` failure this attempt's stop follows (None when the newest failure since
+    the last attempt is not a hang, or its stacks were announced already)."""
+    for previous in reversed(earlier):
+        if previous.kind in ("attempt", "stopped_components", "stacks"):
+            return None
+        if previous.kind == "failure":
+            return previous if previous.message.startswith("hung:") else None
+    return None
+
+
 def decide(event: EventRecord, earlier: Sequence[EventRecord], run: RunRecord | None
            ) -> Notification | None:
     """The notification `event` calls for, if any. `earlier`: the run's events before it
@@ -111,9 +126,16 @@ def decide(event: EventRecord, earlier: Sequence[EventRecord], run: RunRecord | 
     if event.kind == "state" and event.message == "run succeeded":
         where = f" at step {step}" if step is not None else ""
         return new("succeeded", f"run {name} succeeded{where}")
-    if event.kind == "failure" and event.message.startswith("hung:"):
-        return new("stalled", f"run {name} stalled: {event.message}",
-                            reason=event.message, attempt=event.data.get("attempt"))
+    if event.kind in ("stacks", "stopped_components"):
+        # A hang is reported once the stacks before its kill are taken (or, without them,
+        # once its processes are stopped): the notification says where each one was stuck.
+        hang = _hang_being_stopped(earlier)
+        if hang is None:
+            return None
+        verdicts = event.data.get("verdicts") if event.kind == "stacks" else None
+        lines = [str(v) for v in verdicts] if isinstance(verdicts, list) else []
+        return new("stalled", f"run {name} stalled: {hang.message}", reason=hang.message,
+                   attempt=hang.data.get("attempt"), stacks=lines)
     if (event.kind == "gpu_wait" and GPU_HELD in event.message) or (
             event.kind == "failure" and GPU_HELD in event.message
             and not any(e.kind == "gpu_wait" for e in earlier[-50:]

@@ -26,6 +26,7 @@ def json_payload(n: Notification, run: RunRecord | None, page_url: str | None = 
         "reason": n.reason,
         "resume_step": n.resume_step,
         "holders": n.holders,
+        "stacks": n.stacks,
         "at": n.at,
         "event_id": n.event_id,
         "page": page_url,
@@ -44,6 +45,8 @@ def slack_payload(body: dict[str, Any]) -> dict[str, Any]:
         for h in body["holders"][:10]:
             lines.append(f"• GPU {h['gpu']}: pid {h['pid']} ({h['user']}) {h['memory']} "
                          f"`{str(h['command'])[:80]}`")
+    for line in (body.get("stacks") or [])[:10]:
+        lines.append(f"• {str(line)[:200]}")
     facts = [f"run `{body['run_id']}`"]
     if body.get("state"):
         facts.append(f"state {body['state']}")

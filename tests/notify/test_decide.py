@@ -79,8 +79,14 @@ def test_stall_is_stalled_and_the_end_states_are_reported() -> None:
     h = History()
     h.first_attempt()
     h.add("failure", "hung: step 5 has not advanced for 3 s (health.stall_timeout)", attempt=1)
+    assert h.decide_last(run_record()) is None  # said once the stacks are taken
+    verdict = "trainer rank 0: sleeping in inject_faults_before_step (airvisor/demo/_steps.py:140)"
+    h.add("stacks", f"stacks before the stall kill: {verdict}", attempt=1, verdicts=[verdict])
     n = h.decide_last(run_record())
     assert n is not None and n.kind == "stalled" and n.reason.startswith("hung: step 5")
+    assert n.stacks == [verdict] and n.attempt == 1
+    h.add("stopped_components", "components stopped: 3 exited on SIGTERM")
+    assert h.decide_last(run_record()) is None  # once per hang
 
     h.add("gave_up", "crash loop: 0 restarts within 120 s (restart.max_restarts = 0)")
     h.add("state", "run failed")
@@ -92,6 +98,20 @@ def test_stall_is_stalled_and_the_end_states_are_reported() -> None:
     h.add("state", "run succeeded")
     done = h.decide_last(run_record(state="succeeded", step=12))
     assert done is not None and done.kind == "succeeded" and "step 12" in done.title
+
+
+def test_a_hang_without_stacks_is_reported_when_its_processes_are_stopped() -> None:
+    h = History()
+    h.first_attempt()
+    h.add("failure", "hung: no training step within health.first_step_grace = 15 s", attempt=1)
+    h.add("stopped_components", "components stopped: 3 exited on SIGTERM")
+    n = h.decide_last(run_record())
+    assert n is not None and n.kind == "stalled" and n.stacks == []
+    # A crash's stop is no stall.
+    h.add("attempt", "attempt 2", attempt=2, resume_step=None)
+    h.add("failure", "trainer exited with status 1", attempt=2)
+    h.add("stopped_components", "components stopped: 3 exited on SIGTERM")
+    assert h.decide_last(run_record()) is None
 
 
 def test_gpu_memory_held_by_others_names_the_holders() -> None:

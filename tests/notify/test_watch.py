@@ -61,7 +61,7 @@ def test_gpu_memory_held_by_others_reaches_the_webhook_once(tmp_path: Path,
         "run_id": "r1", "run_name": "big", "state": "preflight", "step": None, "attempt": 1,
         "restarts": 0, "reason": reason, "resume_step": None,
         "holders": [{"gpu": 0, "pid": 777, "user": "carol", "memory": "75.0 GiB",
-                     "command": "python other_job.py"}],
+                     "command": "python other_job.py"}], "stacks": [],
         "at": body["at"], "event_id": event_id, "page": "http://box:8765/#run=r1"}
     assert "pid 777 (carol, 75.0 GiB on GPU 0)" in body["title"]
     assert "pid 777 (carol) 75.0 GiB" in by_path["/slack"]["text"]

@@ -66,7 +66,7 @@ class LiveDaemon:
         v0.4's `rl` does not point the orchestrator at the server's port: the config does."""
         port = free_port()
         server = {"inference": {"server": {"port": port}},
-                  "orchestrator": {"client": {"base_url": f"http://127.0.0.1:{port}/v1"}}}
+                  "orchestrator": {"client": {"base_url": [f"http://127.0.0.1:{port}/v1"]}}}
         rl = deep_merge(server, extra.pop("rl", {}))
         data = demo_profile_dict(self.tmp / f"out-{name}", rl=rl, run={"name": name}, **extra)
         return str(write_profile(self.profiles / f"{name}.toml", data).resolve())
