@@ -396,7 +396,10 @@ class TaskSession:
                 f"({ids}); fix: a task image with MLGym's user, or set the env arg `user`"
             )
         prepared = _Ids(uid=int(ids[0]), gid=int(ids[1]))
-        self._pythons[cid] = self._evaluator_python(container)
+        try:
+            self._pythons[cid] = self._evaluator_python(container)
+        except DOCKER_ERRORS as e:
+            raise ContainerUnavailable(f"cannot prepare {self.container_name}: {e}") from e
         result = self._admin(
             container,
             "prepare",
