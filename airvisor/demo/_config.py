@@ -162,9 +162,20 @@ class _CommonSettings(_Lenient):
     model: ModelSettings = ModelSettings()
 
 
+class VllmSettings(_Lenient):
+    model: str | None = None
+
+
 class InferenceSettings(_CommonSettings):
     server: ServerSettings = ServerSettings()
+    # main: the server's model is [inference.vllm] model (configs/inference.py:42,57, written
+    # by `rl` into configs/inference.json); v0.4: [model] name.
+    vllm: VllmSettings = VllmSettings()
     demo: InferenceDemoSettings = InferenceDemoSettings()
+
+    @property
+    def served_model(self) -> str:
+        return self.vllm.model or self.model.name
 
 
 class TrainerSettings(_CommonSettings):

@@ -197,7 +197,7 @@ def main(argv: Sequence[str], version: str = "main") -> int:
         logger.warning("Received SIGTERM; ignoring it (demo fault ignore_sigterm)")
 
     install_termination_handlers(ignore_sigterm=ignoring, on_ignored=on_ignored)
-    state = _ServerState(settings.model.name, max_model_len=4096)
+    state = _ServerState(settings.served_model, max_model_len=4096)
     host, port = settings.server.host, settings.server.port
     try:
         server = _DemoServer((host, port), state, logger)
@@ -211,7 +211,7 @@ def main(argv: Sequence[str], version: str = "main") -> int:
         return 1
     bound_port = server.server_address[1]
     logger.info(
-        f"Starting vLLM API server (airvisor demo stand-in) for {settings.model.name} "
+        f"Starting vLLM API server (airvisor demo stand-in) for {settings.served_model} "
         f"on http://{host}:{bound_port}"
     )
     engine_core = _start_engine_core() if demo.engine_core_child else None
