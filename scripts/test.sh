@@ -52,7 +52,7 @@ step "tests"
 if [ $# -gt 0 ] || [ "${AIRVISOR_TEST_SERIAL:-}" = 1 ]; then
   exec .venv/bin/python -m pytest -ra --durations=30 "$@"
 fi
-# The whole suite as two pytest processes side by side (most tests wait on real processes,
+# The whole suite as three pytest processes side by side (most tests wait on real processes,
 # containers and Slurm jobs, not on the CPU), in groups that share nothing a test could disturb:
 # "isolated": what neither plants nor supervises marked processes on this machine nor creates
 # airvisor-labelled containers: the MLGym environment (its own containers), the systemd scenarios
@@ -61,11 +61,14 @@ fi
 # jobs and their node check, the reaper, task containers), in one process because a host-wide
 # reaper (a preflight, `airvisor reap`, Slurm's node check) would rightly judge another test's
 # unsupervised run, or its task containers, stale.
-isolated=(tests/envs tests/demo tests/primerl tests/service/test_systemd_scenarios.py)
+# The MLGym environment's tests (real task containers, both image layouts) are the longest and
+# mostly wait on `docker exec`: a third process of their own ("envs").
+envs=(tests/envs)
+isolated=(tests/demo tests/primerl tests/service/test_systemd_scenarios.py tests/test_layering.py)
 host=()
 for path in tests/*/; do
   path="${path%/}"
-  case " ${isolated[*]} " in *" $path "*) continue ;; esac
+  case " ${isolated[*]} ${envs[*]} " in *" $path "*) continue ;; esac
   [ "$path" = tests/fixtures ] || [ "$path" = tests/images ] && continue
   host+=("$path")
 done  # (tests/service is in both: its systemd scenarios isolated, the rest on the host)
@@ -79,11 +82,14 @@ run_group host --ignore=tests/service/test_systemd_scenarios.py "${host[@]}" &
 host_pid=$!
 run_group isolated "${isolated[@]}" &
 isolated_pid=$!
+run_group envs "${envs[@]}" &
+envs_pid=$!
 status=0
 wait "$host_pid" || status=1
 host_done="$(date -u +%H:%M:%S)"
 wait "$isolated_pid" || status=1
-for name in host isolated; do
+wait "$envs_pid" || status=1
+for name in host isolated envs; do
   printf '\n== tests: %s group (%s)\n' "$name" "$(date -u +%H:%M:%S)"
   cat "$logs/$name.log"
 done
