@@ -453,8 +453,12 @@ def test_disk_without_keep_last_counts_every_checkpoint_until_max_steps(tmp_path
     assert "5 x 1.0 GiB = 5.0 GiB needed" in problem.message
     # No limit on steps or checkpointing off: nothing to estimate.
     assert machine(profile, at(tmp_path, ckpt_interval=5), two_gib) == []
-    assert machine(profile, at(tmp_path, max_steps=20),
-                   MachineFacts(free_bytes=lambda path: 0)) == []
+    assert machine(profile, at(tmp_path, max_steps=20), two_gib) == []
+    # ...but a full disk is named whatever the estimate (logs and metrics need room too), as a
+    # machine condition: a relaunch waits for it instead of counting a crash (issue 21).
+    (full,) = machine(profile, at(tmp_path, max_steps=20), MachineFacts(free_bytes=lambda path: 0))
+    assert full.message.startswith("the disk under the run directory is full: 0 MiB free")
+    assert full.machine
 
 
 def test_real_disk_check_fails_for_an_absurd_checkpoint_size(tmp_path: Path) -> None:
