@@ -167,6 +167,9 @@ def stacks_before_kill(store: Any, run_id: str, attempt: int, attempt_dir: Path,
             "attempt": attempt, "verdicts": result.verdicts, "notes": result.notes,
             "dir": str(directory) if directory is not None else None,
             "seconds": result.seconds})
+        # With the attempt too: `airvisor status` shows where each process was under the
+        # attempt's row long after the event has left the recent events.
+        store.merge_attempt_details(run_id, attempt, stacks=list(result.verdicts))
         log.log(event_log_level(EVENT_KIND, message), message, run=run_id, kind=EVENT_KIND)
         return result
     except Exception as exc:  # never in the way of the recovery

@@ -187,6 +187,10 @@ def _attempts(run: RunView) -> Table:
     for a in run.attempts:
         table.add_row(str(a.number), clock(a.started_at), _cell(a.cause), _cell(a.resume_step),
                       _cell(a.outcome), _cell(a.reason))
+        stacks = a.details.get("stacks")
+        for line in stacks if isinstance(stacks, list) else []:
+            # Where each process was when the attempt hung (airvisor.stacks).
+            table.add_row("", "", "", "", "", Text(f"stuck: {line}", style="dim"))
     return table
 
 

@@ -131,6 +131,19 @@ def test_status_text_of_a_live_run() -> None:
     assert f"  {stamp} [trainer] exited with code 1 [rank 0]" in lines
 
 
+def test_status_shows_where_a_hung_attempt_was_stuck() -> None:
+    """Issue 23: the stacks taken before a stall kill stay under the attempt's row in `airvisor
+    status`, long after the event has left the recent events."""
+    view = sample()
+    hung = view.attempts[0].model_copy(update={
+        "reason": "hung: step 12 has not advanced for 10 s (health.stall_timeout)",
+        "details": {"stacks": ["trainer rank 0: sleeping in inject_faults_before_step "
+                               "(airvisor/demo/_steps.py:140)"]}})
+    text = to_text(render_run(view.model_copy(update={"attempts": [hung, *view.attempts[1:]]}),
+                              now=NOW), width=160)
+    assert "stuck: trainer rank 0: sleeping in inject_faults_before_step" in text
+
+
 def test_status_text_of_an_ended_run_does_not_depend_on_now() -> None:
     view = sample(state="failed", phase=None, ended_at=NOW - 1, details={},
                   supervisor_kind="foreground", supervisor_address=None)
