@@ -19,7 +19,7 @@ import pytest
 from air_mlgym._core import EnvArgs, MLGymRunner
 from air_mlgym._episode import Episode
 from mlgym_scripts import STATE_ARGV, expected_reward, replies, write_strategy
-from task_containers import run_task_container
+from task_containers import exec_output, run_task_container
 
 pytestmark = pytest.mark.docker
 
@@ -61,9 +61,7 @@ class Bench:
         return runner
 
     def state(self) -> str:
-        result = self.container.exec_run(STATE_ARGV, user="root")
-        assert result.exit_code == 0, result.output
-        return str(result.output.decode())
+        return exec_output(self.container, STATE_ARGV).decode()
 
     def play(
         self, task_id: str, commands: list[str], runner: MLGymRunner | None = None
@@ -383,7 +381,7 @@ def test_links_in_the_home_neither_change_root_files_nor_cost_the_container(
     """The reset never chowns or chmods through a link the agent made, so links to root's
     files neither change them nor make the restore fail (which would cost the container)."""
     probe = ["/usr/bin/stat", "-c", "%U %a", "/etc/shadow", "/etc/passwd", "/etc"]
-    before = bench.container.exec_run(probe, user="root").output
+    before = exec_output(bench.container, probe)
     hack = (
         "```bash\nfor f in ~/.bashrc ~/.profile; do rm -f $f; ln -s /etc/shadow $f; done\n"
         "mkdir -p ~/trap && ln -s /etc ~/trap/etc && ln -s /etc/passwd ~/trap/passwd\n"
@@ -392,7 +390,7 @@ def test_links_in_the_home_neither_change_root_files_nor_cost_the_container(
     _episode, seen = bench.play("battleOfSexes", [hack])
     assert "linked" in seen[0]
     bench.honest_titanic()
-    assert bench.container.exec_run(probe, user="root").output == before
+    assert exec_output(bench.container, probe) == before
     assert all(r.session(bench.name).replacements == 0 for r in bench.runners)
 
 

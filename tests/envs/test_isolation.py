@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from air_mlgym._core import EnvArgs, MLGymRunner
 from mlgym_scripts import STATE_ARGV
-from task_containers import run_task_container
+from task_containers import exec_output, run_task_container
 
 pytestmark = pytest.mark.docker
 
@@ -55,9 +55,7 @@ def test_hundred_episodes_begin_from_identical_state(
             episode = runner.new_episode("titanicSurvival", lease)
             assert episode.reset(), (number, episode.events)
             resets.append(episode.session.last_reset_seconds)
-            state = container.exec_run(STATE_ARGV, user="root")
-            assert state.exit_code == 0, state.output
-            states.append(state.output.decode())
+            states.append(exec_output(container, STATE_ARGV).decode())
             assert states[-1] == states[0], f"episode {number} began from a different state"
             episode.step(DAMAGE[number % len(DAMAGE)])
             episode.finish()

@@ -20,3 +20,16 @@ def run_task_container(
         image, list(INIT_COMMAND), name=name, detach=True, stdin_open=True, user="root",
         working_dir="/home/agent", network_mode="none", labels=labels, volumes=volumes or {},
     )  # fmt: skip
+
+
+def exec_output(container: Any, argv: list[str], *, user: str = "root", tries: int = 5) -> bytes:
+    """The output of a command that always prints something, run in the container: docker-py's
+    exec_run now and then hands back an empty output for a command that printed (the stream
+    attached after a fast command ended, docker/docker-py#2042; its exit code is right), so an
+    empty answer is asked again, a few times. Raises on a non-zero exit status."""
+    for _ in range(tries):
+        result = container.exec_run(argv, user=user)
+        assert result.exit_code == 0, result.output
+        if result.output:
+            return bytes(result.output)
+    raise AssertionError(f"{argv[:3]}... printed nothing in {tries} tries")
