@@ -218,21 +218,27 @@ def drop_setuid(directories: tuple[str, ...] = BIN_DIRS) -> list[str]:
     sudoers line lets the agent run apt as root, and apt runs any command it is configured to
     (root for the agent = a forged score). Root itself needs none of them."""
     cleared = []
+    for path in _entries(directories):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+            _set_attrs(path, None, None, stat.S_IMODE(st.st_mode) & ~0o6000)
+            cleared.append(path)
+    return cleared
+
+
+def _entries(directories: tuple[str, ...]) -> list[str]:
+    """The paths of every entry of these directories (one that cannot be listed: none)."""
+    paths: list[str] = []
     for directory in directories:
         try:
             names = os.listdir(directory)
         except OSError:
             continue
-        for name in names:
-            path = os.path.join(directory, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-                _set_attrs(path, None, None, stat.S_IMODE(st.st_mode) & ~0o6000)
-                cleared.append(path)
-    return cleared
+        paths.extend(os.path.join(directory, name) for name in names)
+    return paths
 
 
 # --- attributes without following links ----------------------------------------------------
@@ -405,17 +411,11 @@ def restore_home(home: str, workspace_name: str) -> dict[str, int]:
 def clean_scratch(uid: int) -> int:
     """Remove what the agent user owns in the world-writable directories."""
     count = 0
-    for directory in SCRATCH_DIRS:
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(directory, name)
-            with contextlib.suppress(OSError):
-                if os.lstat(path).st_uid == uid:
-                    _remove(path)
-                    count += 1
+    for path in _entries(SCRATCH_DIRS):
+        with contextlib.suppress(OSError):
+            if os.lstat(path).st_uid == uid:
+                _remove(path)
+                count += 1
     return count
 
 
