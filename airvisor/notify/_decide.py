@@ -17,6 +17,9 @@ reads them, so the engine needs no notification code. Mapping:
 - `state` "run running" right after an attempt that followed a failure -> recovered (the
   failure's reason and the new attempt's resume step); a restart a person asked for is not a
   recovery.
+- `needs_person` (the environment could not serve `health.rollout_error_limit` episodes in a
+  row: airvisor.engine._rollouts) -> needs_person (reason: the newest episode's error); the
+  run then stops as failed, which is the `failed` notification as for any failed run.
 """
 
 from __future__ import annotations
@@ -123,6 +126,9 @@ def decide(event: EventRecord, earlier: Sequence[EventRecord], run: RunRecord | 
         verb = "gave up" if gave_up else "failed"
         return new("failed", f"run {name} {verb}: {reason.splitlines()[0]}",
                             reason=reason)
+    if event.kind == "needs_person":
+        reason = str(event.data.get("reason") or event.message)
+        return new("needs_person", f"run {name} {event.message}", reason=reason)
     if event.kind == "state" and event.message == "run succeeded":
         where = f" at step {step}" if step is not None else ""
         return new("succeeded", f"run {name} succeeded{where}")

@@ -57,13 +57,13 @@ def parse_episode_line(line: str) -> EpisodeRecord | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("ok"), bool):
         return None
     at = raw.get("at")
-    finite = isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at)
+    when = float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
     error = _text(raw.get("error"))
     if not raw["ok"] and error is None:
         error = "the environment reported an errored episode without a reason"
     return EpisodeRecord(ok=raw["ok"], error=error[:_REASON_MAX] if error else None,
                          task=_text(raw.get("task")), container=_text(raw.get("container")),
-                         at=float(at) if finite else None)
+                         at=when if when is not None and math.isfinite(when) else None)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from typing import Any
 
 import tomli_w
 
+from airvisor.policy._rollouts import EPISODE_LOG_ENV, EPISODE_LOG_FILE
 from airvisor.primerl._facts import merged_toml
 from airvisor.primerl._layout import RunLayout, layout_for
 from airvisor.primerl._layout import resume_flags as layout_resume_flags
@@ -284,6 +285,9 @@ def plan_attempt(
     env = base_environment(profile, environ)
     if profile.containers.enabled:
         env[profile.containers.env_var] = ",".join(container_names)
+    # Where the environment (in the orchestrator or env-server) appends one line per finished
+    # episode: how airvisor learns of errored rollouts (airvisor.policy._rollouts).
+    env[EPISODE_LOG_ENV] = str(attempt_dir / EPISODE_LOG_FILE)
     overrides = airvisor_overrides(profile)
     overrides_file = (attempt_dir / OVERRIDES_FILE
                       if overrides and overrides_as_file(profile) else None)

@@ -96,6 +96,11 @@ class HealthSection(_Section):
     probe_failures: int = Field(default=3, ge=1)  # consecutive failed probes = unhealthy
     stall_timeout: float = Field(default=1800.0, gt=0)  # no step advance for this long = hung
     first_step_grace: float = Field(default=3600.0, gt=0)  # before the first step
+    # Errored rollouts in a row (episodes the environment could not serve, from its episode
+    # log: airvisor.policy._rollouts) after which the run stops as failed, marked as needing a
+    # person (the `needs_person` notification); each run of them is a warning before that.
+    # 0: warnings only. A few in a row are normal (a task container being replaced).
+    rollout_error_limit: int = Field(default=20, ge=0)
 
 
 class CheckpointSection(_Section):
@@ -157,9 +162,9 @@ class ContainerSection(_Section):
     env_var: str = "AIRVISOR_CONTAINER_NAMES"
 
 
-NotifyEvent = Literal["failed", "recovered", "stalled", "gpu_wait", "succeeded"]
+NotifyEvent = Literal["failed", "recovered", "stalled", "gpu_wait", "succeeded", "needs_person"]
 NOTIFY_EVENTS: tuple[NotifyEvent, ...] = ("failed", "recovered", "stalled", "gpu_wait",
-                                          "succeeded")
+                                          "succeeded", "needs_person")
 
 
 class WebhookTarget(_Section):

@@ -149,3 +149,33 @@ def test_a_wait_for_gpu_memory_is_told_when_it_starts_and_only_once() -> None:
     h.add("failure", "preflight failed: " + format_memory_shortfall(
         gpus, {1: 40 * GIB}, {1: "trainer"}, 60.0), attempt=1)
     assert h.decide_last(run_record()) is None
+
+
+def test_errored_rollouts_warn_quietly_and_the_limit_needs_a_person() -> None:
+    """The warnings of errored rollouts are events only; the limit in a row is the
+    `needs_person` notification with the environment's reason, then the failed run is
+    `failed` as any."""
+    from airvisor.engine._rollouts import event_of
+    from airvisor.policy._rollouts import EpisodeRecord, RolloutTally, tally_rollouts
+
+    h = History()
+    h.first_attempt()
+    reason = "reset failed: c-0 has no Python to evaluate with"
+    errored = [EpisodeRecord(ok=False, error=reason, task="blotto")] * 3
+    _, notices = tally_rollouts(RolloutTally(), errored, limit=3, now=0.0)
+    decided = []
+    for notice in notices:
+        kind, message, data = event_of(notice)
+        h.add(kind, message, **data)
+        decided.append(h.decide_last(run_record()))
+    assert decided[0] is None  # the warning (rollout_errors) is not a notification
+    person = decided[1]
+    assert person is not None and person.kind == "needs_person"
+    assert person.reason == reason
+    assert person.title.startswith("run demo needs a person: 3 errored rollouts in a row")
+    h.add("state", "run stopping")
+    h.add("stopped_components", "components stopped")
+    assert h.decide_last(run_record()) is None
+    h.add("state", "run failed")
+    failed = h.decide_last(run_record(state="failed", last_error=f"needs a person: {reason}"))
+    assert failed is not None and failed.kind == "failed"
