@@ -61,6 +61,7 @@ _RESOLVER = "airvisor/primerl/resolve_config.py"
 _CHECKS = "airvisor/profile/_checks.py"
 _FIDELITY = "docs/primerl-fidelity.md"
 _BENCHMARKS = "docs/benchmarks.md"
+_SPLIT = "airvisor/primerl/_split.py"
 
 CITATIONS: tuple[Citation, ...] = (
     # airvisor/primerl/_adapters.py
@@ -557,6 +558,43 @@ CITATIONS: tuple[Citation, ...] = (
              ("import torch",)),
     Citation(_FIDELITY, "trainer/runs.py:35", V04, _SRC + "trainer/runs.py", "bee995d79523",
              ("def __init__(self, output_dir: Path, max_runs: int, device:",)),
+    # airvisor/primerl/_split.py and the resolver's --split (issue 22)
+    Citation(_SPLIT, 'configs/rl.py:234-235', MAIN, _CFG + 'rl.py', 'f37feee2c1d8',
+             ('inference: InferenceConfig | None = None',)),
+    Citation(_SPLIT, 'entrypoints/rl.py:132,225-232', MAIN,
+             _SRC + 'entrypoints/rl.py', 'ba2a040b1c67',
+             ('num_infer_gpus = config.deployment.num_infer_gpus if config.',
+              '"No [inference] block configured - the policy inference server')),
+    Citation(_SPLIT, 'entrypoints/rl.py:163-173', MAIN, _SRC + 'entrypoints/rl.py', 'e8a16ce9c312',
+             ('# Validate client port matches inference server port',)),
+    Citation(_SPLIT, 'entrypoints/rl.py:194-213', MAIN, _SRC + 'entrypoints/rl.py', '2fd096abe1ee',
+             ('if config.inference:',)),
+    Citation(_SPLIT, 'entrypoints/rl.py:613-618', MAIN, _SRC + 'entrypoints/rl.py', '278b4e5b087f',
+             ('def rl(config: RLConfig):',)),
+    Citation(_SPLIT, 'orchestrator/orchestrator.py:248-263', V04,
+             _SRC + 'orchestrator/orchestrator.py', 'c76675aef7fc',
+             ('if checkpoint_step is not None and ckpt_manager is not None:',)),
+    Citation(_SPLIT, 'rl.py:121-126', V04, _SRC + 'rl.py', 'cdbabf48c571',
+             ('inference: Annotated[',)),
+    Citation(_SPLIT, 'rl.py:608-627', V04, _SRC + 'rl.py', '0ead7a76491b',
+             ('if config.inference:',)),
+    Citation(_SPLIT, 'rl.py:611', V04, _SRC + 'rl.py', '1e74b896545f',
+             ('tomli_w.dump(config.inference.model_dump(exclude_none=True, ',)),
+    Citation(_SPLIT, 'rl.py:620', V04, _SRC + 'rl.py', '76aa7e30151b',
+             ('env={**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str,',)),
+    Citation(_RESOLVER, 'configs/rl.py:234-235', MAIN, _CFG + 'rl.py', 'f37feee2c1d8',
+             ('inference: InferenceConfig | None = None',)),
+    Citation(_RESOLVER, 'entrypoints/rl.py:132', MAIN, _SRC + 'entrypoints/rl.py', '6bf0828ae206',
+             ('num_infer_gpus = config.deployment.num_infer_gpus if config.',)),
+    Citation(_RESOLVER, 'entrypoints/rl.py:194-213', MAIN,
+             _SRC + 'entrypoints/rl.py', '2fd096abe1ee',
+             ('if config.inference:',)),
+    Citation(_RESOLVER, 'rl.py:121-126', V04, _SRC + 'rl.py', 'cdbabf48c571',
+             ('inference: Annotated[',)),
+    Citation(_RESOLVER, 'rl.py:608-627', V04, _SRC + 'rl.py', '0ead7a76491b',
+             ('if config.inference:',)),
+    Citation(_RESOLVER, 'rl.py:620', V04, _SRC + 'rl.py', '76aa7e30151b',
+             ('env={**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str,',)),
     # docs/benchmarks.md
     Citation(_BENCHMARKS, "rl.py:539-552,779-786", V04, _SRC + "rl.py", "630fe65ddb7e",
              ("def monitor_process(process: Popen, stop_event: Event,",

@@ -44,6 +44,9 @@ class Resolution:
     components: dict[str, Any] = field(default_factory=dict)  # what rl writes per component
     env_servers: list[dict[str, Any]] = field(default_factory=list)
     note: str = ""  # why only airvisor's part was checked
+    # With `resolve(split=True)`: the two halves of the run as prime-rl derives them (the
+    # inference server alone, and `rl` without [inference]); read by `_split.split_of`.
+    split: dict[str, Any] | None = None
 
     @property
     def checked_by_prime_rl(self) -> bool:
@@ -91,6 +94,7 @@ def resolve(
     environ: Mapping[str, str],
     where: str,
     runner: Any = subprocess.run,
+    split: bool = False,
 ) -> Resolution:
     """Resolve `rl <args>` with prime-rl's interpreter `python` (an argv prefix).
 
@@ -100,7 +104,7 @@ def resolve(
     if python:
         with tempfile.TemporaryDirectory(prefix="airvisor-resolve-") as scratch:
             command = [*python, str(resolver_script()), "--version", version,
-                       "--cwd", str(cwd), "--", *args]
+                       "--cwd", str(cwd), *(["--split"] if split else []), "--", *args]
             env = {**environ, "PYTHONDONTWRITEBYTECODE": "1", "NO_COLOR": "1"}
             try:
                 done = runner(command, cwd=scratch, env=env, capture_output=True, text=True,
@@ -119,7 +123,8 @@ def resolve(
                     return Resolution(
                         source="prime-rl", facts=facts, rl=payload.get("rl"),
                         components=dict(payload.get("components") or {}),
-                        env_servers=list(payload.get("env_servers") or []))
+                        env_servers=list(payload.get("env_servers") or []),
+                        split=payload.get("split") if split else None)
                 if done.returncode == EXIT_REFUSED and payload is not None:
                     raise ResolveError(_problems_from(payload, where))
                 if done.returncode == EXIT_NO_PRIME_RL:

@@ -6,7 +6,11 @@ with prime-rl's interpreter (Python 3.12, prime-rl importable), so what it repor
 prime-rl version makes of the user's config, never a re-reading of it.
 
     python resolve_config.py --version {0.4|main} [--component rl|trainer|orchestrator|inference]
-        [--cwd DIR] -- <args exactly as they follow the `rl` (or component) command>
+        [--cwd DIR] [--split] -- <args exactly as they follow the `rl` (or component) command>
+
+--split (with the component rl) adds "split": the run's two halves for a recovery that keeps
+the inference server (the server as `rl` starts it, and the resolved config without
+[inference], re-parsed and compared), or "refusals" saying why it cannot be kept (issue 22).
 
 e.g. `-- @ /abs/rl.toml @ /abs/overrides.toml --ckpt.resume-step 5` (v0.4) or
 `-- @ /abs/rl.toml --resume.step 5` (main). main also accepts `--component env-server`.
@@ -545,6 +549,155 @@ def _component_facts(component: str, config: Any, version: str, cwd: Path) -> di
     return facts
 
 
+# --------------------------------------------------------------------------- split
+
+# Why a run's inference server cannot be kept across a relaunch of the rest (codes are
+# airvisor.primerl._split.SplitRefusal's).
+def _refusal(code: str, detail: str) -> dict[str, str]:
+    return {"code": code, "detail": detail}
+
+
+def _client_ports(urls: list[str]) -> list[int | None]:
+    from urllib.parse import urlparse
+
+    return [urlparse(url).port for url in urls]
+
+
+def _differences(left: Any, right: Any, where: str = "") -> list[str]:
+    """The dotted keys whose values differ between two JSON values (at most 20)."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        out: list[str] = []
+        for key in sorted(set(left) | set(right)):
+            out += _differences(left.get(key), right.get(key), f"{where}.{key}" if where else key)
+        return out[:20]
+    return [] if left == right else [where or "<root>"]
+
+
+def _split_v04(config: Any, components: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """v0.4's two halves. The inference server as rl.py:608-627 starts it (the sub-config
+    rl.py:611 dumps, CUDA_VISIBLE_DEVICES of rl.py:620); the rest is the same resolved RLConfig
+    with `inference` None, which rl.py:121-126 allows ("only viable, if an inference server was
+    started manually"), re-parsed here by v0.4's own parser so that what runs is what prime-rl
+    makes of it, and compared with the full config's trainer and orchestrator."""
+    import tomli_w
+
+    refusals: list[dict[str, str]] = []
+    inference = config.inference
+    if inference is None:
+        refusals.append(_refusal("no_inference", "the config starts no inference server"))
+        return {"inference": None, "rest": None, "refusals": refusals}
+    if config.trainer.weight_broadcast.type == "nccl":
+        refusals.append(_refusal("nccl_weight_broadcast", "weight_broadcast.type = 'nccl': the "
+                                 "trainer's NCCL group with the server's workers is formed at "
+                                 "their start; a new trainer against a kept server is unproven"))
+    port = inference.server.port
+    urls = list(config.orchestrator.client.base_url)
+    if any(p != port for p in _client_ports(urls)):
+        refusals.append(_refusal("client_elsewhere", f"orchestrator.client.base_url {urls} is not "
+                                 f"all on inference.server.port {port}"))
+    rest = config.model_copy(update={"inference": None})
+    rest_dump = rest.model_dump(exclude_none=True, mode="json")
+    path = scratch / "rest.toml"
+    path.write_bytes(tomli_w.dumps(rest_dump).encode())
+    reparsed, _ = _parse_v04("rl", ["@", str(path)])
+    diffs = []
+    for name in ("trainer", "orchestrator"):
+        diffs += [f"{name}.{key}" for key in _differences(
+            components[name], _v04_component_dump(getattr(reparsed, name)))]
+    if diffs:
+        refusals.append(_refusal("rest_differs", "without [inference] prime-rl resolves the "
+                                 f"rest differently: {', '.join(diffs)}"))
+    return {
+        "inference": {
+            "config": components["inference"],
+            "format": "toml",
+            "env": {"CUDA_VISIBLE_DEVICES": ",".join(map(str, config.inference_gpu_ids))},
+            "gpus": list(config.inference_gpu_ids),
+            "host": inference.server.host,
+            "port": port,
+        },
+        "rest": {"config": rest_dump, "format": "toml", "env": {}},
+        "refusals": refusals,
+    }
+
+
+def _split_main(config: Any, components: dict[str, Any], scratch: Path,
+                facts: dict[str, Any]) -> dict[str, Any]:
+    """main's two halves. The inference server as entrypoints/rl.py:194-213 starts it (the
+    inference.json write_subconfigs wrote, the launcher's environment defaults from
+    prime_rl.utils.process, env_vars, CUDA_VISIBLE_DEVICES, and the PRL_RUN_NAME rl() sets); the
+    rest is the resolved RLConfig with `inference` None (configs/rl.py:234-235), dumped as prime-rl
+    dumps its own resolved config (dump_resolved_config: JSON keeps the nulls), re-parsed by
+    main's parser and its sub-configs compared with the full config's. Without inference the
+    launcher gives the trainer local GPUs 0.. (entrypoints/rl.py:132), so its
+    CUDA_VISIBLE_DEVICES must name the trainer's physical GPUs."""
+    from prime_rl.utils.config import dump_resolved_config
+    from prime_rl.utils.process import DEFAULT_COMMON_ENV_VARS, DEFAULT_INFERENCE_ENV_VARS
+
+    refusals: list[dict[str, str]] = []
+    inference = config.inference
+    if config.slurm is not None:
+        refusals.append(_refusal("slurm", "the run is submitted to Slurm"))
+    if config.deployment.type != "single_node":
+        refusals.append(_refusal("multi_node", f"deployment.type = {config.deployment.type!r}"))
+    if inference is None:
+        refusals.append(_refusal("no_inference", "the config starts no inference server"))
+        return {"inference": None, "rest": None, "refusals": refusals}
+    if inference.deployment.type != "single_node":
+        refusals.append(_refusal("disaggregated" if inference.deployment.type == "disaggregated"
+                                 else "multi_node",
+                                 f"inference.deployment.type = {inference.deployment.type!r}"))
+    broadcast = config.trainer.weight_broadcast.type
+    if broadcast in ("nccl", "nixl"):
+        refusals.append(_refusal("nccl_weight_broadcast", f"weight_broadcast.type = {broadcast!r}"
+                                 " (main's default with [inference]): the trainer's group with "
+                                 "the server's workers is formed at their start; a new trainer "
+                                 "against a kept server is unproven"))
+    port = inference.server.port
+    url = config.orchestrator.model.client.base_url
+    if _client_ports([url]) != [port]:
+        refusals.append(_refusal("client_elsewhere", f"orchestrator.model.client.base_url {url} "
+                                 f"is not on inference.server.port {port}"))
+    rest = config.model_copy(update={"inference": None})
+    rest_dump = dump_resolved_config(rest)
+    path = scratch / "rest.json"
+    path.write_text(json.dumps(rest_dump))
+    reparsed = _parse_main("rl", ["@", str(path)])
+    again, _ = _main_subconfigs(reparsed, scratch / "rest")
+    diffs = []
+    for name in ("trainer", "orchestrator"):
+        diffs += [f"{name}.{key}" for key in _differences(components[name], again[name])]
+    if diffs:
+        refusals.append(_refusal("rest_differs", "without [inference] prime-rl resolves the "
+                                 f"rest differently: {', '.join(diffs)}"))
+    infer_gpus, trainer_gpus = facts["inference_gpu_ids"], facts["trainer_gpu_ids"]
+    if infer_gpus is None or trainer_gpus is None:
+        refusals.append(_refusal("gpus_unknown", "fewer GPUs visible than the deployment asks"))
+        infer_gpus, trainer_gpus = infer_gpus or [], trainer_gpus or []
+    env = {
+        **DEFAULT_COMMON_ENV_VARS,
+        **DEFAULT_INFERENCE_ENV_VARS,
+        **config.env_vars,
+        **inference.env_vars,
+        "CUDA_VISIBLE_DEVICES": ",".join(map(str, infer_gpus)),
+        "PRL_RUN_NAME": config.run.name,
+    }
+    return {
+        "inference": {
+            "config": components["inference"],
+            "format": "json",
+            "env": env,
+            "gpus": infer_gpus,
+            "host": inference.server.host,
+            "port": port,
+        },
+        "rest": {"config": rest_dump, "format": "json",
+                 "env": {"CUDA_VISIBLE_DEVICES": ",".join(map(str, trainer_gpus)),
+                         "PRL_RUN_NAME": config.run.name}},
+        "refusals": refusals,
+    }
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -557,7 +710,10 @@ def _arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--version", required=True, choices=["0.4", "main"])
     parser.add_argument("--component", default="rl", choices=list(COMPONENTS))
     parser.add_argument("--cwd", default=None)
+    parser.add_argument("--split", action="store_true")
     namespace = parser.parse_args(own)
+    if namespace.split and namespace.component != "rl":
+        raise ValueError("--split needs --component rl")
     if namespace.component == "env-server" and namespace.version != "main":
         raise ValueError("--component env-server exists only in prime-rl main")
     return namespace, rest
@@ -598,6 +754,8 @@ def _resolve(options: argparse.Namespace, args: list[str], scratch: Path) -> dic
                     ),
                 }
                 result["facts"] = _v04_facts(config, cwd)
+                if options.split:
+                    result["split"] = _split_v04(config, result["components"], scratch)
         else:
             config = _parse_main(component, args)
             if component == "rl":
@@ -608,6 +766,8 @@ def _resolve(options: argparse.Namespace, args: list[str], scratch: Path) -> dic
                 result["components"] = components
                 result["env_servers"] = servers
                 result["facts"] = _main_facts(config, cwd, run_name_given)
+                if options.split:
+                    result["split"] = _split_main(config, components, scratch, result["facts"])
         if component != "rl":
             from pydantic import BaseModel
 
