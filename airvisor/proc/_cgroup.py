@@ -14,8 +14,10 @@ its runs and a second airvisor (another state dir) never mistakes them for its o
 directory carries the state dir in an extended attribute (`user.airvisor.state_dir`) so that
 anyone can ask that airvisor's store whether the run is live.
 
-Where no writable cgroup v2 exists (cgroup v1 only, an unprivileged user without delegation),
-the fallback is `PR_SET_CHILD_SUBREAPER`: orphans of the components re-parent to the supervisor
+Without root or a delegated service cgroup, a user's own systemd manager gives each component a
+delegated scope (see `_userscope`): the same layout below the scope, the same `cgroup.kill`.
+Where none of these exists (cgroup v1 only, no reachable user manager), the fallback is
+`PR_SET_CHILD_SUBREAPER`: orphans of the components re-parent to the supervisor
 instead of init, so its own child list still leads to them (see `_kill`). `containment_mode()`
 says which one is active. Settings (environment):
 
@@ -31,6 +33,7 @@ import errno
 import hashlib
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -38,6 +41,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from airvisor.proc._userscope import UserScopes
 
 CONTAINMENT_ENV = "AIRVISOR_CONTAINMENT"
 CGROUP_ROOT_ENV = "AIRVISOR_CGROUP_ROOT"
@@ -59,11 +64,19 @@ class Containment:
     base: Path | None  # airvisor's cgroup directory (cgroup mode only)
     mount: Path | None  # where the cgroup v2 hierarchy is mounted
     reason: str  # one sentence: why this mode
+    # cgroup mode without root: the user's systemd manager makes a delegated scope per
+    # component, in `base` (its app.slice); None: airvisor creates its cgroups in `base` itself.
+    scopes: UserScopes | None = None
+    hint: str = ""  # subreaper fallback: what would enable cgroups ("" when nothing would)
 
     def describe(self) -> str:
         if self.mode == "cgroup":
+            if self.scopes is not None:
+                return (f"cgroup v2 (a delegated scope per component from {self.scopes.manager}, "
+                        f"in {self.base})")
             return f"cgroup v2 ({self.base})"
-        return f"subreaper fallback ({self.reason})"
+        return f"subreaper fallback ({self.reason})" + (
+            f"; to get cgroups: {self.hint}" if self.hint else "")
 
 
 @dataclass(frozen=True)
@@ -184,13 +197,33 @@ def detect(env: dict[str, str] | None = None) -> Containment:
     try:
         base.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        return Containment("subreaper", None, mount,
-                           f"cannot create airvisor's cgroup {base}: {err.strerror}")
+        return _user_scopes(mount, env, explicit,
+                            f"cannot create airvisor's cgroup {base}: {err.strerror}")
     if not _writable_cgroup(base) or not (base / "cgroup.procs").exists():
-        return Containment("subreaper", None, mount, f"{base} is not a writable cgroup v2")
+        return _user_scopes(mount, env, explicit, f"{base} is not a writable cgroup v2")
     if not (base / "cgroup.kill").exists():
         why += "; no cgroup.kill (kernel < 5.14): members are killed one by one"
     return Containment("cgroup", base, mount, why)
+
+
+def _user_scopes(mount: Path, env: dict[str, str], explicit: str | None,
+                 why_not_here: str) -> Containment:
+    """No cgroup of airvisor's own: a delegated scope per component from the user's systemd
+    manager (not for root, who needs none, nor with an explicit AIRVISOR_CGROUP_ROOT), else
+    the fallback, saying why and what would enable cgroups."""
+    if os.geteuid() == 0 or explicit:
+        return Containment("subreaper", None, mount, why_not_here)
+    from airvisor.proc import _userscope
+
+    found = _userscope.probe(mount, env)
+    if found.scopes is not None:
+        why = f"{why_not_here}; the user's systemd manager delegates a scope per component"
+        if not (found.scopes.slice_dir / "cgroup.kill").exists() and \
+                not (mount / "cgroup.kill").exists():
+            why += "; no cgroup.kill (kernel < 5.14): members are killed one by one"
+        return Containment("cgroup", found.scopes.slice_dir, mount, why, scopes=found.scopes)
+    return Containment("subreaper", None, mount, f"{why_not_here}; {found.reason}",
+                       hint=found.hint)
 
 
 _lock = threading.Lock()
@@ -265,13 +298,41 @@ def run_cgroup_path(base: Path, state_dir: str, run_id: str) -> Path:
     return base / instance_id(state_dir) / f"{RUN_PREFIX}{safe_name(run_id)}"
 
 
+def layout(state_dir: str, run_id: str, component: str, attempt: int | None) -> str:
+    """The component's leaf below airvisor's base (or below its delegated scope)."""
+    parts = [instance_id(state_dir), f"{RUN_PREFIX}{safe_name(run_id)}"]
+    if attempt is not None:
+        parts.append(f"{ATTEMPT_PREFIX}{attempt}")
+    parts.append(safe_name(component))
+    return "/".join(parts)
+
+
+def scope_argv(run_id: str, component: str, attempt: int | None, program: str,
+               argv: list[str], *, state_dir: str | None = None) -> list[str] | None:
+    """Cgroup mode through the user's systemd manager: the command line that starts the
+    component (`program`, resolved, with `argv`) in a delegated scope of its own, moved into
+    its leaf of the layout before it runs. None in the other modes."""
+    current = containment()
+    if current.mode != "cgroup" or current.scopes is None or current.mount is None:
+        return None
+    from airvisor.proc import _userscope
+
+    state = state_dir or own_state_dir()
+    systemd_run = shutil.which("systemd-run") or "systemd-run"
+    return _userscope.wrap(
+        current.scopes, mount=current.mount,
+        unit=_userscope.unit_name(instance_id(state), run_id, attempt, component),
+        layout=layout(state, run_id, component, attempt), state_dir=state, run_id=run_id,
+        program=program, argv=argv, systemd_run=systemd_run)
+
+
 def component_cgroup(
     run_id: str, component: str, attempt: int | None, *, state_dir: str | None = None
 ) -> Path | None:
     """Create (if needed) the cgroup a component of `run_id` is started in; None in the
-    subreaper fallback."""
+    subreaper fallback and with the user's delegated scopes (`scope_argv`)."""
     current = containment()
-    if current.mode != "cgroup" or current.base is None:
+    if current.mode != "cgroup" or current.base is None or current.scopes is not None:
         return None
     state = state_dir or own_state_dir()
     instance_cgroup(current.base, state)
@@ -292,6 +353,11 @@ def run_cgroups(run_id: str, *, state_dir: str | None = None) -> list[Path]:
     if current.mode != "cgroup" or current.base is None:
         return []
     state = state_dir or own_state_dir()
+    if current.scopes is not None:
+        from airvisor.proc import _userscope
+
+        return _userscope.run_dirs(current.scopes, instance_id(state),
+                                   f"{RUN_PREFIX}{safe_name(run_id)}")
     bases = [current.base]
     with contextlib.suppress(OSError):
         recorded = Path((Path(state) / BASE_RECORD).read_text().strip())

@@ -4,7 +4,8 @@ to a file.
 Files rather than pipes: a component must be able to outlive a dying supervisor without blocking
 on a full pipe or dying of SIGPIPE, and a later supervisor re-reads the same file.
 
-In cgroup mode the component enters its cgroup before it runs a single instruction of its own:
+In cgroup mode the component enters its cgroup before it runs a single instruction of its own
+(through the user's systemd manager, `_userscope`, where airvisor may not create cgroups itself):
 a tiny interpreter (`_ENTER`, no site import) writes itself into `cgroup.procs` and then execs
 the component, so nothing it forks can start outside the cgroup. (`subprocess` has no
 CLONE_INTO_CGROUP, and moving the pid after Popen returns races with the component's first
@@ -26,7 +27,13 @@ from pathlib import Path
 
 import psutil
 
-from airvisor.proc._cgroup import become_subreaper, component_cgroup, containment, own_state_dir
+from airvisor.proc._cgroup import (
+    become_subreaper,
+    component_cgroup,
+    containment,
+    own_state_dir,
+    scope_argv,
+)
 from airvisor.proc._marker import MARKER_COMPONENT_ENV, MARKER_OWNER_ENV, MARKER_RUN_ENV
 
 _ENTER = (
@@ -142,11 +149,18 @@ def launch(
         attempt = int(found.group(1))
     argv = list(argv)
     cgroup = component_cgroup(run_id, component, attempt)
+    current = containment()
     if cgroup is not None:
         program = _resolve(argv[0], full_env, cwd)
         argv = [sys.executable, "-I", "-S", "-c", _ENTER, str(cgroup / "cgroup.procs"),
                 program, *argv]
-    elif containment().mode == "subreaper":
+    elif current.scopes is not None:
+        # systemd-run execs the component in place once its scope holds it: the pid Popen
+        # returns is the component's, with the same start time.
+        full_env.setdefault("XDG_RUNTIME_DIR", current.scopes.runtime_dir)
+        argv = scope_argv(run_id, component, attempt, _resolve(argv[0], full_env, cwd),
+                          argv) or argv
+    elif current.mode == "subreaper":
         become_subreaper()
         from airvisor.proc._kill import reap_adopted_zombies
 
@@ -167,7 +181,7 @@ def launch(
         _launched[popen.pid] = run_id
         _active_runs.add(run_id)
     identity = identity_of(popen.pid) or ProcessIdentity(popen.pid, 0.0)
-    if cgroup is None:  # no cgroup names the run's processes: record the tree it grows
+    if current.mode == "subreaper":  # no cgroup names the run's processes: record its tree
         from airvisor.proc._tree import record_launch
 
         record_launch(run_id, component, attempt, popen.pid, identity.create_time)
