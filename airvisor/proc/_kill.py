@@ -33,6 +33,7 @@ from airvisor.proc._marker import infer_session_marker, read_environ_marker
 # times in clock ticks of 10 ms; psutil derives the same float for the same process every time).
 CREATE_TIME_TOLERANCE = 0.01
 _POLL_INITIAL = 0.005
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _POLL_MAX = 0.05
 
 
@@ -315,7 +316,27 @@ def collect_targets(
         for pid in adopted_orphans(marker_run_id, targets.table):
             targets.adopted.add(pid)
             targets.add_pid_tree(pid)
+        for pid in _recorded(marker_run_id, targets.table):
+            targets.add_pid_tree(pid)
     return targets
+
+
+def _recorded(run_id: str, table: ProcessTable) -> list[int]:
+    """Subreaper fallback: the live processes the run's recorded tree names by pid and start
+    time (`_tree`), also those that left its groups, re-parented away and wiped their marker;
+    nothing without a record (cgroup mode keeps none)."""
+    from airvisor.proc._tree import read_trees, recorded_members
+
+    state = _cgroup.own_state_dir()
+    if not any(tree.run_id == run_id for tree in read_trees(state)):
+        return []
+    starts = {pid: (row.ppid, _start_time(row)) for pid, row in table.rows.items()}
+    return recorded_members(run_id, starts, state)
+
+
+def _start_time(row: Row) -> float:
+    """A row's start time in psutil's terms (boot time + ticks), as the recorder stores it."""
+    return psutil.boot_time() + row.start_ticks / _CLOCK_TICKS
 
 
 def adopted_orphans(run_id: str, table: ProcessTable) -> list[int]:

@@ -135,6 +135,26 @@ def read_trees(state_dir: str | os.PathLike[str]) -> list[RecordedTree]:
     return found
 
 
+def recorded_members(run_id: str, table: Mapping[int, tuple[int, float]],
+                     state_dir: str | os.PathLike[str] | None = None) -> list[int]:
+    """The live processes `run_id`'s recorded tree names by identity (same pid and start time
+    in `table`, pid -> (ppid, start time)), wherever they went since: what a stop of the run
+    must reach besides its groups and markers. Empty without a record."""
+    if state_dir is None:
+        from airvisor.proc._cgroup import own_state_dir
+
+        state_dir = own_state_dir()
+    found: list[int] = []
+    for tree in read_trees(state_dir):
+        if tree.run_id != run_id:
+            continue
+        for entry in tree.entries:
+            seen = table.get(entry.pid)
+            if seen is not None and same_process(seen[1], entry.create_time):
+                found.append(entry.pid)
+    return sorted(set(found))
+
+
 def process_table() -> dict[int, tuple[int, float]]:
     """pid -> (ppid, start time) of every process, from one pass over /proc."""
     from airvisor.proc._facts import process_starts
