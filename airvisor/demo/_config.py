@@ -91,6 +91,10 @@ class InferenceDemoSettings(_Strict):
     ignore_sigterm: bool = False
     # Start a child titled "VLLM::EngineCore" that, like vLLM's, outlives a SIGKILLed server.
     engine_core_child: bool = False
+    # That child detaches (setsid, double fork: re-parented away from the server), replaces its
+    # environment with vLLM's own variables (no airvisor marker) and retitles itself: after a
+    # supervisor crash only the run's cgroup or the fallback's recorded tree still names it.
+    engine_core_detached: bool = False
     # Exit with exit_code this many seconds after becoming healthy (a dying server).
     crash_after: float | None = Field(default=None, gt=0)
     exit_code: int = Field(default=1, ge=1, le=255)

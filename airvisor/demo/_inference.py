@@ -3,11 +3,14 @@
 The port is bound at once (a clash fails fast and clearly); `/health` and `/v1/models` answer 503
 until `startup_delay` has passed (vLLM is loading the model), then 200. With
 `[demo] engine_core_child = true` it starts a child titled `VLLM::EngineCore`, which exits with
-its parent on SIGTERM but, like vLLM's, outlives a SIGKILL of its parent.
+its parent on SIGTERM but, like vLLM's, outlives a SIGKILL of its parent; with
+`engine_core_detached = true` that child also leaves the server's session and parentage and
+wipes its environment (the hardest case for finding a run's leftovers).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +31,7 @@ from airvisor.demo._process import Terminated, install_termination_handlers, pri
 
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
 RUN_DIR_ENV = "AIRVISOR_DEMO_RUN_DIR"  # set by the rl stand-in for its children
+DETACH_FLAG = "--detach"
 ENGINE_CORE_SUBCOMMAND = "engine-core"  # internal: `python -m airvisor.demo engine-core`
 REPLY_TEXT = "Hello from the airvisor demo inference server."
 QUIET_PATHS = frozenset({"/health", "/metrics", "/liveness"})  # probed often; not logged
@@ -214,7 +218,10 @@ def main(argv: Sequence[str], version: str = "main") -> int:
         f"Starting vLLM API server (airvisor demo stand-in) for {settings.served_model} "
         f"on http://{host}:{bound_port}"
     )
-    engine_core = _start_engine_core() if demo.engine_core_child else None
+    engine_core: subprocess.Popen[bytes] | _DetachedEngine | None = None
+    if demo.engine_core_child:
+        engine_core = _DetachedEngine.start() if demo.engine_core_detached else \
+            _start_engine_core()
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
     )
@@ -245,7 +252,7 @@ class _InjectedExit(Exception):
 
 def _serve(
     settings: InferenceSettings, state: _ServerState, logger: StandinLogger, output_dir: Path,
-    engine_core: subprocess.Popen[bytes] | None = None,
+    engine_core: subprocess.Popen[bytes] | _DetachedEngine | None = None,
 ) -> None:
     demo = settings.demo
     ready_at = time.monotonic()
@@ -287,7 +294,52 @@ def _start_engine_core() -> subprocess.Popen[bytes]:
     )
 
 
-def _stop_engine_core(child: subprocess.Popen[bytes]) -> None:
+class _DetachedEngine:
+    """The EngineCore started through a double fork with setsid and a fresh environment: not
+    the server's child, so it is watched and stopped by pid and start time."""
+
+    def __init__(self, pid: int, create_time: float) -> None:
+        self.pid = pid
+        self.create_time = create_time
+
+    @classmethod
+    def start(cls) -> _DetachedEngine:
+        import psutil
+
+        env = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+               "PATH": os.environ.get("PATH", os.defpath)}
+        if os.environ.get("PYTHONPATH"):  # where this package was found, when not installed
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        done = subprocess.run(
+            [sys.executable, "-m", "airvisor.demo", ENGINE_CORE_SUBCOMMAND, DETACH_FLAG],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True,
+            close_fds=True, check=True, timeout=60)
+        pid = int(done.stdout.decode().strip())
+        return cls(pid, psutil.Process(pid).create_time())
+
+    def _alive(self) -> bool:
+        import psutil
+
+        try:
+            proc = psutil.Process(self.pid)
+            return abs(proc.create_time() - self.create_time) < 0.01 and \
+                proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def poll(self) -> int | None:
+        return None if self._alive() else 0
+
+    def stop(self) -> None:
+        if self._alive():
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGTERM)
+
+
+def _stop_engine_core(child: subprocess.Popen[bytes] | _DetachedEngine) -> None:
+    if isinstance(child, _DetachedEngine):
+        child.stop()
+        return
     if child.poll() is not None:
         return
     child.send_signal(signal.SIGTERM)
@@ -306,9 +358,19 @@ def engine_core_main(argv: Sequence[str]) -> int:
     """
     import setproctitle
 
+    if DETACH_FLAG in argv:
+        # The second fork of a double fork (the first was the server's, with setsid): print
+        # the engine's pid for the server and leave it re-parented away from everyone.
+        pid = os.fork()
+        if pid:
+            sys.stdout.write(f"{pid}\n")
+            sys.stdout.flush()
+            os._exit(0)
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 1)
     setproctitle.setproctitle(ENGINE_CORE_TITLE)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    del argv
     while True:
         time.sleep(3600)
