@@ -10,7 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 PrimeRLVersion = Literal["0.4", "main"]
 ComponentName = Literal["inference", "trainer", "orchestrator"]
@@ -117,6 +124,20 @@ class RestartSection(_Section):
     backoff_max: float = Field(default=300.0, ge=0)
     stop_grace: float = Field(default=30.0, ge=0)  # SIGTERM -> SIGKILL
     resume_on_boot: bool = True
+    # What a recovery restarts (issue 22): "auto" keeps a healthy inference server when only
+    # the trainer, orchestrator or an env server failed, where the prime-rl version and settings
+    # allow it (airvisor.policy._scope); "all" restarts everything every time.
+    scope: Literal["auto", "all"] = "auto"
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _known_scope(cls, value: Any) -> Any:
+        if value not in ("auto", "all"):
+            raise ValueError(
+                'restart.scope is "auto" (keep a healthy inference server when only the '
+                'trainer, orchestrator or an env server failed) or "all" (every recovery '
+                "restarts everything)")
+        return value
 
 
 class ReaperSection(_Section):
