@@ -73,11 +73,13 @@ def _check(ref: str, overrides: dict[str, Any], *, show_config: bool, as_json: b
             payload["plan"] = prepared.plan.as_json()
         elif prepared.resolution is not None:
             payload["facts"] = prepared.resolution.facts.as_json()
+        payload["containment"] = _containment()
         click.echo(json.dumps(payload, indent=2))
         return 0 if prepared.ok else EXIT_PROBLEMS
     if prepared.plan is not None:
         click.echo(render_plan(prepared.profile, prepared.plan, show_config=show_config),
                    nl=False)
+        click.echo(f"\ncontainment (`airvisor start --foreground` here): {_containment()}")
     if prepared.problems:
         if prepared.plan is not None:
             click.echo("")
@@ -86,6 +88,14 @@ def _check(ref: str, overrides: dict[str, Any], *, show_config: bool, as_json: b
     click.echo("\nNo problems found: `airvisor start "
                f"{ref}` would launch the plan above.")
     return 0
+
+
+def _containment() -> str:
+    """How a run started from this shell would be contained: cgroups (root, a delegated
+    service, the user's systemd manager) or the fallback, with what would enable cgroups."""
+    from airvisor.proc import detect_containment
+
+    return detect_containment().describe()
 
 
 def _problem_json(problem: Problem) -> dict[str, Any]:

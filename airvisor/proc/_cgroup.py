@@ -226,6 +226,11 @@ def _user_scopes(mount: Path, env: dict[str, str], explicit: str | None,
                        hint=found.hint)
 
 
+def detect_containment() -> Containment:
+    """`detect()` without caching or logging it: what `airvisor check` reports."""
+    return detect()
+
+
 _lock = threading.Lock()
 _current: Containment | None = None
 _subreaper_set = False
