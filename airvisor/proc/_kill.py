@@ -325,7 +325,7 @@ def _recorded(run_id: str, table: ProcessTable) -> list[int]:
     """Subreaper fallback: the live processes the run's recorded tree names by pid and start
     time (`_tree`), also those that left its groups, re-parented away and wiped their marker;
     nothing without a record (cgroup mode keeps none)."""
-    from airvisor.proc._tree import read_trees, recorded_members
+    from airvisor.proc._treefile import read_trees, recorded_members
 
     state = _cgroup.own_state_dir()
     if not any(tree.run_id == run_id for tree in read_trees(state)):
