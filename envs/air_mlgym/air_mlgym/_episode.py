@@ -27,6 +27,7 @@ from air_mlgym._actions import (
     extract_command,
 )
 from air_mlgym._containers import ContainerUnavailable
+from air_mlgym._report import report_episode
 from air_mlgym._reward import MetricSpec, RewardConfig, RewardMode, ScoreTracker, baseline_score
 from air_mlgym._session import EnvironmentUnusable, Evaluation, TaskSession
 from air_mlgym._shell import RunResult
@@ -250,6 +251,10 @@ class Episode:
             final_reward += self.tracker.finalize()
         self.events.append(f"reward {self.tracker.total_reward:+.6g}")
         self.save_trajectory()
+        # The supervisor counts errored episodes (airvisor's $AIRVISOR_EPISODE_LOG).
+        report_episode(ok=self.error is None, task=self.task.id, error=self.error,
+                       container=self.session.container_name, episode_id=self.episode_id,
+                       end_reason=self.end_reason)
         return final_reward
 
     # --- commands -------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from datasets import Dataset
 
 from air_mlgym._core import EnvArgs, MLGymRunner, last_assistant_text
 from air_mlgym._episode import Episode
+from air_mlgym._report import report_episode
 
 logger = logging.getLogger(__name__)
 
@@ -112,13 +113,17 @@ class MLGymMultiTurnEnv(vf.MultiTurnEnv):  # type: ignore[misc]
         except Exception as e:  # docker not reachable at all
             logger.exception("air-mlgym: cannot lease a container")
             summary.update(end_reason="container_unavailable", error=str(e))
+            report_episode(ok=False, task=task_id, error=f"cannot lease a task container: {e}",
+                           end_reason="container_unavailable")
             raise _infra_error(f"cannot lease a task container: {e}") from e
         if lease is None:
             summary.update(end_reason="no_container_free")
-            raise _infra_error(
+            reason = (
                 f"no task container became free within lease_timeout "
                 f"({self.runner.args.lease_timeout:g}s)"
             )
+            report_episode(ok=False, task=task_id, error=reason, end_reason="no_container_free")
+            raise _infra_error(reason)
         episode = self.runner.new_episode(
             task_id, lease, meta={"trajectory_id": state.get("trajectory_id")}
         )

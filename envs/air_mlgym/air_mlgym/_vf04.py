@@ -24,6 +24,7 @@ from verifiers.v1.harness import Harness
 from verifiers.v1.runtimes import ProgramResult
 
 from air_mlgym._core import EnvArgs, MLGymRunner
+from air_mlgym._report import report_episode
 
 logger = logging.getLogger(__name__)
 
@@ -192,10 +193,12 @@ class MLGymEnv(vf.Env[MLGymEnvConfig]):  # type: ignore[misc]
         task_id = task.data.task_id
         lease = await _acquire(runner)
         if lease is None:
-            raise _env_error(
-                f"air-mlgym: no task container became free within lease_timeout "
+            reason = (
+                f"no task container became free within lease_timeout "
                 f"({runner.args.lease_timeout:g}s)"
             )
+            report_episode(ok=False, task=task_id, error=reason, end_reason="no_container_free")
+            raise _env_error(f"air-mlgym: {reason}")
         episode = runner.new_episode(task_id, lease, meta={"task_name": task.data.id})
         served = False
         try:
