@@ -64,21 +64,23 @@ fi
 # The MLGym environment's tests (real task containers, both image layouts) are the longest and
 # mostly wait on `docker exec`: a third process of their own ("envs").
 envs=(tests/envs)
-isolated=(tests/demo tests/primerl tests/service/test_systemd_scenarios.py tests/test_layering.py)
+isolated=(tests/demo tests/primerl tests/service/test_systemd_scenarios.py
+          tests/service/test_user_containment.py tests/test_layering.py)
 host=()
 for path in tests/*/; do
   path="${path%/}"
   case " ${isolated[*]} ${envs[*]} " in *" $path "*) continue ;; esac
   [ "$path" = tests/fixtures ] || [ "$path" = tests/images ] && continue
   host+=("$path")
-done  # (tests/service is in both: its systemd scenarios isolated, the rest on the host)
+done  # (tests/service is in both: its systemd containers isolated, the rest on the host)
 logs="$(mktemp -d /tmp/airvisor-tests.XXXXXX)"
 run_group() {  # name, then paths
   local name="$1"; shift
   .venv/bin/python -m pytest -ra --durations=15 -p no:cacheprovider \
     --basetemp="$logs/tmp-$name" "$@" >"$logs/$name.log" 2>&1
 }
-run_group host --ignore=tests/service/test_systemd_scenarios.py "${host[@]}" &
+run_group host --ignore=tests/service/test_systemd_scenarios.py \
+  --ignore=tests/service/test_user_containment.py "${host[@]}" &
 host_pid=$!
 run_group isolated "${isolated[@]}" &
 isolated_pid=$!
