@@ -7,6 +7,7 @@ malformed command line. Never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tomllib
@@ -66,6 +67,9 @@ def _check(ref: str, overrides: dict[str, Any], *, show_config: bool, as_json: b
             _print_problems(ref, err.problems)
         return EXIT_PROBLEMS
     prepared = prepare_run(profile, resume_step=resume_step)
+    images = _task_image_problems(prepared)
+    if images:
+        prepared = dataclasses.replace(prepared, problems=[*prepared.problems, *images])
     if as_json:
         payload: dict[str, Any] = {"ok": prepared.ok,
                                    "problems": [_problem_json(p) for p in prepared.problems]}
@@ -96,6 +100,29 @@ def _containment() -> str:
     from airvisor.proc import detect_containment
 
     return detect_containment().describe()
+
+
+def _task_image_problems(prepared: Any) -> list[Problem]:
+    """The task image of `[containers]`: present here, and able to serve the episodes of the
+    air_mlgym environments the prime-rl config names (read from prime-rl's resolution, else
+    from the config files and `[prime_rl.overrides]` as airvisor reads them)."""
+    profile: Profile = prepared.profile
+    if not profile.containers.enabled:
+        return []
+    from airvisor.containers._inspect import task_image_problems
+
+    resolution = prepared.resolution
+    config: dict[str, Any] | None = resolution.rl if resolution is not None else None
+    if config is None:
+        from airvisor.primerl._facts import merged_toml
+        from airvisor.profile._configs import deep_merge
+
+        try:
+            config = deep_merge(merged_toml(profile.prime_rl.args),
+                                dict(profile.prime_rl.overrides))
+        except (OSError, tomllib.TOMLDecodeError):
+            config = {}  # the unreadable file is a problem prepare_run already reported
+    return task_image_problems(profile, config)
 
 
 def _problem_json(problem: Problem) -> dict[str, Any]:

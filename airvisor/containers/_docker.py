@@ -108,6 +108,31 @@ class DockerEngine:
         with _engine_errors(f"pull {image}"):
             self.client.images.pull(repository, tag=tag)
 
+    def run_once(self, image: str, argv: list[str], *, mounts: list[tuple[str, str]],
+                 labels: Mapping[str, str], timeout: float) -> tuple[int, str]:
+        """Run `argv` (its first element the entrypoint) in a throwaway container of `image`:
+        as root, without network, `mounts` ((source, target) pairs) read-only; its exit status
+        and output (stdout and stderr). The container is removed whatever happens."""
+        with _engine_errors(f"run a container of {image}"):
+            container = self.client.containers.create(
+                image, command=argv[1:], entrypoint=[argv[0]], user="root",
+                network_mode="none", labels=dict(labels), detach=True,
+                mounts=[Mount(target=target, source=source, type="bind", read_only=True)
+                        for source, target in mounts])
+        try:
+            with _engine_errors(f"run a container of {image}"):
+                container.start()
+                status = container.wait(timeout=timeout)
+                output = container.logs(stdout=True, stderr=True)
+        finally:
+            try:
+                with _engine_errors("remove the throwaway container"):
+                    container.remove(force=True)
+            except ContainerError:
+                pass  # already gone; a leftover carries `labels`
+        text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
+        return int(status.get("StatusCode", -1)), text
+
     # -- containers ---------------------------------------------------------------------------
     def create(self, spec: ContainerSpec) -> ContainerFacts:
         kwargs: dict[str, Any] = {
