@@ -1,5 +1,6 @@
 """The system service under a real systemd (Debian bookworm, systemd 252, booted with /sbin/init
-in a container), installed as the README says, supervising the demo stand-ins.
+in a container), installed as the README says, supervising prime-rl's own `rl` launcher of each
+version (v0.4 and main), whose leaf programs are the demo's stand-ins (tests/launchers.py).
 
 The container is built by tests/images/build_systemd_image.sh (scripts/setup.d/60-systemd-image.sh
 in CI). It has no network: airvisor is installed offline from the checkout and the image's
@@ -7,8 +8,14 @@ wheelhouse. `--privileged` is not needed (nor allowed here): CAP_SYS_ADMIN lets 
 its file systems, and the host's cgroup hierarchy (hybrid v1 here) is shared with
 `--cgroupns=host`.
 
-The scenarios run in order on one container, each from the state the one before left (the whole
-module takes about two minutes):
+prime-rl's launcher runs from the host's test venvs (scripts/setup_primerl_venvs.sh): the venvs,
+the Python they were made from and every directory their `.pth` files put on the path (the
+prime-rl sources in ../shared/third_party, the checkout's envs/) are bind-mounted read-only at
+the paths they have on the host, found at run time by asking each venv's interpreter (a CI
+checkout lives elsewhere); nothing is copied into the image.
+
+The scenarios run in order on one container per prime-rl version, each from the state the one
+before left (about two minutes per version):
 READY gating -> root's commands see the supervised run (reap leaves it alone) -> `systemctl
 restart` adopts the same pids -> `kill -9` restart -> the watchdog restarts a frozen daemon ->
 a component failure is a warning in the journal -> a run that finished while the daemon was
@@ -23,12 +30,17 @@ import re
 import shutil
 import subprocess
 import time
+import tomllib
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import tomli_w
+
+from ..engine.conftest import demo_rl_config
+from ..launchers import VENVS, missing_launcher
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_SCRIPT = REPO / "tests" / "images" / "build_systemd_image.sh"
@@ -38,17 +50,31 @@ AIRVISOR = f"{CHECKOUT}/.venv/bin/airvisor"
 PYTHON = f"{CHECKOUT}/.venv/bin/python"
 # Set to a git revision to install that commit instead of the working tree.
 SOURCE_REV_ENV = "AIRVISOR_SERVICE_TEST_REV"
-# The demo profile (prime-rl v0.4's launcher over the stand-ins), long enough to outlive the
-# scenarios, without its default crash.
+VERSIONS = ("0.4", "main")
+# In the container: prime-rl's launcher folder (tests/launchers.py), its config, the profile
+# (configs/demo.toml's pacing, health and restart settings over that launcher) and the run.
+RUNS = "/srv/airvisor-test"
+# Long enough to outlive the scenarios; the short run's end is the last scenario's subject.
 LONG_RUN = ["--set", "prime_rl.overrides.max_steps=100000"]
 SHORT_STEPS = 8
 SHORT_RUN = ["--set", f"prime_rl.overrides.max_steps={SHORT_STEPS}"]
-NO_CRASH = ["--set", "demo.trainer.crash_at_step=1000000"]
-# The stand-in trainer's command line (not torchrun's); [.] keeps pgrep's shell off the list.
-TRAINER_PATTERN = "airvisor[.]demo .* trainer @"
-WORKER_PATTERN = "airvisor[.]demo .* (trainer|orchestrator) @"
-# Everything of a run but its inference server: prime-rl's launcher, torchrun, the workers.
-TRAINING_PATTERN = "airvisor[.]demo .* (rl|torchrun|trainer|orchestrator) "
+# What pgrep finds of a run, per version ([.] keeps pgrep's own shell off the list).
+# v0.4's leaves keep their command lines: `uv run orchestrator @ f` runs the stand-in as
+# `python -m airvisor.demo --prime-rl 0.4 orchestrator @ f`, and torchrun starts the stand-in
+# trainer with the same form. main's leaves retitle themselves `PRIME-RL::<Name>`
+# (utils/process.py set_proc_title), so their command line is that title.
+TRAINER_PATTERN = {"0.4": "airvisor[.]demo .* trainer @", "main": "^PRIME-RL::Trainer"}
+WORKER_PATTERN = {"0.4": "airvisor[.]demo .* (trainer|orchestrator) @",
+                  "main": "^PRIME-RL::(Trainer|Orchestrator)"}
+# Everything of a run but its inference server: prime-rl's launcher (v0.4's bin/rl runs it as
+# `python -c '... from prime_rl.rl import main ...'`; main's retitles itself
+# `PRIME-RL::Launcher`), torchrun and the workers.
+TRAINING_PATTERN = {
+    "0.4": "from prime_rl[.]rl import main|airvisor[.]demo .* (torchrun|trainer|orchestrator) ",
+    "main": "^PRIME-RL::(Launcher|Trainer|Orchestrator)|airvisor[.]demo .* torchrun "}
+# Where each version's trainer logs (v0.4 `logs/trainer.stdout`, rl.py:747; main
+# `logs/latest/trainer.log`, entrypoints/rl.py:287 and utils/pathing.py:14-39), under run_dir.
+TRAINER_LOG = {"0.4": "logs/trainer.stdout", "main": "logs/latest/trainer.log"}
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -83,12 +109,52 @@ def _source_tar() -> bytes:
                           capture_output=True, check=True).stdout
 
 
+def _host_mounts(version: str) -> list[str]:
+    """`docker run` arguments that bind-mount, read-only and at the same paths, what prime-rl's
+    launcher of `version` needs from the host: its test venv (and v0.4's, whose torch/wandb stub
+    main's launcher borrows), the Python each was made from (`sys.base_prefix`) and every
+    directory on its `sys.path` outside both (what its `.pth` files add: the prime-rl and
+    verifiers sources, the checkout's envs/), as that venv's interpreter reports them."""
+    wanted: set[Path] = set()
+    for venv in {VENVS[version], VENVS["0.4"]}:
+        listed = subprocess.run(
+            [str(venv / "bin" / "python"), "-c",
+             "import json, sys; print(json.dumps([sys.base_prefix, *sys.path]))"],
+            capture_output=True, text=True, check=True, timeout=60, cwd="/").stdout
+        wanted |= {venv.resolve(), *(Path(entry).resolve() for entry in json.loads(listed)
+                                     if entry and Path(entry).is_dir())}
+    # A directory inside another mounted one comes with it.
+    tops = sorted(path for path in wanted
+                  if not any(other != path and other in path.parents for other in wanted))
+    return [arg for path in tops for arg in ("-v", f"{path}:{path}:ro")]
+
+
+def _profile(version: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The profile the scenarios submit and its prime-rl config: configs/demo.toml's pacing,
+    health and restart settings (without its crash), over prime-rl's own launcher of `version`
+    (`{RUNS}/<version>/prime-rl`, laid out in the container by tests/launchers.py)."""
+    root = f"{RUNS}/{version}"
+    rl = demo_rl_config(Path(root) / "outputs", version)
+    profile = tomllib.loads((REPO / "configs" / "demo.toml").read_text())
+    del profile["demo"]["trainer"]["crash_at_step"]
+    profile["prime_rl"] = {"version": version, "venv": f"{root}/prime-rl",
+                           "args": ["@", "rl.toml"], "workdir": root}
+    if version == "main":
+        # main maps its GPUs from CUDA_VISIBLE_DEVICES, else NVML (none here): the box's two.
+        profile["prime_rl"]["env"] = {"CUDA_VISIBLE_DEVICES": "0,1"}
+    profile["reaper"]["ports"] = [rl["inference"]["server"]["port"]]
+    return profile, rl
+
+
 class Box:
     """A booted systemd container and the commands a person would type in it (as root, with
-    no AIRVISOR_* variable: the CLI must find the service by itself)."""
+    no AIRVISOR_* variable: the CLI must find the service by itself); its runs are prime-rl
+    `version`'s, submitted with `profile`."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, version: str) -> None:
         self.name = name
+        self.version = version
+        self.profile = f"{RUNS}/{version}/profile.toml"
 
     def run(self, script: str, *, check: bool = True, timeout: float = 120,
             stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
@@ -129,12 +195,32 @@ class Box:
 
     def pids(self) -> set[int]:
         """Every live process of the current run: those carrying its AIRVISOR_RUN_ID marker
-        (the launcher or components and everything they started)."""
+        (the launcher or components and everything they started), what they started, and the
+        processes between them and the daemon (or init). The tree counts because main's
+        processes retitle themselves (`PRIME-RL::<Name>`, setproctitle), which overwrites the
+        memory /proc/<pid>/environ shows: its launcher and workers carry no readable marker."""
         run_id = self.status()["id"]
-        found = self.out(
+        marked = {int(pid) for pid in self.out(
             "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f 2>/dev/null | "
-            f"grep -qx 'AIRVISOR_RUN_ID={run_id}' && echo ${{f//[^0-9]/}}; done", check=False)
-        return {int(pid) for pid in found.split() if self.alive(int(pid))}
+            f"grep -qx 'AIRVISOR_RUN_ID={run_id}' && echo ${{f//[^0-9]/}}; done",
+            check=False).split()}
+        parent: dict[int, int] = {}
+        for line in self.out("ps -eo pid=,ppid=,stat=").splitlines():
+            pid, ppid, stat = line.split()[:3]
+            if not stat.startswith("Z"):  # a zombie waiting for init to reap it is gone
+                parent[int(pid)] = int(ppid)
+        found = marked & parent.keys()
+        outside = {0, 1, self.main_pid()}
+        for pid in list(found):
+            while parent.get(pid, 0) not in outside:
+                pid = parent[pid]
+                found.add(pid)
+        grown = True
+        while grown:
+            below = {pid for pid, ppid in parent.items() if ppid in found} - found
+            found |= below
+            grown = bool(below)
+        return found
 
     def pgrep(self, pattern: str) -> list[int]:
         found = self.run(f"pgrep -f '{pattern}'", check=False).stdout
@@ -165,20 +251,25 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0,
                          + (f" (last error: {last_error})" if last_error else ""))
 
 
-@pytest.fixture(scope="module")
-def box() -> Iterator[Box]:
+@pytest.fixture(scope="module", params=VERSIONS, ids=lambda v: f"prime-rl-{v}")
+def box(request: pytest.FixtureRequest) -> Iterator[Box]:
+    version: str = request.param
     if not _docker_ok():
         pytest.skip("no Docker engine (scripts/start_dockerd.sh)")
     image = _image()
     if image is None:
         pytest.skip(f"the systemd image is not built ({IMAGE_SCRIPT.relative_to(REPO)})")
+    missing = missing_launcher(version)
+    if missing is not None:
+        pytest.skip(missing)
     name = f"airvisor-systemd-{uuid.uuid4().hex[:8]}"
     subprocess.run(
         ["docker", "run", "-d", "--name", name, "--hostname", "gpu-box",
          "--cgroupns=host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--cap-add", "SYS_ADMIN",
+         *_host_mounts(version),
          "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp", image],
         check=True, capture_output=True, timeout=60)
-    machine = Box(name)
+    machine = Box(name, version)
     try:
         state = wait_for("systemd to finish booting", lambda: machine.out(
             "systemctl is-system-running", check=False) in ("running", "degraded"), timeout=60)
@@ -189,6 +280,18 @@ def box() -> Iterator[Box]:
         machine.run(f"python3 -m venv {CHECKOUT}/.venv && {CHECKOUT}/.venv/bin/pip install -q "
                     f"--no-index --find-links /opt/wheelhouse -e {CHECKOUT}", timeout=300)
         machine.run(f"{AIRVISOR} install-service")
+        # prime-rl's launcher folder, laid out by tests/launchers.py run with the service's
+        # Python, so its leaves are the stand-ins of the airvisor installed here.
+        root = f"{RUNS}/{version}"
+        venvs = " ".join(f"AIRVISOR_PRIMERL_{'V04' if v == '0.4' else 'MAIN'}_VENV={path}"
+                         for v, path in VENVS.items())
+        machine.run(f"mkdir -p {root} && {venvs} {PYTHON} -c 'import sys; "
+                    f"from pathlib import Path; sys.path.insert(0, \"{CHECKOUT}/tests\"); "
+                    f"from launchers import real_launcher; "
+                    f"real_launcher(Path(\"{root}/prime-rl\"), \"{version}\")'")
+        profile, rl = _profile(version)
+        machine.run(f"cat > {root}/rl.toml", stdin=tomli_w.dumps(rl).encode())
+        machine.run(f"cat > {machine.profile}", stdin=tomli_w.dumps(profile).encode())
         yield machine
     finally:
         if os.environ.get("AIRVISOR_KEEP_CONTAINER"):
@@ -229,11 +332,12 @@ def test_ready_gating_and_discovery_without_environment(box: Box) -> None:
 
 
 def test_root_commands_see_the_supervised_run_and_reap_leaves_it(box: Box) -> None:
-    submitted = box.out(f"cd / && {AIRVISOR} start demo {' '.join(LONG_RUN + NO_CRASH)}")
+    submitted = box.out(f"cd / && {AIRVISOR} start {box.profile} {' '.join(LONG_RUN)}")
     assert "to the daemon at http://127.0.0.1:8765" in submitted, submitted
     wait_for("the run's third step", lambda: (box.status().get("step") or 0) >= 3)
     before = box.pids()
-    assert len(box.pgrep(WORKER_PATTERN)) == 2 and set(box.pgrep(WORKER_PATTERN)) <= before
+    workers = box.pgrep(WORKER_PATTERN[box.version])
+    assert len(workers) == 2 and set(workers) <= before, (workers, before)
     listing = box.out(f"{AIRVISOR} processes")
     assert "No stale processes" in listing, listing
     reaped = box.run(f"{AIRVISOR} reap --yes")
@@ -249,7 +353,7 @@ def test_root_commands_see_the_supervised_run_and_reap_leaves_it(box: Box) -> No
 def test_systemctl_restart_adopts_the_same_pids_and_answers_fresh(box: Box) -> None:
     before = box.pids()
     old_daemon = box.main_pid()
-    trainer_log = f"{box.status()['run_dir']}/logs/trainer.stdout"
+    trainer_log = f"{box.status()['run_dir']}/{TRAINER_LOG[box.version]}"
     # The new daemon's first answer, asked the moment systemd reports it ready, against the
     # trainer's log at that moment: the steps made while no daemon watched must be in it.
     answer, logged = box.out(
@@ -301,7 +405,7 @@ def test_watchdog_restarts_a_frozen_daemon(box: Box) -> None:
 
 
 def test_a_component_failure_is_a_warning_in_the_journal(box: Box) -> None:
-    [trainer] = box.pgrep(TRAINER_PATTERN)
+    [trainer] = box.pgrep(TRAINER_PATTERN[box.version])
     box.run(f"kill -9 {trainer}")
     wait_for("the restart after the trainer's death",
              lambda: box.status()["restarts"] >= 1 and box.status()["state"] == "running",
@@ -339,19 +443,21 @@ def test_a_stop_accepted_by_a_stuck_daemon_is_carried_out_by_the_next(box: Box) 
 
 
 def test_a_run_finished_while_the_daemon_was_stopped_stays_finished(box: Box) -> None:
-    box.out(f"cd / && {AIRVISOR} start demo {' '.join(SHORT_RUN + NO_CRASH)}")
+    box.out(f"cd / && {AIRVISOR} start {box.profile} {' '.join(SHORT_RUN)}")
     wait_for("the short run's second step", lambda: (box.status().get("step") or 0) >= 2)
     run = box.status()
     box.run("systemctl stop airvisor", timeout=120)
     # Training keeps running unsupervised; root's commands read the service's state dir.
     shown = box.run(f"{AIRVISOR} status", check=False)
     assert run["id"] in shown.stdout and "no runs yet" not in shown.stdout, shown
-    wait_for("training to end on its own", lambda: not box.pgrep(TRAINING_PATTERN), timeout=90)
+    wait_for("training to end on its own", lambda: not box.pgrep(TRAINING_PATTERN[box.version]),
+             timeout=90)
     box.run("systemctl start airvisor", timeout=200)
     final = box.run_status(run["id"])
     assert final["state"] == "succeeded", final
     # The real step: the trainer's last `Step N` (as a supervised run ends), not a relaunch's.
-    logged = box.out(f"grep -ao 'Step [0-9]*' {final['run_dir']}/logs/trainer.stdout | tail -1")
+    logged = box.out(f"grep -ao 'Step [0-9]*' {final['run_dir']}/{TRAINER_LOG[box.version]} "
+                     "| tail -1")
     assert final["step"] == int(logged.split()[1]) >= SHORT_STEPS - 1, (final, logged)
     assert final["attempt"] == run["attempt"], final
     assert final["last_error"] is None
