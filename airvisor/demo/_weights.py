@@ -30,6 +30,7 @@ import json
 import os
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -95,13 +96,21 @@ class WeightCalls:
         return {"calls": [asdict(call) for call in self.calls()]}
 
 
-def _post(root: str, path: str, body: dict[str, Any] | None, timeout: float) -> None:
+def _post(root: str, path: str, body: dict[str, Any] | None, timeout: float, *,
+          skip_missing: bool = False) -> None:
+    """POST; raises on an error status, except 404 with `skip_missing` (v0.4's client logs "The
+    route ... does not exist. Skipping ..." and goes on: `utils/client.py:221-224,246-249`;
+    main's `_admin_post` raises)."""
     data = json.dumps(body if body is not None else {}).encode()
     request = urllib.request.Request(
         root.rstrip("/") + path, data=data, method="POST",
         headers={"Content-Type": "application/json", "X-Airvisor-Sender": str(os.getpid())})
-    with _OPENER.open(request, timeout=timeout) as response:
-        response.read()
+    try:
+        with _OPENER.open(request, timeout=timeout) as response:
+            response.read()
+    except urllib.error.HTTPError as exc:
+        if not (skip_missing and exc.code == 404):
+            raise
 
 
 def send_update(version: Version, root: str, weight_dir: str | None, *,
@@ -115,7 +124,7 @@ def send_update(version: Version, root: str, weight_dir: str | None, *,
         finally:
             _post(root, RESUME, None, timeout)
     else:
-        _post(root, UPDATE_WEIGHTS, {"weight_dir": weight_dir}, timeout)
+        _post(root, UPDATE_WEIGHTS, {"weight_dir": weight_dir}, timeout, skip_missing=True)
 
 
 def send_startup_update(version: Version, root: str, *, resume_step: int | None,
@@ -126,7 +135,7 @@ def send_startup_update(version: Version, root: str, *, resume_step: int | None,
     `reload_weights_on_start`), main syncs to v0 (`weight_dir` of step 0)."""
     if version == "0.4" and resume_step is None:
         if reload_weights_on_start:
-            _post(root, RELOAD_WEIGHTS, {}, timeout)
+            _post(root, RELOAD_WEIGHTS, {}, timeout, skip_missing=True)
         return
     send_update(version, root, weight_dir, timeout=timeout)
 
