@@ -184,7 +184,7 @@ def main(argv: Sequence[str], version: str = "main") -> int:
     if version == "main":
         from airvisor.demo._process import set_title
 
-        set_title("PRIME-RL::Inference")  # main entrypoints/inference.py
+        set_title("PRIME-RL::Inference")  # main entrypoints/inference.py:238
     logger = StandinLogger()
     demo = settings.demo
     # prime-rl's inference config has no output dir under `rl` (main excludes it); faults are
@@ -222,6 +222,8 @@ def main(argv: Sequence[str], version: str = "main") -> int:
     if demo.engine_core_child:
         engine_core = _DetachedEngine.start() if demo.engine_core_detached else \
             _start_engine_core()
+        if isinstance(engine_core, _DetachedEngine):
+            logger.info(f"{ENGINE_CORE_TITLE} started detached (pid {engine_core.pid})")
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
     )
@@ -369,6 +371,8 @@ def engine_core_main(argv: Sequence[str]) -> int:
         os.setsid()
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 1)
+    # vLLM's engine process titles itself (vllm/v1/engine/core.py:1410-1411, prefixed `VLLM::`
+    # by vllm/utils/system_utils.py:180-184)
     setproctitle.setproctitle(ENGINE_CORE_TITLE)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)

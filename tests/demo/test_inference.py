@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -81,6 +83,36 @@ def test_engine_core_child_follows_sigterm_but_outlives_sigkill(standins: Standi
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", port))
     # (the fixture SIGKILLs the group, which still holds the child)
+
+
+def test_a_detached_engine_core_leaves_session_parent_and_environment(
+        standins: Standins) -> None:
+    """engine_core_detached: the child double-forks with setsid and a fresh environment (none
+    of the server's variables), and still goes with a SIGTERMed server (by pid and start
+    time)."""
+    port = standins.free_port()
+    config = standins.write_config("infer", standins.inference_config(
+        port, engine_core_child=True, engine_core_detached=True))
+    server = standins.start("inference", ["@", str(config)])
+    said = standins.wait_until(lambda: re.search(
+        rf"{re.escape(ENGINE_CORE_TITLE)} started detached \(pid (\d+)\)", server.plain_log()),
+        "the detached EngineCore")
+    child = psutil.Process(int(said.group(1)))
+    try:
+        standins.wait_until(lambda: child.cmdline()[:1] == [ENGINE_CORE_TITLE], "its title")
+        assert child.ppid() != server.pid
+        assert os.getsid(child.pid) == child.pid != os.getsid(server.pid)
+        assert b"AIRVISOR" not in Path(f"/proc/{child.pid}/environ").read_bytes()
+        # (a SIGTERM before the server's loop runs is a crash of its start-up, not this test's)
+        standins.wait_until(lambda: "Application startup complete." in server.plain_log(),
+                            "the server's start-up")
+        server.process.send_signal(signal.SIGTERM)
+        assert server.wait(10) == 0
+        psutil.wait_procs([child], timeout=10)
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if child.is_running():
+            child.kill()
 
 
 def test_the_api_server_exits_when_its_engine_core_dies(standins: Standins) -> None:
