@@ -47,7 +47,7 @@ def main(argv: Sequence[str], version: str = "main") -> int:
         config = deep_merge(config, load_toml(Path(path)))
     address = str((config.get("serve") or {}).get("address") or "")
     host, port = parse_address(address)
-    set_title("PRIME-RL::EnvServer")
+    set_title("PRIME-RL::EnvServer")  # main entrypoints/env_server.py:37
     logger = StandinLogger()
     install_termination_handlers(ignore_sigterm=False, on_ignored=lambda: None)
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -158,7 +158,8 @@ def resolve_resume_step(requested: int, present_steps: Iterable[int]) -> int | N
 
 
 def write_trainer_half(paths: StepPaths, step: int, *, complete: bool, world_size: int) -> Path:
-    """DCP: every rank's shard first, `.metadata` last; a crash in between leaves no marker."""
+    """DCP: every rank's shard first, `.metadata` last; a crash in between leaves no marker
+    (v0.4 trainer/ckpt.py:156 `dcp_save`)."""
     half = paths.half(step, "trainer")
     half.mkdir(parents=True, exist_ok=True)
     for rank in range(world_size):
@@ -219,7 +220,7 @@ def publish_dir_atomically(target: Path, files: Mapping[str, bytes]) -> None:
 
 
 def publish_broadcast(paths: StepPaths, step: int) -> None:
-    """Weights first, then the STABLE marker (trainer/rl/broadcast/filesystem.py)."""
+    """Weights first, then the STABLE marker (v0.4 trainer/rl/broadcast/filesystem.py:96-99)."""
     directory = paths.broadcast_dir(step)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "model.safetensors").write_bytes(b"demo weights")

@@ -66,7 +66,7 @@ class InferenceUnreachable(Exception):
 def main(argv: Sequence[str], version: DemoVersion = DEFAULT_VERSION) -> int:
     settings = parse_args("orchestrator", argv)
     if version == "main":
-        set_title("PRIME-RL::Orchestrator")
+        set_title("PRIME-RL::Orchestrator")  # main entrypoints/orchestrator.py:20
     logger = StandinLogger()
     output_dir = settings.output_dir.resolve()
     ctx = StepContext(
@@ -174,7 +174,7 @@ def _run_v04(
     first = True
     while True:
         step = progress.step
-        is_last = max_steps is not None and step == max_steps - 1
+        is_last = max_steps is not None and step == max_steps - 1  # v0.4 orchestrator.py:307
         interval = ctx.interval
         if half_checkpoint_due(ctx, step) or (
             _ckpt_configured(settings) and interval
@@ -188,7 +188,7 @@ def _run_v04(
         first = False
     if _ckpt_configured(settings):
         save_checkpoint(ctx, progress.step, final=True)
-    logger.success("Orchestrator finished.")
+    logger.success("Orchestrator finished.")  # v0.4 orchestrator.py:719
     return 0
 
 
@@ -246,7 +246,7 @@ def _run_main(
             save_checkpoint(ctx, step)
     logger.success("Orchestrator step loop done")
     _main_final_checkpoint(settings, ctx, progress)
-    logger.success("Orchestrator finished.")
+    logger.success("Orchestrator finished.")  # main orchestrator/orchestrator.py:518
     return 0
 
 

@@ -45,7 +45,8 @@ def print_exception_line(kind: str, message: str) -> None:
 
 
 def set_title(title: str) -> None:
-    """The process title, as prime-rl main's `set_proc_title` sets it (`PRIME-RL::<Name>`)."""
+    """The process title, as prime-rl main's `set_proc_title` sets it (`PRIME-RL::<Name>`,
+    utils/process.py:47-55)."""
     import setproctitle
 
     setproctitle.setproctitle(title)

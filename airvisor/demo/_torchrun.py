@@ -1,5 +1,8 @@
 """The torchrun stand-in: start N demo trainer workers and supervise them like the elastic agent.
 
+prime-rl's launcher starts it with the trainer's command line (v0.4 rl.py:725-746 through
+`uv run env ...`, main entrypoints/rl.py:320-334 by bare name).
+
 It takes torchrun's options in `--opt=v` and `--opt v` form, with dashes or underscores, ignores
 the ones it does not know, and runs the worker command (a script path, `-m module`, or
 `--no-python command`: whichever form the adapter picked) as the demo trainer with the remaining

@@ -53,7 +53,7 @@ POLL = 0.01
 def main(argv: Sequence[str], version: DemoVersion = DEFAULT_VERSION) -> int:
     settings = parse_args("trainer", argv)
     if version == "main":
-        set_title("PRIME-RL::Trainer")  # main's trainer/rl/train.py main()
+        set_title("PRIME-RL::Trainer")  # main trainer/rl/train.py:748
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     output_dir = settings.output_dir.resolve()
@@ -86,7 +86,9 @@ def main(argv: Sequence[str], version: DemoVersion = DEFAULT_VERSION) -> int:
 
 
 def _start_step(settings: TrainerSettings, ctx: StepContext) -> tuple[int, int | None]:
-    """(first step, resumed-from step): v0.4 continues AT the step, main after it."""
+    """(first step, resumed-from step): v0.4 continues AT the step (v0.4
+    trainer/rl/train.py:185-186 loads it into `progress`), main after it (main
+    trainer/rl/train.py:229-230)."""
     resume_step = resolve_resume(ctx, settings.resume_step)
     track_existing_steps(ctx, resume_step)
     if resume_step is None:
@@ -112,6 +114,7 @@ def _run_rank0(settings: TrainerSettings, ctx: StepContext) -> int:
         step = _loop_main(settings, ctx, step)
     if "ckpt" in settings.model_fields_set:  # a checkpoint manager exists only with [ckpt]
         save_checkpoint(ctx, step, final=True)
+    # v0.4 trainer/rl/train.py:597, main trainer/rl/train.py:737: the line airvisor reads as done
     logger.success("RL trainer finished!")
     return 0
 
@@ -120,6 +123,7 @@ def _loop_v04(settings: TrainerSettings, ctx: StepContext, step: int) -> int:
     interval, max_steps = ctx.interval, settings.max_steps
     first = True
     while True:
+        # v0.4 trainer/rl/train.py:218: 0-based, so max_steps = N ends at step N, N + 1 loops
         is_last = max_steps is not None and step == max_steps
         if step > 0:
             publish_broadcast(ctx.paths, step)
@@ -140,7 +144,7 @@ def _loop_main(settings: TrainerSettings, ctx: StepContext, step: int) -> int:
     ctx.logger.info(f"Broadcasting startup policy weights (v{step - 1}) to inference engines")
     publish_broadcast(ctx.paths, step - 1)
     while True:
-        is_last = max_steps is not None and step == max_steps
+        is_last = max_steps is not None and step == max_steps  # main trainer/rl/train.py:266
         elapsed = _train_one(settings, ctx, step, report=False)
         publish_broadcast(ctx.paths, step)
         clean_broadcasts(ctx.paths, step, settings.max_async_level, interval)

