@@ -36,8 +36,8 @@ def test_profile_section_and_daemon_default_combine(tmp_path: Path) -> None:
     targets = run_targets(profile, default)
     assert [(t.format, t.label, sorted(t.events), t.retries) for t in targets] == [
         ("slack", "team (https://hooks.slack.com/…)", ["failed"], 5),
-        ("json", "http://127.0.0.1:1/…", ["failed", "gpu_wait", "recovered", "stalled",
-                                           "succeeded"], 1)]
+        ("json", "http://127.0.0.1:1/…", ["failed", "gpu_wait", "needs_person", "recovered",
+                                           "stalled", "succeeded"], 1)]
     assert SECRET not in repr(targets)
     alone = {"notify": {**profile["notify"], "use_daemon_default": False}}
     assert len(run_targets(alone, default)) == 1
