@@ -190,7 +190,7 @@ def test_output_to_a_pipe_shows_each_event_once_on_whole_lines(
     line only when the run's state or attempt changes, or a minute after it was last printed
     (never at every step)."""
     profile = write_profile(tmp_path / "short.toml", demo_profile_dict(
-        tmp_path / "run", rl={"max_steps": 12}, launcher="demo",
+        tmp_path / "run", rl={"max_steps": 12},
         demo={"trainer": {"step_time": 0.1, "crash_at_step": 5}}))
     done = subprocess.run([sys.executable, "-m", "airvisor", "start", str(profile)],
                           env=dict(env, COLUMNS="80"), cwd=ROOT, capture_output=True,
