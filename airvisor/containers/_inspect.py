@@ -55,7 +55,16 @@ def task_image_problems(profile: Profile, config: Mapping[str, Any] | None,
                         "image `docker images` lists")]
     mounts = [(str(m.source), m.target) for m in section.mounts if m.source.exists()]
     problems: list[Problem] = []
-    for needs in needs_of_sources(air_mlgym_sources(config or {})):
+    sources = air_mlgym_sources(config or {})
+    if sources and section.user not in ("root", "0"):
+        problems.append(Problem(
+            profile_where(profile, ("containers", "user")),
+            f"the task containers' pid 1 would run as {section.user!r}: air_mlgym refuses a "
+            "container whose pid 1 the agent owns (it cannot be frozen during an evaluation "
+            "nor killed at a reset), so every episode would be an errored rollout",
+            'user = "root" with air_mlgym\'s init as command (see the shipped profile '
+            "configs/mlgym.toml, or air_mlgym._containers.INIT_COMMAND)"))
+    for needs in needs_of_sources(sources):
         try:
             status, output = engine.run_once(image, probe_argv(needs), mounts=mounts,
                                              labels={PROBE_LABEL: "image-probe"},

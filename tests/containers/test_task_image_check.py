@@ -82,12 +82,14 @@ def broken(client: docker.DockerClient) -> Iterator[dict[str, str]]:
 
 
 def check(tmp_path: Path, image: str, *, tasks: list[str], checkout: Path = MLGYM,
-          mount: str | None = None, mounted: bool = True) -> tuple[int, str]:
+          mount: str | None = None, mounted: bool = True, user: str = "root"
+          ) -> tuple[int, str]:
     """`airvisor check` on a prime-rl main profile with task containers of `image` and an
     air_mlgym source of `tasks` (prime-rl itself not asked: the files are read by airvisor)."""
     profiles = Path(shutil.copytree(FIXTURES, tmp_path / f"ok-{uuid.uuid4().hex[:6]}"))
     taskset: dict[str, Any] = {"id": "air_mlgym", "mlgym_path": str(checkout), "tasks": tasks}
-    sets = [f"containers.image={image}", "containers.enabled=true", "containers.count=1"]
+    sets = [f"containers.image={image}", "containers.enabled=true", "containers.count=1",
+            f"containers.user={user}"]
     if mount is not None:
         taskset["mlgym_mount"] = mount
         if mounted:
@@ -171,3 +173,12 @@ def test_task_data_missing_from_the_checkout_is_named(
     assert code == 1, out
     assert f"task titanic's dataset data/titanic/data ({MLGYM}/configs/datasets/titanic.yaml: " \
            f"data_path) is not in the MLGym checkout {MLGYM}" in out
+
+
+def test_containers_whose_pid_1_is_the_agents_fail(
+        client: docker.DockerClient, tmp_path: Path) -> None:
+    code, out = check(tmp_path, OFFICIAL, tasks=GAMES, user="agent")
+    assert code == 1, out
+    line = next(line for line in out.splitlines() if "pid 1 would run as" in line)
+    assert "main.toml:" in line and "the task containers' pid 1 would run as 'agent'" in line
+    assert '(fix: user = "root" with air_mlgym\'s init as command' in line
