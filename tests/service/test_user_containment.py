@@ -217,6 +217,7 @@ def test_a_users_run_is_contained_by_scopes_and_reaped_after_a_supervisor_kill(b
 
     supervisor = int(box.out(f"systemctl --user show -p MainPID --value {SUPERVISOR_UNIT}",
                              user="alice"))
+    assert supervisor == run["supervisor_pid"]
     assert supervisor not in members
     box.run(f"kill -9 {supervisor}")
     wait_for("the supervisor's end", lambda: not box.alive(supervisor), timeout=30)
@@ -245,20 +246,43 @@ def test_a_users_run_is_contained_by_scopes_and_reaped_after_a_supervisor_kill(b
     box.run(f"kill {stranger}")
 
 
-def test_without_a_user_manager_the_fallback_is_named_with_the_enable_hint(box: Box) -> None:
+def test_without_a_user_manager_the_fallback_is_named_and_its_record_reaps(box: Box) -> None:
+    """bob has no manager: `check`, `start` and `status` name the fallback, why, and what would
+    enable cgroups; after a supervisor SIGKILL his reap finds the detached EngineCore through
+    the tree the fallback recorded."""
     hint = "loginctl enable-linger bob"
     checked = box.run(f"{AIRVISOR} check demo", user="bob")
     assert "containment (`airvisor start --foreground` here): subreaper fallback" in \
         checked.stdout, checked.stdout
     assert "user manager of bob is not running" in checked.stdout and hint in checked.stdout
 
-    started = box.run(f"{AIRVISOR} start demo --foreground --set prime_rl.overrides.max_steps=3 "
-                      "--set demo.trainer.crash_at_step=1000000", user="bob", timeout=180)
-    said = started.stdout + started.stderr
-    assert started.returncode == 0, said
+    box.run(f"setsid {AIRVISOR} start demo --foreground {shlex.join(LONG_RUN + DETACHED_ENGINE)} "
+            "> start.log 2>&1 < /dev/null &", user="bob")
+    wait_for("the run's second step", lambda: (box.status("bob").get("step") or 0) >= 2,
+             timeout=120)
+    said = box.out("cat start.log", user="bob")
     assert "processes contained by subreaper fallback" in said and hint in said, said
-
     run = box.status("bob")
     assert run["containment"].startswith("subreaper fallback") and hint in run["containment"]
     shown = box.out(f"{AIRVISOR} status", user="bob")
     assert "subreaper fallback" in shown and "loginctl" in shown, shown
+
+    [engine] = wait_for("the detached EngineCore", lambda: [
+        int(p) for p in box.out(f"pgrep -u bob -f '^{ENGINE_TITLE}'", check=False).split()])
+    supervisor = run["supervisor_pid"]
+    assert box.stat(engine)[0] == supervisor  # re-parented to the subreaper
+    assert "AIRVISOR_RUN_ID" not in box.out(f"tr '\\0' '\\n' < /proc/{engine}/environ",
+                                            check=False)
+    wait_for("the EngineCore in the recorded tree", lambda: f'"pid": {engine},' in box.out(
+        "cat .local/state/airvisor/process-trees/*.json", user="bob", check=False))
+    run_pids = {int(p) for p in box.out("pgrep -u bob -f 'airvisor[.]demo'").split()} | {engine}
+
+    box.run(f"kill -9 {supervisor}")
+    wait_for("the supervisor's end", lambda: not box.alive(supervisor), timeout=30)
+    reaped = box.run(f"{AIRVISOR} reap --yes --grace 2", user="bob", timeout=120)
+    said = reaped.stdout + reaped.stderr
+    assert reaped.returncode == 0, said
+    assert f"stopped pid {engine} [{ENGINE_TITLE}]" in said, said
+    assert "recorded in the run's process tree" in said, said
+    wait_for("the run's processes to end",
+             lambda: not any(box.alive(pid) for pid in run_pids), timeout=30)
