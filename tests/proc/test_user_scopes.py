@@ -56,6 +56,43 @@ def test_a_manager_that_refuses_the_scope_is_named_with_its_words(tmp_path: Path
     assert "loginctl enable-linger" in found.hint
 
 
+def test_a_scope_the_manager_gives_is_where_the_scopes_go(tmp_path: Path) -> None:
+    """The probe's scope cgroup (what the command in it printed) names the manager and the
+    slice the scopes appear in."""
+    (tmp_path / "run" / "systemd").mkdir(parents=True)
+    (tmp_path / "run" / "systemd" / "private").touch()
+    scope = "/user.slice/user-1000.slice/user@1000.service/app.slice/airvisor-probe-1.scope"
+    fake = _fake_systemd_run(tmp_path, f"echo {scope}\n")
+    found = probe(tmp_path, {"XDG_RUNTIME_DIR": str(tmp_path / "run")}, systemd_run=fake)
+    assert found.scopes == UserScopes(
+        "user@1000.service", tmp_path / "user.slice/user-1000.slice/user@1000.service/app.slice",
+        str(tmp_path / "run"))
+    assert found.reason == found.hint == ""
+
+
+def test_without_root_the_users_scopes_or_the_fallback_with_its_hint(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    from airvisor.proc import _cgroup, _userscope
+
+    scopes = UserScopes("user@1000.service", tmp_path / "app.slice", "/run/user/1000")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(_userscope, "probe", lambda mount, env: _userscope.ScopeProbe(
+        scopes, "", ""))
+    chosen = _cgroup._user_scopes(tmp_path, {}, None, "/sys/fs/cgroup/airvisor: EACCES")
+    assert chosen.mode == "cgroup" and chosen.scopes == scopes
+    assert chosen.base == tmp_path / "app.slice" and chosen.mount == tmp_path
+    monkeypatch.setattr(_userscope, "probe", lambda mount, env: _userscope.ScopeProbe(
+        None, "the systemd user manager of u is not running", "`loginctl enable-linger u`"))
+    fallback = _cgroup._user_scopes(tmp_path, {}, None, "/sys/fs/cgroup/airvisor: EACCES")
+    assert fallback.mode == "subreaper" and fallback.hint == "`loginctl enable-linger u`"
+    assert fallback.reason == ("/sys/fs/cgroup/airvisor: EACCES; the systemd user manager of u "
+                               "is not running")
+    # An explicit AIRVISOR_CGROUP_ROOT is not second-guessed; root needs no scopes.
+    assert _cgroup._user_scopes(tmp_path, {}, "/x", "why").hint == ""
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert _cgroup._user_scopes(tmp_path, {}, None, "why").mode == "subreaper"
+
+
 def test_no_systemd_means_no_hint(tmp_path: Path) -> None:
     # Without systemd-run on PATH nothing would enable scopes: the reason alone.
     empty = tmp_path / "empty"
