@@ -67,12 +67,23 @@ def _is_python(proc: psutil.Process) -> bool:
     return name.startswith(("python", "pypy"))
 
 
+def rank_from_environ(environ: Mapping[str, str]) -> int | None:
+    """A torchrun worker's rank: its RANK, only where torchrun's agent set the worker's
+    environment (TORCHELASTIC_RUN_ID is set for the workers alone). prime-rl v0.4's launcher
+    has RANK=0 in its own environment (trainer/envs.py's defaults, set when `rl` imports them)
+    and hands it to every child, so torchrun's agent (and the inference server) carry RANK=0
+    too: they are no rank."""
+    value = environ.get("RANK")
+    if "TORCHELASTIC_RUN_ID" not in environ or value is None or not value.isdigit():
+        return None
+    return int(value)
+
+
 def _rank(proc: psutil.Process) -> int | None:
     try:
-        value = proc.environ().get("RANK")
+        return rank_from_environ(proc.environ())
     except (psutil.Error, OSError):
         return None
-    return int(value) if value is not None and value.isdigit() else None
 
 
 def _seen(proc: psutil.Process) -> Seen | None:

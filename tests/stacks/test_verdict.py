@@ -20,6 +20,7 @@ from airvisor.stacks import (
     render_text,
     verdict,
 )
+from airvisor.stacks._targets import rank_from_environ
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 
@@ -159,6 +160,16 @@ def test_processes_belong_to_the_nearest_recorded_component() -> None:
         (14, "trainer", 1, "trainer rank 1"),
         (10, "launcher", None, "launcher (pid 10)"),  # the launcher's own process, last
     ]
+
+
+@pytest.mark.parametrize(("environ", "rank"), [
+    ({"RANK": "1", "TORCHELASTIC_RUN_ID": "r"}, 1),  # a worker torchrun started
+    ({"RANK": "0"}, None),  # torchrun's agent under prime-rl v0.4's launcher (its RANK=0 default)
+    ({"TORCHELASTIC_RUN_ID": "r"}, None),
+    ({"RANK": "x", "TORCHELASTIC_RUN_ID": "r"}, None),
+])
+def test_only_torchruns_workers_have_a_rank(environ: dict[str, str], rank: int | None) -> None:
+    assert rank_from_environ(environ) == rank
 
 
 def test_text_form_lists_every_thread() -> None:
