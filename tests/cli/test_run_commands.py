@@ -36,7 +36,9 @@ def airvisor(*args: str, env: dict[str, str], timeout: float = 120,
 @pytest.fixture(scope="module")
 def finished_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[
         dict[str, str], subprocess.CompletedProcess[str]]:
-    """The shipped demo, run once to the end (8 steps) with its own state dir."""
+    """The shipped demo, run once to the end (8 steps) with its own state dir. The demo profile
+    is the subject: it runs the demo's stand-in launcher, as `make demo` does where no prime-rl
+    is installed."""
     tmp = tmp_path_factory.mktemp("demo")
     env = dict(os.environ, AIRVISOR_STATE_DIR=str(tmp / "state"),
                AIRVISOR_URL="http://127.0.0.1:9")

@@ -104,6 +104,8 @@ def test_check_demo_from_the_installed_package(
 
 def test_a_short_demo_run_from_the_installed_package(
         installed: Path, elsewhere: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    # The installed package's own demo, with nothing but the wheel: its stand-in launcher is
+    # what runs where no prime-rl is installed (`make demo`).
     cwd, env = elsewhere
     package = shipped_dir(installed).parent
     before = {p for p in package.rglob("*") if "__pycache__" not in p.parts}

@@ -237,7 +237,14 @@ def make_project(project: Path, python: str) -> Path:
     uv sync ...; uv run rl|inference|orchestrator|torchrun|env-server ...`), whose `uv` runs
     airvisor's stand-ins: `uv sync` does nothing, `uv run X ARGS` is `python -m airvisor.demo
     --prime-rl main X ARGS`. `vllm-router` (multi-node template, inference node 0) is a stand-in
-    inference server on the router's port; `python3` is the venv's interpreter."""
+    inference server on the router's port; `python3` is the venv's interpreter.
+
+    So the single-node template's `uv run rl` runs the demo's stand-in of main's launcher, not
+    prime-rl's own: the nodes (tests/slurm/_cluster.py) mount airvisor's checkout, its venv and
+    its Python, not the prime-rl main test venv, its Python 3.12 and the sources its `.pth`
+    names, which prime-rl's `rl` needs (tests/service/test_systemd_scenarios.py mounts those for
+    its container). What these tests check is airvisor's side of a job: prime-rl's own job
+    script, sbatch, the node check, and what airvisor reads from the job's logs and nodes."""
     import os
 
     bin_dir = project / ".venv" / "bin"
