@@ -707,6 +707,9 @@ CITATIONS: tuple[Citation, ...] = (
     Citation(_DEMO_ORCHESTRATOR, 'orchestrator.py:879-888', MAIN,
              _SRC + 'orchestrator/orchestrator.py', '8e97a2293405',
              ('head = (',)),
+    Citation(_DEMO_ORCHESTRATOR, 'orchestrator.py:332-350', MAIN,
+             _SRC + 'orchestrator/orchestrator.py', 'c596c598642b',
+             ('# Sync inference to the incoming policy before the first ste',)),
     # airvisor/demo/_process.py
     Citation(_DEMO_PROCESS, 'utils/process.py:47-55', MAIN,
              _SRC + 'utils/process.py', 'bb421305bb8b',
