@@ -32,7 +32,7 @@ def prime_rl_python() -> str:
 def test_component_mode_starts_each_process_as_v04s_launcher_does(
         harness: Harness, prime_rl_python: str) -> None:
     profile = harness.profile(prime_rl={"mode": "components", "python": [prime_rl_python]},
-                              launcher="demo",
+                              launcher="prime-rl",
                               demo={"trainer": {"step_time": 0.1, "crash_at_step": 5}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
@@ -43,9 +43,10 @@ def test_component_mode_starts_each_process_as_v04s_launcher_does(
     trainer = next(c for c in harness.store.components(run_id, 2) if c.name == "trainer")
     argv = trainer.argv
     head = argv.index("env")
-    assert argv[head + 1:head + 4] == ["PYTHONUNBUFFERED=1",
-                                       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                                       "torchrun"]
+    assert argv[head + 1:head + 3] == ["PYTHONUNBUFFERED=1",
+                                       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]
+    # `uv run` would find torchrun in the venv: airvisor names it there itself
+    assert Path(argv[head + 3]) == Path(profile.prime_rl.venv or "") / "bin" / "torchrun"
     assert any(a.startswith("--log-dir=") for a in argv)
     assert "--redirect=3" in argv and "--tee=3" in argv and "--local-ranks-filter=0" in argv
     assert argv[-4:-2] == ["-m", "prime_rl.trainer.rl.train"] and argv[-2] == "@"
@@ -64,7 +65,7 @@ def test_component_mode_cleans_exactly_as_v04s_launcher_before_each_launch(
     filesystem broadcast, the broadcasts before it starts the processes (rl.py clean): so does
     component mode, so a relaunched trainer never reads the dead attempt's rollouts."""
     profile = harness.profile(prime_rl={"mode": "components", "python": [prime_rl_python]},
-                              launcher="demo")
+                              launcher="prime-rl")
     prepared = prepare_run(profile, machine=False)
     assert prepared.ok, prepared.problems
     layout = run_layout(prepared.profile)
