@@ -28,6 +28,7 @@ from airvisor.demo._config import InferenceSettings, parse_args
 from airvisor.demo._faults import claim_fault, has_fired
 from airvisor.demo._log import StandinLogger
 from airvisor.demo._process import Terminated, install_termination_handlers, print_exception_line
+from airvisor.demo._weights import RECORD_PATH, UPDATE_WEIGHTS, WeightCalls
 
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
 RUN_DIR_ENV = "AIRVISOR_DEMO_RUN_DIR"  # set by the rl stand-in for its children
@@ -40,9 +41,12 @@ QUIET_PATHS = frozenset({"/health", "/metrics", "/liveness"})  # probed often; n
 class _ServerState:
     """What the request handlers read; written by the main thread."""
 
-    def __init__(self, model: str, max_model_len: int) -> None:
+    def __init__(self, model: str, max_model_len: int, version: str = "main") -> None:
         self.model = model
         self.max_model_len = max_model_len
+        # The weight routes that version's orchestrator calls, and every call received
+        # (airvisor/demo/_weights.py: a test reads them back from a kept server).
+        self.weights = WeightCalls(version)
         self.started = time.time()
         self.ready = threading.Event()
         self.unhealthy = threading.Event()
@@ -81,6 +85,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.OK, _models_payload(state))
         elif path == "/metrics":
             self._send(HTTPStatus.OK, _metrics_text(state).encode(), "text/plain; version=0.0.4")
+        elif path == RECORD_PATH:
+            self._json(HTTPStatus.OK, state.weights.as_json())
         else:
             self._error(HTTPStatus.NOT_FOUND, f"Not Found: {path}")
 
@@ -89,6 +95,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if state.weights.handles(path):
+            self._weight_route(path, raw)
+            return
         if path != "/v1/chat/completions":
             self._error(HTTPStatus.NOT_FOUND, f"Not Found: {path}")
             return
@@ -107,6 +116,19 @@ class _Handler(BaseHTTPRequestHandler):
         with state.lock:
             state.requests_total += 1
         self._json(HTTPStatus.OK, _completion_payload(state.model))
+
+    def _weight_route(self, path: str, raw: bytes) -> None:
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError as exc:
+            self._error(HTTPStatus.BAD_REQUEST, f"Invalid JSON body: {exc}")
+            return
+        reply = self.server.state.weights.record(path, body,
+                                                 self.headers.get("X-Airvisor-Sender", ""))
+        if path == UPDATE_WEIGHTS:
+            weight_dir = body.get("weight_dir") if isinstance(body, dict) else None
+            self.server.logger.info(f"Updating weights from {weight_dir}")
+        self._json(HTTPStatus.OK, reply)
 
     def _json(self, status: HTTPStatus, payload: Any) -> None:
         self._send(status, json.dumps(payload).encode(), "application/json")
@@ -201,7 +223,7 @@ def main(argv: Sequence[str], version: str = "main") -> int:
         logger.warning("Received SIGTERM; ignoring it (demo fault ignore_sigterm)")
 
     install_termination_handlers(ignore_sigterm=ignoring, on_ignored=on_ignored)
-    state = _ServerState(settings.served_model, max_model_len=4096)
+    state = _ServerState(settings.served_model, max_model_len=4096, version=version)
     host, port = settings.server.host, settings.server.port
     try:
         server = _DemoServer((host, port), state, logger)

@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from airvisor.demo._config import OrchestratorSettings, parse_args
@@ -52,6 +53,7 @@ from airvisor.demo._steps import (
     save_checkpoint,
     wave,
 )
+from airvisor.demo._weights import send_startup_update
 
 POLL = 0.01
 RETRY_PAUSE = 0.2
@@ -165,9 +167,12 @@ def _run_v04(
         load_orchestrator_half(ctx, resume_step)
         logger.info(f"Resuming training from checkpoint step {resume_step}")
         progress.step = resume_step
-        _v04_weights(settings, ctx, resume_step)
+        weight_dir = _v04_weights(settings, ctx, resume_step)
+        send_startup_update("0.4", server_root(base_url), resume_step=resume_step,
+                            weight_dir=str(weight_dir))
     else:
         logger.info("Training from scratch. Resetting weights to base model")
+        send_startup_update("0.4", server_root(base_url), resume_step=None, weight_dir=None)
     start = progress.step
     max_steps = settings.max_steps
     logger.info(f"Starting orchestrator loop (max_steps={max_steps or int(1e9)})")
@@ -192,23 +197,26 @@ def _run_v04(
     return 0
 
 
-def _v04_weights(settings: OrchestratorSettings, ctx: StepContext, step: int) -> None:
+def _v04_weights(settings: OrchestratorSettings, ctx: StepContext, step: int) -> Path:
     """v0.4 orchestrator/utils.py get_weight_dir: checkpoint weights, else the broadcast; wait
-    only if ckpt.wait_for_weights_timeout is set; NCCL broadcast needs nothing on disk."""
+    only if ckpt.wait_for_weights_timeout is set; NCCL broadcast needs nothing on disk (the
+    broadcast path, unchecked). The directory the server is then updated from."""
     if settings.weight_broadcast.type == "nccl":
-        return
+        return ctx.paths.broadcast_dir(step)
     ckpt_step = ctx.paths.ckpt_dir / f"step_{step}"
 
-    def found() -> bool:
+    def found() -> Path | None:
         if (ckpt_step / BROADCAST_MARKER).exists() and (ckpt_step / "weight").exists():
-            return True
-        return (ctx.paths.broadcast_dir(step) / BROADCAST_MARKER).exists()
+            return ckpt_step / "weight"
+        broadcast = ctx.paths.broadcast_dir(step)
+        return broadcast if (broadcast / BROADCAST_MARKER).exists() else None
 
     deadline = time.monotonic() + (settings.ckpt.wait_for_weights_timeout or 0)
-    while not found():
+    while (weight_dir := found()) is None:
         if time.monotonic() >= deadline:
             raise CheckpointNotFound(f"No weight directory found for checkpoint step {step}")
         time.sleep(POLL * 10)
+    return weight_dir
 
 
 def _run_main(
@@ -232,6 +240,10 @@ def _run_main(
             raise CheckpointNotFound(
                 f"No weight directory found for checkpoint step {sync_version}"
             )
+    # main orchestrator.py:332-350: the server is synced to v{resume step} (v0 from scratch)
+    # before the first step, through /pause, /update_weights, /resume.
+    send_startup_update("main", server_root(base_url), resume_step=resume_step,
+                        weight_dir=str(ctx.paths.broadcast_dir(sync_version)))
     max_steps = settings.max_steps
     logger.info(f"Starting orchestrator loop (max_steps={max_steps or 'infinite'})")
     while max_steps is None or progress.step <= max_steps:

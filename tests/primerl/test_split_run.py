@@ -19,6 +19,7 @@ import psutil
 import pytest
 import tomli_w
 
+from airvisor.demo._weights import UPDATE_WEIGHTS, fetch_calls
 from airvisor.policy._resume import choose_resume_step
 from airvisor.primerl._adapters import LaunchSpec
 from airvisor.primerl._layout import layout_for
@@ -137,6 +138,7 @@ def test_the_server_is_kept_across_a_trainer_crash(tmp_path: Path, started: Star
     trainer = wait_for("the trainer", lambda: trainer_of(rest),
                        processes=[server, rest], logs=[rest_log])
     offset = server_log.stat().st_size
+    before = len(fetch_calls(root))
     trainer.kill()  # a trainer crash: prime-rl's launcher sees it and stops its half
     assert rest.wait(timeout=BOUND) != 0
 
@@ -156,6 +158,12 @@ def test_the_server_is_kept_across_a_trainer_crash(tmp_path: Path, started: Star
              lambda: (choose_resume_step(layout.scan()).step or 0) > resume,
              processes=[server, rest2], logs=[server_log, rest_log2])
     assert (server.pid, psutil.Process(server.pid).create_time()) == identity
+    # The relaunched orchestrator's first weight update reached the kept server: the resumed
+    # step's weights (v0.4 orchestrator.py:248-263; main orchestrator.py:332-350).
+    first_update = next(c for c in fetch_calls(root)[before:] if c.route == UPDATE_WEIGHTS)
+    assert first_update.weight_dir is not None
+    assert Path(first_update.weight_dir).name in (f"step_{resume}", "weight")
+    assert f"step_{resume}" in first_update.weight_dir
     started.stop(rest2)
     assert probe_kept_server(members=[identity], base_url=root, log_path=server_log,
                              log_offset=offset).healthy
