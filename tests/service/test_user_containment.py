@@ -8,8 +8,10 @@ server leaves an EngineCore child that detaches (setsid, double fork: re-parente
 manager), replaces its environment (no marker) and retitles itself. The supervisor is SIGKILLed;
 alice's next `airvisor reap` finds the child through the run's cgroup and stops the run's
 processes, and nothing else: a same-shaped process alice started herself and the user manager
-stay. bob has no user manager: `check`, `start` and `status` name the subreaper fallback and the
-command that would enable cgroups.
+stay. The user unit (`airvisor install-service --user`) gets the same scopes, and its daemon,
+killed, is restarted and adopts the run. bob has no user manager: `check`, `start` and `status`
+name the subreaper fallback and the command that would enable cgroups, and his reap after a
+supervisor SIGKILL finds the same kind of child through the fallback's recorded tree.
 
 The image has no D-Bus and masks logind (a container needs neither for the system service), so
 the test does logind's part by hand: a drop-in creates /run/user/<uid> and sets
@@ -244,6 +246,41 @@ def test_a_users_run_is_contained_by_scopes_and_reaped_after_a_supervisor_kill(b
         "ls /sys/fs/cgroup/unified/docker/*/user.slice/user-1000.slice/user@1000.service/"
         "app.slice/ | grep -c '^airvisor-sv-' || true") == "0", timeout=30)
     box.run(f"kill {stranger}")
+    # The record still says running (its supervisor died): `stop` ends it, as a user would.
+    box.run(f"{AIRVISOR} stop {run['id']}", user="alice", timeout=60)
+    assert box.status("alice")["state"] == "stopped"
+
+
+def test_the_user_unit_the_hint_names_gets_scopes_and_adopts_after_kill_9(box: Box) -> None:
+    """`airvisor install-service --user` (what the fallback's hint names): the daemon runs in
+    alice's manager, its runs get scopes, and a daemon killed with SIGKILL is restarted by
+    systemd and adopts the same processes (they are in their scopes, not in its unit)."""
+    box.run(f"{AIRVISOR} install-service --user && systemctl --user daemon-reload && "
+            "systemctl --user enable --now airvisor", user="alice", timeout=120)
+    submitted = box.out(f"{AIRVISOR} start demo {shlex.join(LONG_RUN)}", user="alice")
+    assert "to the daemon at" in submitted, submitted
+    wait_for("the run's second step", lambda: (box.status("alice").get("step") or 0) >= 2,
+             timeout=120)
+    run = box.status("alice")
+    assert run["supervisor_kind"] == "daemon"
+    assert run["containment"].startswith(
+        "cgroup v2 (a delegated scope per component from user@1000.service"), run["containment"]
+    members = {int(p) for p in box.out(
+        "cat /sys/fs/cgroup/unified/docker/*/user.slice/user-1000.slice/user@1000.service/"
+        "app.slice/airvisor-sv-*/sv-*/run-*/attempt-*/*/cgroup.procs").split()}
+    assert run["supervisor_pid"] not in members and len(members) >= 4, members
+
+    box.run(f"kill -9 {run['supervisor_pid']}")
+    wait_for("the restarted daemon's adoption", lambda: (
+        (now := box.status("alice"))["supervisor_pid"] not in (None, run["supervisor_pid"])
+        and now["state"] == "running"), timeout=60)
+    assert all(box.alive(pid) for pid in members)
+    assert box.status("alice")["restarts"] == 0
+
+    box.run(f"{AIRVISOR} stop", user="alice", timeout=120)
+    wait_for("the run's processes to end",
+             lambda: not any(box.alive(pid) for pid in members), timeout=30)
+    box.run("systemctl --user disable --now airvisor", user="alice")
 
 
 def test_without_a_user_manager_the_fallback_is_named_and_its_record_reaps(box: Box) -> None:
