@@ -325,7 +325,7 @@ def scope_argv(run_id: str, component: str, attempt: int | None, program: str,
     state = state_dir or own_state_dir()
     systemd_run = shutil.which("systemd-run") or "systemd-run"
     return _userscope.wrap(
-        current.scopes, mount=current.mount,
+        mount=current.mount,
         unit=_userscope.unit_name(instance_id(state), run_id, attempt, component),
         layout=layout(state, run_id, component, attempt), state_dir=state, run_id=run_id,
         program=program, argv=argv, systemd_run=systemd_run)

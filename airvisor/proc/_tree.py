@@ -10,8 +10,7 @@ The record is a JSON file in the owning airvisor's state dir (`process-trees/<ru
 rewritten atomically when it changes, so the reaper reads it after a supervisor SIGKILL.
 
 The file (its format, reading and writing) is `_treefile`. `grow` (what the record becomes after
-one look at the process table) is pure; the recorder
-thread is the I/O around it.
+one look at the process table) is pure; the recorder thread is the I/O around it.
 """
 
 from __future__ import annotations

@@ -164,11 +164,11 @@ def unit_name(instance: str, run_id: str, attempt: int | None, component: str) -
     return f"{SCOPE_PREFIX}{instance}-{part}{attempt_part}-{comp}-{uuid.uuid4().hex[:8]}.scope"
 
 
-def wrap(scopes: UserScopes, *, mount: Path, unit: str, layout: str, state_dir: str, run_id: str,
-         program: str, argv: list[str], systemd_run: str) -> list[str]:
+def wrap(*, mount: Path, unit: str, layout: str, state_dir: str, run_id: str, program: str,
+         argv: list[str], systemd_run: str) -> list[str]:
     """The command line that starts `argv` (resolved `program`) in a new delegated scope, in
-    the leaf `layout` below it."""
-    del scopes  # the manager is found through XDG_RUNTIME_DIR in the launch's environment
+    the leaf `layout` below it (systemd-run finds the manager through XDG_RUNTIME_DIR in the
+    launch's environment)."""
     return [systemd_run, "--user", "--scope", "--quiet", "--collect", "-p", "Delegate=yes",
             f"--unit={unit}", "--",
             sys.executable, "-I", "-S", "-c", ENTER_SCOPE, str(mount), layout, state_dir, run_id,

@@ -117,11 +117,10 @@ def test_the_fallback_describes_itself_with_the_hint() -> None:
 
 
 def test_the_scope_command_line_execs_the_component_in_place() -> None:
-    scopes = UserScopes("user@1000.service", Path("/cg/app.slice"), "/run/user/1000")
     unit = unit_name("sv-0123456789ab", "run/1 x", 2, "trainer@0")
     assert unit.startswith(f"{SCOPE_PREFIX}sv-0123456789ab-run_1_x-a2-trainer_0-")
     assert unit.endswith(".scope") and len(unit) < 256
-    argv = wrap(scopes, mount=Path("/cg"), unit=unit, layout="sv-0123456789ab/run-r/attempt-2/t",
+    argv = wrap(mount=Path("/cg"), unit=unit, layout="sv-0123456789ab/run-r/attempt-2/t",
                 state_dir="/state", run_id="r", program="/usr/bin/python3",
                 argv=["python3", "-m", "x"], systemd_run="/usr/bin/systemd-run")
     assert argv[:7] == ["/usr/bin/systemd-run", "--user", "--scope", "--quiet", "--collect",
