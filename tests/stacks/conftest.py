@@ -20,7 +20,6 @@ from airvisor.profile import Profile, load_profile
 from airvisor.profile._configs import deep_merge
 from airvisor.store import Store
 
-from ..daemon.conftest import FakeRunService
 from ..engine.conftest import (  # noqa: F401  (the fixture, shared)
     Harness,
     demo_profile_dict,
@@ -42,10 +41,11 @@ def demo_profile(tmp: Path, *, rl: dict[str, Any] | None = None, **extra: Any) -
 
 
 @contextmanager
-def api_over(store: Store) -> Iterator[httpx.Client]:
-    """The daemon's API (auth off, as `--no-auth` on loopback) reading `store`; the runs in it
-    are supervised by the test's own engine."""
-    ctx = ApiContext(store=store, service=FakeRunService(store), catalog=ProfileCatalog(),
+def api_over(supervised: Harness) -> Iterator[httpx.Client]:
+    """The daemon's API (auth off, as `--no-auth` on loopback) in front of the harness's store
+    and engine (`RunManager`), which supervises the test's runs (the test ticks it)."""
+    store = supervised.store
+    ctx = ApiContext(store=store, service=supervised.manager, catalog=ProfileCatalog(),
                      token=None, state_dir=store.path.parent)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

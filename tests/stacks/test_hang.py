@@ -64,7 +64,7 @@ def test_trainer_hang_leaves_stacks_naming_the_hanging_function(harness: Harness
     assert cli.returncode == 0, err
     assert "stacks before the stall kill" in out
     assert f"trainer rank 0: sleeping in {HANGING_FUNCTION}" in out
-    with api_over(harness.store) as api:
+    with api_over(harness) as api:
         response = api.get(f"/runs/{run_id}/attempts/1/stacks")
         assert response.status_code == 200, response.text
         assert response.json() == json.loads(capture.model_dump_json())

@@ -41,7 +41,7 @@ def test_stacks_of_a_live_run_while_it_trains(harness: Harness) -> None:
     _tick_until(harness.manager, lambda: (sup.step or 0) > after_cli)  # it trains on
 
     # The API: the same look, over real HTTP.
-    with api_over(harness.store) as api:
+    with api_over(harness) as api:
         response = api.post(f"/runs/{record.id}/stacks")
         assert response.status_code == 200, response.text
         body = response.json()

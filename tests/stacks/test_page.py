@@ -20,7 +20,7 @@ def test_the_page_shows_where_the_run_hung(harness: Harness, browser: object) ->
     assert isinstance(browser, Browser)
     run_id = harness.run(demo_profile(harness.tmp, demo={"trainer": {"hang_at_step": 3}}),
                          timeout=120)
-    with api_over(harness.store) as api:
+    with api_over(harness) as api:
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         errors: list[str] = []
         page.on("pageerror", lambda err: errors.append(str(err)))
