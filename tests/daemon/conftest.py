@@ -1,8 +1,7 @@
-"""A real uvicorn server on a free loopback port, in front of a real SQLite store.
-
-The API tests drive it through `FakeRunService`, a small in-memory stand-in for the engine's
-RunManager (it writes the store the way the engine does, without launching processes); the
-daemon tests further down run the real engine over the demo stand-ins.
+"""A real uvicorn server on a free loopback port, in front of a real SQLite store and the real
+engine (`RunManager`), driven by a main-loop thread as `airvisor daemon` drives it
+(daemon/_server.py `Daemon._loop`): the runs the API accepts are supervised demo stand-ins.
+The daemon tests further down run `airvisor daemon` itself as a subprocess.
 """
 
 from __future__ import annotations
@@ -11,23 +10,33 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
 import tomli_w
 
 from airvisor.daemon import ApiContext, ApiServer, ProfileCatalog, create_app
-from airvisor.engine import RunConflict, UnknownRun
+from airvisor.engine import RunManager
+from airvisor.policy import RunState
+from airvisor.proc import processes_with_marker
 from airvisor.profile import Profile
 from airvisor.store import RunRecord, Store
 
+from ..engine.conftest import demo_profile_dict
+
 TOKEN = "test-token-0123456789"
-PROFILE_NAME = "apitest_fake"
+PROFILE_NAME = "apitest"
+# Long enough that a run is still training when a test stops or restarts it (each test stops
+# its runs at the end, so this costs no time); a test that wants a run to end says so.
+MAX_STEPS = 400
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -36,111 +45,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class FakeRunService:
-    """Accepts runs into the store as 'running' with one attempt and a trainer log file."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.live: dict[str, set[int]] = {}
-        self.ticks = 0
-        self.shutdowns: list[bool] = []
-        self.restarts: list[str] = []
-        self.fail_with: Exception | None = None  # raised by the next request_restart
-
-    def submit(self, profile: Profile, *, start_mode: str = "auto") -> RunRecord:
-        if profile.resolved is None:  # as RunManager.submit: the same checks as `start`
-            from airvisor.primerl import prepare_run
-            from airvisor.profile import ProfileError
-
-            prepared = prepare_run(profile, machine=False)
-            if prepared.problems:
-                raise ProfileError(prepared.problems)
-            profile = prepared.profile
-        gpus = set(profile.gpus.inference) | set(profile.gpus.trainer)
-        for run_id, used in self.live.items():
-            if used & gpus:
-                raise RunConflict(f"GPUs {sorted(used & gpus)} are used by live run {run_id}")
-        run_id = f"{profile.run.name}-{len(self.store.list_runs(1000)) + 1}"
-        assert profile.run.output_dir is not None
-        run_dir = Path(profile.run.output_dir)
-        record = self.store.create_run(
-            run_id=run_id, name=profile.run.name,
-            profile_path=str(profile.source) if profile.source else None,
-            profile=profile.model_dump(mode="json"), run_dir=str(run_dir),
-            gpus=sorted(gpus), supervisor_pid=os.getpid())
-        self._attempt(run_id, run_dir, 1, gpus)
-        self.store.update_run(run_id, state="running", step=3, last_progress_at=time.time())
-        self.store.add_event(run_id, "submitted", f"run {run_id} accepted",
-                             data={"start_mode": start_mode})
-        self.live[run_id] = gpus
-        return record
-
-    def _attempt(self, run_id: str, run_dir: Path, number: int, gpus: set[int]) -> None:
-        """Attempt `number` with its three components and their log files, as the engine
-        records them (<run dir>/airvisor/attempt_K/<component>.log)."""
-        self.store.start_attempt(run_id, number, None if number == 1 else 2)
-        log_dir = run_dir / "airvisor" / f"attempt_{number}"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        for name, pid in (("inference", 101), ("trainer", 102), ("orchestrator", 103)):
-            log_path = log_dir / f"{name}.log"
-            log_path.write_text("".join(f"{name} line {i}\n" for i in range(1, 51)))
-            self.store.upsert_component(run_id, number, name, state="running",
-                                        pid=pid + 100 * (number - 1), pgid=pid,
-                                        gpus=sorted(gpus), log_path=str(log_path))
-
-    def _live_or_raise(self, run_id: str) -> None:
-        if run_id not in self.live:
-            if self.store.get_run(run_id) is None:
-                raise UnknownRun(f"no run with id {run_id!r}")
-            raise RunConflict(f"run {run_id} has already ended")
-
-    def request_stop(self, run_id: str) -> None:
-        self._live_or_raise(run_id)
-        del self.live[run_id]
-        self.store.update_run(run_id, state="stopped", ended_at=time.time())
-        self.store.add_event(run_id, "stopped", "stopped on request")
-
-    def request_restart(self, run_id: str) -> None:
-        """A restart at once: the next attempt, resumed from step 2, with fresh logs."""
-        if self.fail_with is not None:
-            error, self.fail_with = self.fail_with, None
-            raise error
-        self._live_or_raise(run_id)
-        self.restarts.append(run_id)
-        run = self.store.get_run(run_id)
-        assert run is not None
-        self._attempt(run_id, Path(run.run_dir), run.attempt + 1, self.live[run_id])
-        self.store.update_run(run_id, restarts=run.restarts + 1)
-
-    def tick(self, timeout: float) -> None:
-        self.ticks += 1
-        time.sleep(timeout)
-
-    def adopt_on_boot(self) -> list[str]:
-        return []
-
-    def shutdown(self, *, stop_runs: bool) -> None:
-        self.shutdowns.append(stop_runs)
-
-    def status_line(self) -> str:
-        return f"{len(self.live)} live" if self.live else "idle"
-
-    def live_run_ids(self) -> set[str]:
-        return set(self.live)
+def wait_for(condition: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
+    """Poll `condition` until it returns something truthy (returned), or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        time.sleep(0.05)
 
 
-def fake_profile(tmp: Path, name: str = PROFILE_NAME, **rl: Any) -> dict[str, Any]:
-    """A profile whose prime-rl v0.4 config (`rl` keys on top) is written to tmp/configs."""
-    config = tmp / "configs" / f"{name}-rl.toml"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(tomli_w.dumps({"output_dir": str(tmp / "runs" / name), "max_steps": 20,
-                                     "inference_gpu_ids": [0], "trainer_gpu_ids": [1], **rl}))
-    return {
-        "run": {"name": name, "on_existing": "replace"},
-        "prime_rl": {"version": "0.4", "python": [], "args": ["@", str(config)],
-                     "command_prefix": ["{python}", "-m", "airvisor.demo", "--prime-rl", "0.4"]},
-        "reaper": {"enabled": False},
-    }
+def api_profile(tmp: Path, name: str = PROFILE_NAME, **rl: Any) -> dict[str, Any]:
+    """The engine tests' fast demo profile (tests/engine/conftest.py) named `name`, over the
+    demo's stand-in of prime-rl v0.4's launcher; its prime-rl config (`rl` keys on top) is
+    written next to its run dir tmp/runs/<name>."""
+    return demo_profile_dict(tmp / "runs" / name, rl={"max_steps": MAX_STEPS, **rl},
+                             launcher="demo", run={"name": name})
 
 
 def write_profile(path: Path, data: dict[str, Any]) -> Path:
@@ -149,39 +71,107 @@ def write_profile(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
+class MainLoop:
+    """The daemon's main loop on a thread: tick the engine, then refresh the API's snapshot."""
+
+    def __init__(self, manager: RunManager, ctx: ApiContext, tick: float = 0.05) -> None:
+        self._manager, self._ctx, self._tick = manager, ctx, tick
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="main-loop", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._manager.tick(self._tick)
+                self._ctx.snapshot.refresh()
+        except BaseException as err:  # shown by stop(): a failing tick fails the test
+            self.error = err
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the main loop did not stop"
+        if self.error is not None:
+            raise AssertionError(f"the main loop failed: {self.error!r}") from self.error
+
+
 @dataclass
 class Api:
     url: str
     store: Store
-    service: FakeRunService
+    manager: RunManager
     ctx: ApiContext
     profiles: Path
     tmp: Path
+    loop: MainLoop = field(repr=False)
 
     def client(self, *, token: str | None = TOKEN) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=10)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def run(self, run_id: str) -> RunRecord:
+        run = self.store.get_run(run_id)
+        assert run is not None, run_id
+        return run
+
+    def wait_running(self, run_id: str, *, attempt: int = 1, step: int = 1,
+                     timeout: float = 60.0) -> RunRecord:
+        """Until attempt `attempt` is running and has reached step `step`."""
+        def ready() -> RunRecord | None:
+            run = self.run(run_id)
+            assert not RunState(run.state).terminal, f"run {run_id} ended: {run.state}"
+            ok = (run.state == RunState.RUNNING and run.attempt == attempt
+                  and (run.step or 0) >= step)
+            return run if ok else None
+        return wait_for(ready, f"run {run_id} attempt {attempt} at step {step}", timeout)
+
+    def wait_ended(self, run_id: str, timeout: float = 60.0) -> RunRecord:
+        def ended() -> RunRecord | None:
+            run = self.run(run_id)
+            return run if RunState(run.state).terminal else None
+        return wait_for(ended, f"run {run_id} ended", timeout)
+
+
+def _no_reaping(profile: Profile, run_id: str, live: set[str]) -> str:
+    # Other developers' demo stand-ins run on this machine: never reap in these tests.
+    return "reaper skipped in API tests"
 
 
 def serve(tmp: Path, monkeypatch: pytest.MonkeyPatch, *, token: str | None) -> Iterator[Api]:
     profiles = tmp / "profiles"
-    write_profile(profiles / f"{PROFILE_NAME}.toml", fake_profile(tmp))
+    write_profile(profiles / f"{PROFILE_NAME}.toml", api_profile(tmp))
     monkeypatch.setenv("AIRVISOR_PROFILES", str(profiles))
     store = Store(tmp / "state" / "airvisor.sqlite3")
-    service = FakeRunService(store)
+    manager = RunManager(store)
+    manager.hooks.prepare_machine = _no_reaping
     catalog = ProfileCatalog()
     catalog.reload()
-    ctx = ApiContext(store=store, service=service, catalog=catalog, token=token,
+    ctx = ApiContext(store=store, service=manager, catalog=catalog, token=token,
                      state_dir=tmp / "state")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    manager.address = url  # as the daemon sets it before anything runs
     server = ApiServer(create_app(ctx), sock)
     server.start()
+    loop = MainLoop(manager, ctx)
     try:
-        yield Api(f"http://127.0.0.1:{port}", store, service, ctx, profiles, tmp)
+        yield Api(url, store, manager, ctx, profiles, tmp, loop)
     finally:
         server.stop()
+        try:
+            loop.stop()
+        finally:
+            # As `airvisor daemon --stop-runs` ends: every live run stopped (shutdown ticks the
+            # engine itself, so the loop thread has stopped first).
+            manager.shutdown(stop_runs=True, timeout=30)
+            run_ids = [run.id for run in store.list_runs(1000)]
+            leftovers = [p for run_id in run_ids for p in processes_with_marker(run_id)]
+            for proc in leftovers:
+                proc.kill()
+            assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"
 
 
 @pytest.fixture

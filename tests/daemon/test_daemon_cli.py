@@ -184,12 +184,17 @@ def test_client_against_the_api(api: Api, monkeypatch: pytest.MonkeyPatch) -> No
     client = DaemonClient.connect(api.url)
     assert client is not None
     with client:
-        run = client.submit(PROFILE_NAME, {"prime_rl.overrides.max_steps": 9}, "auto")
+        run = client.submit(PROFILE_NAME, {"prime_rl.overrides.max_steps": 300}, "auto")
         assert client.get_run("current")["id"] == run["id"]
-        assert client.get_run(run["id"])["max_steps"] == 9
-        assert [e["kind"] for e in client.events("current")] == ["submitted"]
-        assert list(client.logs("current", "trainer", tail=2)) == [
-            "trainer line 49", "trainer line 50"]
+        assert client.get_run(run["id"])["max_steps"] == 300
+        assert client.events("current")[0]["kind"] == "submitted"
+        api.wait_running(run["id"])
+        lines = list(client.logs("current", "launcher", tail=2))
+        assert len(lines) == 2
+        logged = (api.store.path.parent / "runs" / run["id"] / "attempt_1" / "launcher.log"
+                  ).read_text().splitlines()
+        at = logged.index(lines[0])
+        assert logged[at:at + 2] == lines  # two consecutive lines of the launcher's log
         with pytest.raises(DaemonError) as err:
             list(client.logs("current", "nope"))
         assert err.value.status == 404 and "known: " in str(err.value)
@@ -197,9 +202,12 @@ def test_client_against_the_api(api: Api, monkeypatch: pytest.MonkeyPatch) -> No
             client.submit(PROFILE_NAME)
         assert conflict.value.status == 409
         assert client.stop("current")["action"] == "stop"
+        assert api.wait_ended(run["id"]).state == "stopped"
+        trainer = next(c for c in client.get_run(run["id"])["components"]
+                       if c["name"] == "trainer")
         text = to_text(render_run(RunView.model_validate(client.get_run(run["id"]))))
     assert run["id"] in text and "stopped" in text
-    assert "trainer" in text and "102" in text  # the component table
+    assert "trainer" in text and str(trainer["pid"]) in text  # the component table
     monkeypatch.setenv("AIRVISOR_TOKEN", "wrong")
     with DaemonClient(api.url, token="wrong") as wrong, pytest.raises(DaemonError) as denied:
         wrong.submit(PROFILE_NAME)

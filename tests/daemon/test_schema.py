@@ -362,8 +362,8 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(api: Api) -> None:
 
 PROFILE_REFS = {
     # reference: (valid by the schema, what the catalog answers for it)
-    "apitest_fake": (True, "found"),
-    "apitest_fake.toml": (True, "found"),
+    "apitest": (True, "found"),
+    "apitest.toml": (True, "found"),
     "a..b": (True, 404),  # a name is looked up, never joined to a path
     "/nonexistent/dir/x.toml": (True, 404),
     "/tmp/./x..y/..z.toml": (True, 404),
@@ -392,7 +392,7 @@ def test_profile_references_one_rule_in_schema_validation_and_catalog(api: Api) 
         except BadProfileRef as err:
             assert err.status == answer, (ref, str(err))
         else:
-            assert answer == "found" and found.name == "apitest_fake.toml", ref
+            assert answer == "found" and found.name == "apitest.toml", ref
         if not valid:
             response = httpx.post(f"{api.url}/runs", json={"profile": ref},
                                   headers={"Authorization": f"Bearer {TOKEN}"})

@@ -1,17 +1,19 @@
-"""The page and its API on a real server over a real store (the engine replaced by the API
-tests' FakeRunService): what is served, incremental series, redaction, no token for reads."""
+"""The page and its API on a real server over a real store and the real engine (the API tests'
+fixture: demo stand-ins supervised by a RunManager): what is served, incremental series,
+redaction, no token for reads."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from airvisor.store import DeliveryStore, SeriesStore
+from airvisor.store import DeliveryStore
 
-from ..daemon.conftest import Api, serve
+from ..daemon.conftest import PROFILE_NAME, Api, serve, wait_for
 
 
 @pytest.fixture
@@ -19,12 +21,13 @@ def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
     yield from serve(tmp_path, monkeypatch, token="t0ken")
 
 
-def new_run(api: Api, run_id: str = "run-1") -> str:
-    """A run as the engine records it: created, first attempt started, running."""
-    api.store.create_run(run_id=run_id, name="pagetest", profile_path=None, profile={},
-                         run_dir=str(api.tmp / "out"), gpus=[], supervisor_pid=None)
-    api.store.start_attempt(run_id, 1, None)
-    api.store.update_run(run_id, state="running", step=2)
+def new_run(api: Api) -> str:
+    """A run accepted through the API and training (its first attempt past step 1)."""
+    response = httpx.post(f"{api.url}/runs", json={"profile": PROFILE_NAME},
+                          headers={"Authorization": "Bearer t0ken"}, timeout=30)
+    assert response.status_code == 201, response.text
+    run_id: str = response.json()["id"]
+    api.wait_running(run_id)
     return run_id
 
 
@@ -44,8 +47,6 @@ def test_page_and_assets_are_served_without_a_token(api: Api) -> None:
 
 def test_run_data_is_incremental_and_redacted(api: Api) -> None:
     run_id = new_run(api)
-    series = SeriesStore(api.store)
-    series.append(run_id, "train:loss", [(1.0, 0.5), (2.0, 0.4)])
     deliveries = DeliveryStore(api.store)
     row = deliveries.add_delivery(run_id=run_id, key="k", event="failed", target="abc",
                                   target_label="https://hooks.slack.com/…",
@@ -53,9 +54,14 @@ def test_run_data_is_incremental_and_redacted(api: Api) -> None:
     assert row is not None
     deliveries.record_try(row, status="failed", error="try 1/1: HTTP 404 Not Found")
 
-    first = httpx.get(f"{api.url}/ui/api/runs/{run_id}").json()
+    def with_loss() -> dict[str, Any] | None:
+        body: dict[str, Any] = httpx.get(f"{api.url}/ui/api/runs/{run_id}").json()
+        return body if body["series"].get("train:loss") else None
+
+    first = wait_for(with_loss, "the trainer's loss collected")
     assert first["run"]["id"] == run_id and first["incremental"] is False
-    assert first["series"]["train:loss"] == [[1.0, 0.5], [2.0, 0.4]]
+    loss = first["series"]["train:loss"]  # (step, loss) from the trainer's metrics
+    assert loss and [x for x, _ in loss] == sorted({x for x, _ in loss})
     assert [a["number"] for a in first["attempts"]] == [1]
     assert first["deliveries"] == [{
         "id": row, "event": "failed", "target": "https://hooks.slack.com/…", "status": "failed",
@@ -63,17 +69,25 @@ def test_run_data_is_incremental_and_redacted(api: Api) -> None:
         "created_at": first["deliveries"][0]["created_at"],
         "updated_at": first["deliveries"][0]["updated_at"]}]
 
-    series.append(run_id, "train:loss", [(3.0, 0.3)])
-    newer = httpx.get(f"{api.url}/ui/api/runs/{run_id}",
-                      params={"after": first["series_last_id"]}).json()
-    assert newer["incremental"] is True and newer["series"] == {"train:loss": [[3.0, 0.3]]}
+    def newer_loss() -> dict[str, Any] | None:
+        body: dict[str, Any] = httpx.get(f"{api.url}/ui/api/runs/{run_id}",
+                                         params={"after": first["series_last_id"]}).json()
+        return body if body["series"].get("train:loss") else None
+
+    newer = wait_for(newer_loss, "the next steps' loss")
+    assert newer["incremental"] is True
+    assert newer["series_last_id"] > first["series_last_id"]
+    assert all(x > loss[-1][0] for x, _ in newer["series"]["train:loss"])  # only what is new
 
     # A restart the person asked for: the timeline's second attempt says what it followed.
-    api.store.end_attempt(run_id, 1, "failed", "restart requested")
-    api.store.start_attempt(run_id, 2, 2)
+    restarted = httpx.post(f"{api.url}/runs/{run_id}/restart",
+                           headers={"Authorization": "Bearer t0ken"})
+    assert restarted.status_code == 202
+    api.wait_running(run_id, attempt=2)
     attempts = httpx.get(f"{api.url}/ui/api/runs/{run_id}").json()["attempts"]
-    assert [(a["number"], a["resume_step"], a["after"]) for a in attempts] == [
-        (1, None, None), (2, 2, "restart requested")]
+    assert [(a["number"], a["after"]) for a in attempts] == [(1, None), (2, "restart requested")]
+    assert attempts[0]["resume_step"] is None
+    assert attempts[1]["resume_step"] == api.run(run_id).resume_step
 
 
 def test_a_broken_daemon_wide_notify_file_is_shown(tmp_path: Path,
