@@ -118,7 +118,8 @@ class Api:
 
     def wait_running(self, run_id: str, *, attempt: int = 1, step: int = 1,
                      timeout: float = 60.0) -> RunRecord:
-        """Until attempt `attempt` is running and has reached step `step`."""
+        """Until attempt `attempt` is running and the run's step (carried over from the
+        attempt before, until this one logs its own) is at least `step`."""
         def ready() -> RunRecord | None:
             run = self.run(run_id)
             assert not RunState(run.state).terminal, f"run {run_id} ended: {run.state}"
