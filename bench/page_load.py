@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from airvisor.daemon import ApiContext, ApiServer, ProfileCatalog, create_app
+from airvisor.policy import Phase
 from airvisor.store import SeriesStore, Store
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -69,8 +70,10 @@ def fill(store: Store, points: int, now: float) -> None:
     store.create_run(run_id=RUN_ID, name="week-long", profile_path=None,
                      profile={"run": {"max_steps": 1_000_000}}, run_dir="/nonexistent",
                      gpus=[0, 1], supervisor_pid=None)
-    store.update_run(RUN_ID, state="running", step=int(points * SHARES["step"]),
-                     last_progress_at=now)
+    for previous, phase in ((Phase.PENDING, Phase.PREFLIGHT), (Phase.PREFLIGHT, Phase.STARTING),
+                            (Phase.STARTING, Phase.RUNNING)):  # as a supervisor moves it
+        store.set_phase(RUN_ID, phase, previous=previous)
+    store.update_run(RUN_ID, step=int(points * SHARES["step"]), last_progress_at=now)
     for number in (1, 2, 3):
         store.start_attempt(RUN_ID, number, None if number == 1 else 1000 * number)
         if number < 3:

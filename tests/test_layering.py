@@ -57,10 +57,6 @@ KNOWN_BACK_EDGES: dict[Edge, str] = {
     # Fix: the one supervisor core of issue 21 with the box and Slurm as backends.
     ("airvisor.engine._manager", "airvisor.slurm"):
         "engine/_manager.py: SlurmRunSupervisor, is_slurm_profile (function-local)",
-    # The stacks adapter logs its event at the engine's level for it.
-    # Fix: the event level table moves below both (issue 21: one level table).
-    ("airvisor.stacks._capture", "airvisor.engine._event_levels"):
-        "stacks/_capture.py: event_log_level from the engine",
     # Loading a profile makes `@file` arguments absolute with primerl's argument parser.
     # Fix: the `rl` argument parser (pure, no airvisor imports) moves into profile/, or the
     # paths are made absolute when primerl binds the profile.

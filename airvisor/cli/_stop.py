@@ -18,6 +18,7 @@ import click
 import psutil
 
 from airvisor.cli._main import main
+from airvisor.policy import Phase
 from airvisor.store import LIVE_STATES, RunRecord, Store
 
 EXIT_BAD_INPUT = 2
@@ -141,7 +142,7 @@ def _stop_unsupervised(store: Store, record: RunRecord) -> None:
         marker_run_id=record.id, grace=grace,
         identities={c.pid: c.create_time for c in comps if c.pid and c.create_time},
     )
-    store.update_run(record.id, state="stopped", phase="stopped", ended_at=time.time())
+    store.set_phase(record.id, Phase.STOPPED)
     store.add_event(record.id, "stopped", "stopped by `airvisor stop` (no live supervisor)")
     click.echo(f"run {record.id} stopped ({len(report.gone)} processes ended)")
 

@@ -24,31 +24,29 @@ import psutil
 from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
 from airvisor.engine._events import Command, Event
-from airvisor.engine._supervisor import (
-    ComponentHandle,
-    Failure,
-    Hooks,
-    RunSupervisor,
-    archive_run_dir,
-    run_dir_used,
-)
+from airvisor.engine._supervisor import ComponentHandle, Hooks, RunSupervisor
 from airvisor.engine._takeover import (
     finish_if_completed,
     record_accepted,
+    recorded_failure,
     refresh_adopted,
     unfinished_commands,
 )
 from airvisor.policy import (
     BootAction,
+    Failure,
     Phase,
-    RestartKind,
     RunState,
     choose_resume_step,
     decide_takeover,
     phase_of_record,
-    step_from_log_line,
 )
-from airvisor.primerl import with_stable_tracker_ids
+from airvisor.primerl import (
+    archive_run_dir,
+    run_dir_used,
+    step_from_log_line,
+    with_stable_tracker_ids,
+)
 from airvisor.proc import ProcessIdentity, process_alive, terminate_tree
 from airvisor.profile._schema import Profile
 from airvisor.store import RunRecord, Store
@@ -363,9 +361,8 @@ class RunManager:
             try:
                 profile = Profile.model_validate(run.profile)
             except ValueError as exc:
-                self.store.update_run(run.id, state="failed", phase="failed",
-                                      ended_at=time.time(),
-                                      last_error=f"stored profile unreadable: {exc}")
+                self.store.set_phase(run.id, Phase.FAILED,
+                                     last_error=f"stored profile unreadable: {exc}")
                 continue
             if _is_slurm(profile):
                 with self._lock:
@@ -408,13 +405,8 @@ class RunManager:
         elif action == BootAction.RELAUNCH:
             supervisor.relaunch_after_boot(run.attempt)
         elif action == BootAction.CONTINUE_RECOVERY:
-            pending = run.details.get("recovery") or {}
-            kinds: dict[str, RestartKind] = {"crash": "crash", "hang": "hang",
-                                             "operator": "operator", "boot": "boot"}
-            failure = Failure(str(pending.get("reason") or run.last_error or
-                                  "the daemon restarted during recovery"),
-                              kinds.get(str(pending.get("kind")), "boot"))
-            supervisor.resume_after_boot(run.attempt, handles, failure)
+            supervisor.resume_after_boot(run.attempt, handles, recorded_failure(
+                run, "the daemon restarted during recovery"))
         elif action == BootAction.ADOPT:
             refresh_adopted(self.store, run)  # step and progress time, before any answer
             supervisor.adopt(run.attempt, handles, _step_from_logs(supervisor, handles, run.step),
@@ -466,7 +458,7 @@ class RunManager:
                             phase: Phase = Phase.PENDING) -> RunSupervisor:
         return RunSupervisor(run_id=run_id, profile=profile, store=self.store,
                              post=self._queue.put, hooks=self.hooks, clock=self._clock,
-                             wall_clock=self._wall_clock, phase=phase)
+                             wall=self._wall_clock, phase=phase)
 
     def _claim(self, run_id: str) -> None:
         """Record this process as the run's supervisor: `stop` and the next daemon ask it."""
@@ -483,9 +475,8 @@ class RunManager:
             if not supervised_here and not supervisor_alive(run):
                 # Its supervisor is gone and nobody adopted it: the preflight reaper will clear
                 # its processes; record that it ended.
-                self.store.update_run(run.id, state="failed", ended_at=time.time(),
-                                      last_error="abandoned: its supervisor exited and the run "
-                                      "was not adopted")
+                self.store.set_phase(run.id, Phase.FAILED, last_error="abandoned: its "
+                                     "supervisor exited and the run was not adopted")
                 self.store.add_event(run.id, "abandoned", "run abandoned (supervisor gone)")
                 continue
             other = Profile.model_validate(run.profile)

@@ -58,10 +58,10 @@ class RolloutWatcher:
         self._clock = clock
 
     @classmethod
-    def for_attempt(cls, attempt_dir: Path, profile: Any, *,
-                    from_end: bool = False) -> RolloutWatcher:
+    def for_attempt(cls, attempt_dir: Path, profile: Any, *, from_end: bool = False,
+                    clock: Callable[[], float] = time.monotonic) -> RolloutWatcher:
         return cls(episode_log(attempt_dir), limit=profile.health.rollout_error_limit,
-                   from_end=from_end)
+                   from_end=from_end, clock=clock)
 
     @property
     def tally(self) -> RolloutTally:

@@ -9,20 +9,15 @@ run's failure detection or the API.
 from __future__ import annotations
 
 import dataclasses
-import errno
-import re
-import shutil
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from airvisor._logfile import LogTail, tail_lines
 from airvisor._logging import get_logger
-from airvisor.engine._event_levels import event_log_level
+from airvisor.engine._core import SupervisorCore
 from airvisor.engine._events import (
     Command,
     ComponentExited,
@@ -31,61 +26,38 @@ from airvisor.engine._events import (
     ProbeFailed,
     TaskDone,
 )
+from airvisor.engine._logview import LogView
 from airvisor.engine._members import launcher_members
 from airvisor.engine._probe import InferenceProber, inference_base_url
-from airvisor.policy import (
-    COUNTED_KINDS,
-    GiveUp,
-    Phase,
-    RestartKind,
-    RestartPolicy,
-    ResumeChoice,
-    RunState,
-    StallRule,
-    advance,
-    choose_resume_step,
-    decide_restart,
+from airvisor.engine._rollouts import RolloutWatcher, event_of
+from airvisor.engine._takeover import recorded_failure
+from airvisor.policy import Phase, StallRule, stalled_for
+from airvisor.policy._rollouts import NeedsPerson
+from airvisor.policy._transition import Failure, RecoveryResumed
+from airvisor.primerl import (
+    FINISH_MILESTONES,
+    LAUNCHER,
+    TRAINING_FINISHED,
+    AttemptError,
+    ChildFailure,
+    PreparedAttempt,
+    child_failure_from_line,
     milestone_from_log_line,
-    stalled_for,
-    step_from_log_line,
-    step_from_metrics_row,
-    strip_ansi,
+    prepare_attempt,
+    prepare_run,
+    run_layout,
 )
-from airvisor.primerl import LAUNCHER, AttemptPlan, RunLayout, prepare_run, run_layout
 from airvisor.proc import ProcessIdentity, launch
 from airvisor.profile._schema import Profile
-from airvisor.store import Store
 
 log = get_logger("airvisor.engine")
 
 PROCESS_ORDER = ("inference", "trainer", "orchestrator")
 VIEWED = ("inference", "trainer", "orchestrator")
-# Free space the state directory needs for an attempt's logs before it is launched.
-STATE_DIR_MIN_FREE = 64 << 20
 FINISH_TIMEOUT = 150.0  # seconds for the launcher to exit once training has finished
 MEMBER_SCAN_INTERVAL = 2.0  # seconds between looks into the launcher's tree
 MEMBER_RESCAN_INTERVAL = 60.0  # once inference, trainer and orchestrator are found
 ADOPT_CATCH_UP_LINES = 200  # of each log's end, read when a live attempt is adopted
-# prime-rl's launchers name the child that failed first: v0.4 rl.py:539-552,782 and main's
-# utils/process.py monitor_process: f"{process_name.capitalize()} failed with exit code {code}".
-_CHILD_FAILED = re.compile(r"\b(Inference|Trainer|Orchestrator|Teacher_inference|Env[-_ ]server\S*)"
-                           r" failed with exit code (-?\d+)")
-
-
-@dataclass(frozen=True)
-class PreparedAttempt:
-    """What the preflight task hands the main loop: the attempt to launch."""
-
-    number: int
-    choice: ResumeChoice
-    plan: AttemptPlan | None  # None when `complete`: nothing is launched
-    profile: Profile  # bound by prime-rl's resolution for this attempt
-    summary: str
-    containers: tuple[Any, ...] = ()  # the task containers' status, read on the worker
-    # The newest complete checkpoint is the final one (step >= max_steps): training is done.
-    # A resume from it would never end (main's trainer starts at max_steps + 1 and never meets
-    # its last step, trainer/rl/train.py:230,266), so the run ends succeeded instead.
-    complete: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,15 +85,6 @@ def _describe_containment() -> str:
     return containment().describe()
 
 
-class AttemptError(Exception):
-    """The attempt cannot be prepared (prime-rl refuses the config, a file cannot be written).
-    `machine`: because of this machine's state (a full or read-only disk), which may heal."""
-
-    def __init__(self, message: str, *, machine: bool = False) -> None:
-        super().__init__(message)
-        self.machine = machine
-
-
 @dataclass(frozen=True)
 class MachineCondition:
     """What a preflight reports when the machine cannot host the attempt now: not a crash of
@@ -130,193 +93,7 @@ class MachineCondition:
     reason: str
 
 
-MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
 MACHINE_RETRY_MAX = 60.0  # seconds between looks while waiting for the machine
-
-
-def run_dir_used(run_dir: Path) -> bool:
-    try:
-        return any(run_dir.iterdir())
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-
-
-def archive_run_dir(run_dir: Path, why: str) -> Path:
-    """Move a run directory aside (never delete a run's data): `<name>.<why>-<UTC time>`."""
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    target = run_dir.with_name(f"{run_dir.name}.{why}-{stamp}")
-    run_dir.rename(target)
-    return target
-
-
-def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
-                    attempt_dir: Path, container_names: list[str],
-                    summary: str) -> PreparedAttempt:
-    """Choose the resume step on disk, resolve the exact command line with prime-rl (so what
-    prime-rl validated is what runs), and write the attempt's files. Blocking: a worker thread
-    runs it. The machine is checked again as `start` checked it (prime-rl's command still
-    there, the run directory writable, free disk): a disk that filled up or went read-only
-    since is named as the reason instead of surfacing as a crash of the next attempt."""
-    def prepared_or_raise(step: int | None) -> Any:
-        prepared = prepare_run(profile, resume_step=step, attempt_dir=attempt_dir,
-                               container_names=container_names)
-        if prepared.problems or prepared.plan is None:
-            raise AttemptError("; ".join(str(p) for p in prepared.problems)
-                               or "the attempt could not be planned",
-                               machine=bool(prepared.problems)
-                               and all(p.machine for p in prepared.problems))
-        return prepared
-
-    if layout is None:
-        layout = run_layout(prepared_or_raise(None).profile)
-    choice = choose_resume_step(layout.scan())
-    if choice.step is not None and choice.step < layout.step_base:
-        choice = ResumeChoice(step=None, skipped=choice.skipped)
-    if training_complete(choice.step, profile.run.max_steps):
-        return PreparedAttempt(number, choice, None, profile,
-                               summary + f"; step {choice.step} is the final checkpoint "
-                               f"(max_steps = {profile.run.max_steps}): training is complete",
-                               complete=True)
-    prepared = prepared_or_raise(choice.step)
-    if choice.step is None and number > 1 and profile.prime_rl.version == "main":
-        # main's `rl` refuses a fresh start in a used run directory (utils/pathing.py
-        # validate_run_dir) and its `clean` would delete it: move it aside instead (with a
-        # ckpt.output_dir outside it, that one too).
-        for used in [d for d in layout.run_dirs() if run_dir_used(d)]:
-            moved = archive_run_dir(used, f"attempt-{number - 1}")
-            summary += f"; no complete checkpoint: earlier files moved to {moved}"
-    try:
-        # The attempt's logs go to the state directory: a full one would only show as the
-        # launcher dying on its first write.
-        attempt_dir.mkdir(parents=True, exist_ok=True)
-        moved_logs = keep_rewritten_logs(layout, attempt_dir / "previous-logs")
-        if profile.prime_rl.mode == "components":
-            # airvisor starts v0.4's three processes itself: first what v0.4's `rl` does
-            # before it starts them, its clean, exactly (rollouts of the dead attempt must never
-            # reach the relaunched trainer).
-            clean_before_launch(layout, prepared.resolution, choice.step)
-        free = shutil.disk_usage(attempt_dir).free
-        if free < STATE_DIR_MIN_FREE:
-            raise AttemptError(
-                f"cannot write the attempt's files under {attempt_dir}: too little free space "
-                f"({free >> 20} MiB free, the attempt's logs need {STATE_DIR_MIN_FREE >> 20} MiB)"
-                "; free space in airvisor's state directory (AIRVISOR_STATE_DIR)", machine=True)
-        for spec in prepared.plan.processes.values():
-            for path, text in spec.files.items():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-    except OSError as exc:
-        raise AttemptError(f"cannot write the attempt's files under {attempt_dir}: "
-                           f"{exc.strerror or exc}",
-                           machine=exc.errno in MACHINE_ERRNOS) from exc
-    if moved_logs:
-        summary += f"; the earlier launch's logs kept in {attempt_dir / 'previous-logs'}"
-    return PreparedAttempt(number, choice, prepared.plan, prepared.profile, summary)
-
-
-def clean_before_launch(layout: RunLayout, resolution: Any, resume_step: int | None) -> None:
-    rl = (resolution.rl if resolution is not None else None) or {}
-    broadcast = (rl.get("trainer") or {}).get("weight_broadcast") or {}
-    deleted, recreated = layout.launch_clean(
-        clean=bool(rl.get("clean", True)), resume_step=resume_step,
-        broadcast_type=broadcast.get("type") if isinstance(broadcast, dict) else None)
-    for path in deleted:
-        shutil.rmtree(path, ignore_errors=True)
-    for path in recreated:
-        path.mkdir(parents=True, exist_ok=True)
-
-
-def training_complete(checkpoint_step: int | None, max_steps: int | None) -> bool:
-    """A checkpoint at step >= max_steps is the final one: both versions save step N once N
-    steps are done and a final checkpoint at the end (primerl RULES "save_points")."""
-    return checkpoint_step is not None and max_steps is not None and checkpoint_step >= max_steps
-
-
-def keep_rewritten_logs(layout: RunLayout, target: Path) -> list[Path]:
-    """Move the logs an earlier launch left at the paths this launch rewrites (v0.4's
-    `logs/*.stdout`) into airvisor's attempt directory: kept (prime-rl would truncate or delete
-    them), and the file at each path is then this attempt's, whatever its times say."""
-    moved: list[Path] = []
-    for path in layout.rewritten_logs():
-        if not path.is_file():
-            continue
-        target.mkdir(parents=True, exist_ok=True)
-        destination = target / path.name
-        shutil.move(path, destination)
-        moved.append(destination)
-    return moved
-
-
-@dataclass(frozen=True)
-class FileIdentity:
-    """Which file a path named at one moment: (device, inode), and the path it was found at."""
-
-    path: Path
-    device: int
-    inode: int
-
-    @classmethod
-    def of(cls, path: Path | None) -> FileIdentity | None:
-        if path is None:
-            return None
-        try:
-            st = path.stat()
-        except OSError:
-            return None
-        return cls(path, st.st_dev, st.st_ino)
-
-    def same_file(self, path: Path) -> bool:
-        """`path` is this very file (same path, same inode): not a file created since."""
-        if path != self.path:
-            return False
-        try:
-            st = path.stat()
-        except OSError:
-            return False
-        return (st.st_dev, st.st_ino) == (self.device, self.inode)
-
-
-class LogView:
-    """The log of a component that airvisor did not start itself (prime-rl's launcher did):
-    found where that version writes it (`RunLayout.log_file`), and read only once it is a file
-    this attempt's launch created, known by identity, never by modification time: the file the
-    path named when the attempt started (an earlier attempt's: main's `logs/latest` before
-    the new `attempt_N` exists, or a v0.4 `*.stdout` not moved aside) is never read. The
-    earlier file is kept open meanwhile, so its inode cannot be reused by a new file."""
-
-    def __init__(self, locate: Callable[[], Path | None], *, from_end: bool = False) -> None:
-        self._locate = locate
-        self._from_end = from_end  # adoption: the lines before it were read by the last daemon
-        self.tail: LogTail | None = None
-        self._earlier: FileIdentity | None = None
-        self._pin: Any = None
-        if not from_end:
-            self._earlier = FileIdentity.of(locate())
-            if self._earlier is not None:
-                try:
-                    self._pin = open(self._earlier.path, "rb")  # noqa: SIM115 (held on purpose)
-                except OSError:
-                    self._pin = None
-
-    @property
-    def last_lines(self) -> list[str]:
-        return list(self.tail.last_lines) if self.tail is not None else []
-
-    def close(self) -> None:
-        if self._pin is not None:
-            self._pin.close()
-            self._pin = None
-
-    def read_new_lines(self) -> list[str]:
-        if self.tail is None:
-            path = self._locate()
-            if path is None or not path.exists():
-                return []
-            if self._earlier is not None and self._earlier.same_file(path):
-                return []  # still the previous attempt's file
-            self.close()
-            self.tail = LogTail(path, from_end=self._from_end)
-        return self.tail.read_new_lines()  # (a truncated file is read again from its start)
 
 
 class ContainerPoolLike(Protocol):
@@ -403,67 +180,32 @@ def describe_exit(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-@dataclass(frozen=True)
-class Failure:
-    """The failure a recovery is under way for (the payload of the recovering phases)."""
+class RunSupervisor(SupervisorCore):
+    """A run whose processes run on this box: prime-rl's launcher (or, v0.4's component mode,
+    its three processes) started by airvisor, contained, watched through their logs, their
+    exits and the inference server's health. The supervisor core decides; this backend
+    launches, stops and watches."""
 
-    reason: str
-    kind: RestartKind  # crash | hang | operator | boot: only crashes and hangs count
-    component: str | None = None
+    stop_waits_for = frozenset({"stop", "preflight"})
 
-
-class RunSupervisor:
-    """The run's state machine (`airvisor.policy.Phase`) and the I/O it orders.
-
-    Every phase change goes through `_set_phase` (and so through `policy.advance`); what a phase
-    needs beyond its name is its payload: the failure being recovered from (recovering phases),
-    the backoff deadline (backoff). Nothing else decides what happens next.
-    """
-
-    def __init__(
-        self,
-        *,
-        run_id: str,
-        profile: Profile,
-        store: Store,
-        post: Callable[[Event], None],
-        hooks: Hooks,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-        phase: Phase = Phase.PENDING,
-    ) -> None:
-        self.run_id = run_id
-        self.profile = profile
-        self.store = store
-        self._post = post
-        self._hooks = hooks
-        self._clock = clock
-        self._wall = wall_clock
-        self.run_dir = Path(profile.run.output_dir or ".")
-        self.layout: RunLayout | None = run_layout(profile) if profile.resolved else None
+    def __init__(self, *, hooks: Hooks, **core: Any) -> None:
+        """`core`: SupervisorCore's arguments (run_id, profile, store, post, clock, wall,
+        phase)."""
+        super().__init__(hooks=hooks, **core)
+        self._hooks: Hooks = hooks
+        self.run_dir = Path(self.profile.run.output_dir or ".")
         self.views: dict[str, LogView] = {}
-        self.mode = profile.prime_rl.mode
-        self.phase = phase
-        self.attempt = 0
+        self.mode = self.profile.prime_rl.mode
         self.components: dict[str, ComponentHandle] = {}
-        self.step: int | None = None
-        self.last_progress_wall: float | None = None
-        self._attempt_started = clock()
-        self._attempt_wall_start = time.time()
-        self._attempt_progress: float | None = None  # monotonic time of the last advance
-        # "trainer_finished" / "orchestrator_finished" seen in this attempt's logs: training is
-        # done and prime-rl's launcher is stopping the inference server (v0.4 waits up to 60 s).
-        self._finished: set[str] = set()
+        self._attempt_started = self._clock()
+        self._attempt_wall_start = self._wall()
+        # Training finished (the logs say so) at this monotonic time: prime-rl's launcher is
+        # stopping the inference server (v0.4 waits up to 60 s).
         self._finished_at: float | None = None
-        self._notes: set[str] = set()  # one-off events already recorded in this attempt
-        self._machine_reason: str | None = None  # the machine condition last said
-        self._attempt_max_step = 0
         self._prober: ProberLike | None = None
         self._pool: ContainerPoolLike | None = None
         self._metrics: LogTail | None = None
-        self._failure: Failure | None = None  # payload of RECOVERY_STOPPING / BACKOFF
-        self._backoff_until: float | None = None  # payload of BACKOFF
-        self._tasks: set[str] = set()
+        self._rollouts: RolloutWatcher | None = None  # the attempt's episode log
         self._pool_lock = threading.Lock()  # one Docker operation on the pool at a time
         self._specs: dict[str, Any] = {}
         self._next_container_check = 0.0
@@ -471,61 +213,8 @@ class RunSupervisor:
         self._members: dict[str, int] = {}
         self._containment: str | None = None
         self._container_recreates = 0
-        self.finished = threading.Event()
 
-    @property
-    def state(self) -> RunState:
-        return self.phase.state
-
-    # -- helpers ---------------------------------------------------------------------------
-    def _event(self, kind: str, message: str, *, component: str | None = None,
-               **data: Any) -> None:
-        self.store.add_event(self.run_id, kind, message, component=component, data=data)
-        log.log(event_log_level(kind, message), message, run=self.run_id, kind=kind,
-                component=component)
-
-    def _set_phase(self, target: Phase) -> None:
-        """The only place the run's phase (and so its state) changes; persisted at once."""
-        if target == self.phase:
-            return
-        previous = self.phase
-        self.phase = advance(self.phase, target)
-        fields: dict[str, Any] = {"phase": str(target), "state": str(target.state)}
-        if target.terminal:
-            fields["ended_at"] = time.time()
-        if target == Phase.SUCCEEDED:
-            fields["last_error"] = None  # the failures it recovered from stay in its history
-        self.store.update_run(self.run_id, **fields)
-        waiting = self._machine_reason is not None and \
-            {previous, target} <= {Phase.PREFLIGHT, Phase.BACKOFF}
-        if target.state != previous.state and not waiting:  # (each look while waiting: quiet)
-            self._event("state", f"run {target.state}", phase=str(target))
-        if target.terminal:
-            self._close_views()
-            self.finished.set()
-
-    def _run_task(self, name: str, job: Callable[[], Any]) -> None:
-        """Run a blocking job on a worker thread; its outcome comes back as TaskDone."""
-        self._tasks.add(name)
-        attempt = self.attempt
-
-        def work() -> None:
-            try:
-                result = job()
-            except Exception as exc:  # reported as the task's error, handled on the main loop
-                message = str(exc) or type(exc).__name__
-                self._post(TaskDone(self.run_id, attempt, name, error=message))
-                return
-            self._post(TaskDone(self.run_id, attempt, name, result=result))
-
-        threading.Thread(target=work, name=f"{name}-{self.run_id}", daemon=True).start()
-
-    @property
-    def busy(self) -> bool:
-        """A worker task has not reported yet."""
-        return bool(self._tasks)
-
-    def _close_views(self) -> None:
+    def _on_terminal(self) -> None:
         for view in self.views.values():
             view.close()
 
@@ -534,18 +223,15 @@ class RunSupervisor:
         """Launcher mode: the components found in prime-rl's launcher's tree, name -> pid."""
         return dict(self._members)
 
-    def _live_processes(self) -> list[ComponentHandle]:
-        return [h for h in self.components.values() if not h.exited]
+    def _failure_lines(self, component: str | None) -> list[str]:
+        if component in self.views:
+            return self.views[component].last_lines
+        if component in self.components:
+            return list(self.components[component].log.last_lines)
+        return []
 
-    def attempt_dir_of(self, number: int) -> Path:
-        """airvisor's own files of an attempt (overrides, logs of processes it starts): in the
-        state directory, never inside prime-rl's run directory (main refuses a fresh start in
-        a run directory that holds anything)."""
-        return self.store.path.parent / "runs" / self.run_id / f"attempt_{number}"
-
-    @property
-    def attempt_dir(self) -> Path:
-        return self.attempt_dir_of(self.attempt)
+    def _relaunch(self, cause: str) -> None:
+        self._begin_preflight()
 
     # -- lifecycle -------------------------------------------------------------------------
     def begin(self) -> None:
@@ -615,10 +301,10 @@ class RunSupervisor:
                         mode=self._containment.split(" ", 1)[0])
         self._specs = dict(prepared.plan.processes)
         self.components = {}
-        self._close_views()
+        self._on_terminal()  # (the last attempt's views)
         self.views = {}
         self._attempt_started = self._clock()
-        self._attempt_wall_start = time.time()
+        self._attempt_wall_start = self._wall()
         self._attempt_progress = None
         self._attempt_max_step = choice.step or 0
         self._finished = set()
@@ -628,6 +314,8 @@ class RunSupervisor:
         self._next_member_scan = 0.0
         metrics = self.layout.metrics_file()
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
+        self._rollouts = RolloutWatcher.for_attempt(self.attempt_dir, self.profile,
+                                                    clock=self._clock)
         self._set_phase(Phase.STARTING)
         if self.mode == "launcher":
             self._start_component(LAUNCHER)
@@ -648,7 +336,7 @@ class RunSupervisor:
     def _start_prober(self) -> None:
         if self.profile.inference.port is None:
             # `rl` starts no inference server (the user runs one elsewhere): nothing to gate on.
-            self._post(InferenceReady(self.run_id, self.attempt, time.time()))
+            self._post(InferenceReady(self.run_id, self.attempt, self._wall()))
             return
         self._prober = self._hooks.prober(
             run_id=self.run_id, attempt=self.attempt,
@@ -681,7 +369,7 @@ class RunSupervisor:
 
         def wait_for_exit() -> None:
             code = launched.wait()
-            self._post(ComponentExited(self.run_id, attempt, name, code, time.time()))
+            self._post(ComponentExited(self.run_id, attempt, name, code, self._wall()))
 
         threading.Thread(target=wait_for_exit, name=f"wait-{name}", daemon=True).start()
 
@@ -702,6 +390,8 @@ class RunSupervisor:
         layout = self.layout
         metrics = layout.metrics_file() if layout is not None else None
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
+        self._rollouts = RolloutWatcher.for_attempt(self.attempt_dir_of(attempt), self.profile,
+                                                    from_end=True, clock=self._clock)
         logs = [h.log.path for h in handles.values()]
         if self.mode == "launcher" and layout is not None:
             self.views = {name: LogView(lambda name=name: layout.log_file(name),  # type: ignore[misc]
@@ -728,8 +418,7 @@ class RunSupervisor:
                 continue
             for line in lines:
                 milestone = milestone_from_log_line(line)
-                if milestone in ("trainer_finished", "orchestrator_finished",
-                                 "training_finished"):
+                if milestone in (*FINISH_MILESTONES.values(), TRAINING_FINISHED):
                     self._finished.add(milestone)
 
     def _rebuild_specs(self, resume_step: int | None) -> None:
@@ -763,19 +452,18 @@ class RunSupervisor:
             self.store.update_run(self.run_id,
                                   last_error=f"{failure.reason}; restart.resume_on_boot is off")
             self._set_phase(Phase.STOPPING_FAILED)
-            self._start_stop()
+            self._stop_processes()
             return
-        self._recover(failure)
+        self._decide(RecoveryResumed(failure))
 
     def relaunch_after_boot(self, attempt: int) -> None:
         """Boot takeover of a run that was backing off or preparing its next attempt: the
         failed attempt is down and its restart is recorded; prepare the next one now."""
         self.attempt = attempt
-        self._failure = Failure("the daemon restarted during recovery", "boot")
         recorded = self.store.get_run(self.run_id)
-        pending = (recorded.details.get("recovery") if recorded is not None else None) or {}
-        if pending.get("kind") in ("crash", "hang", "operator", "boot", "machine"):
-            self._failure = Failure(str(pending.get("reason", "")), pending["kind"])
+        self._failure = (recorded_failure(recorded, "the daemon restarted during recovery")
+                         if recorded is not None
+                         else Failure("the daemon restarted during recovery", "boot"))
         self._begin_preflight()
 
     def finish_stop(self, attempt: int, survivors: dict[str, ComponentHandle],
@@ -784,7 +472,7 @@ class RunSupervisor:
         self.attempt = attempt
         self.components = survivors
         self._set_phase(target)
-        self._start_stop()
+        self._stop_processes()
 
     def detach(self) -> None:
         """Stop watching (the daemon is going away); the components keep running."""
@@ -800,7 +488,7 @@ class RunSupervisor:
             self.store.update_run(self.run_id, last_error=message)
             self._set_phase(Phase.STOPPING_FAILED if self.phase != Phase.BACKOFF
                             else Phase.STOPPING_STOPPED)
-            self._start_stop()
+            self._stop_processes()
             return
         self._fail(message, None)
 
@@ -831,23 +519,9 @@ class RunSupervisor:
         if self.phase.terminal:
             return
         if action == "stop":
-            self._event("stop_requested", "stop requested")
-            if self.phase.stopping:
-                return  # already ending (a success being wrapped up stays a success)
-            busy = bool({"stop", "preflight"} & self._tasks)
-            self._set_phase(Phase.STOPPING_STOPPED)
-            if not busy:
-                # A running stop (recovery) or preflight ends in this stop when it reports.
-                self._start_stop()
+            self._ask_stop()
         elif action == "restart":
-            self._event("restart_requested", "restart requested")
-            if self.phase in (Phase.STARTING, Phase.RUNNING):
-                self._fail("restart requested", None, kind="operator")
-            elif self.phase == Phase.BACKOFF:
-                self._event("restart_now", "restart requested during backoff: relaunching now")
-                self._begin_preflight()
-            else:
-                self._event("restart_ignored", f"nothing to restart: the run is {self.phase}")
+            self._ask_restart()
 
     def _on_ready(self) -> None:
         if self.phase != Phase.STARTING:
@@ -887,32 +561,6 @@ class RunSupervisor:
             return
         self._fail(f"{event.component} {what}", event.component)
 
-    def _succeed(self, message: str, component: str | None = None) -> None:
-        self._event("success", message, component=component)
-        self._set_phase(Phase.STOPPING_SUCCEEDED)
-        self._start_stop()
-
-    def _training_finished(self) -> bool:
-        """The logs say training ended: trainer and orchestrator both said so, or prime-rl's
-        launcher did (it says so only after both exited 0)."""
-        return ({"trainer_finished", "orchestrator_finished"} <= self._finished
-                or "training_finished" in self._finished)
-
-    def _note_once(self, kind: str, message: str) -> None:
-        if kind not in self._notes:
-            self._notes.add(kind)
-            self._event(kind, message)
-
-    def _training_done(self) -> bool:
-        """The logs say training ended: both "finished" lines, or the trainer's last step
-        (max_steps - 1 + the version's first step number) reached."""
-        if self._training_finished():
-            return True
-        max_steps = self.profile.run.max_steps
-        if max_steps is None or self.step is None or self.layout is None:
-            return False
-        return self.step >= max_steps - 1 + self.layout.step_base
-
     def _on_launcher_exit(self, handle: ComponentHandle, returncode: int | None,
                           what: str) -> None:
         """prime-rl's `rl` ended: 0 after trainer and orchestrator finished (v0.4 rl.py:804-808,
@@ -928,18 +576,14 @@ class RunSupervisor:
             self._succeed(f"trainer and orchestrator finished; prime-rl's launcher then {what} "
                           "while stopping the rest: run complete", LAUNCHER)
             return
-        blamed: str | None = None
-        child_code = ""
+        child: ChildFailure | None = None
         for line in reversed(list(handle.log.last_lines)):
-            match = _CHILD_FAILED.search(strip_ansi(line))
-            if match:
-                blamed = match.group(1).lower().replace("_", "-")
-                child_code = match.group(2)
+            child = child_failure_from_line(line)
+            if child is not None:
                 break
-        if blamed is not None:
-            reason = (f"{blamed} exited with status {child_code}; prime-rl's launcher stopped "
-                      f"the run ({what})")
-            self._fail(reason, blamed if blamed in self.views else LAUNCHER)
+        if child is not None:
+            reason = f"{child.describe()}; prime-rl's launcher stopped the run ({what})"
+            self._fail(reason, child.component if child.component in self.views else LAUNCHER)
         else:
             self._fail(f"prime-rl's launcher {what}", LAUNCHER)
 
@@ -976,19 +620,15 @@ class RunSupervisor:
 
     def _after_preflight(self, event: TaskDone) -> None:
         if self.phase.stopping:
-            self._start_stop()  # a stop arrived while preparing: undo what the preflight did
+            self._stop_processes()  # a stop arrived while preparing: undo what the preflight did
             return
         if self.phase != Phase.PREFLIGHT:
             return
         if event.error is not None:
-            reason = f"preflight failed: {event.error}"
-            if self.attempt == 0 and self._failure is None:
-                # Nothing ever ran: a machine that cannot host the run will not heal by retrying.
-                self._record_failure(reason, None)
-                self._set_phase(Phase.STOPPING_FAILED)
-                self._start_stop()
-                return
-            self._fail(reason, None)
+            # Nothing ever ran (a first preflight): a machine that cannot host the run will not
+            # heal by retrying.
+            self._fail(f"preflight failed: {event.error}", None,
+                       hopeless=self.attempt == 0 and self._failure is None)
             return
         if isinstance(event.result, MachineCondition):
             self._wait_for_machine(event.result.reason)
@@ -1030,36 +670,8 @@ class RunSupervisor:
         r = self.profile.restart
         return max(min(r.backoff_max, MACHINE_RETRY_MAX), r.backoff_initial)
 
-    # -- failure and recovery ---------------------------------------------------------------
-    def _record_failure(self, reason: str, component: str | None) -> None:
-        last_lines: list[str] = []
-        if component in self.views:
-            last_lines = self.views[component].last_lines[-15:]
-        elif component in self.components:
-            last_lines = list(self.components[component].log.last_lines)[-15:]
-        self.store.update_run(self.run_id, last_error=reason)
-        self._event("failure", reason, component=component, last_lines=last_lines,
-                    attempt=self.attempt)
-        if self.attempt and self.phase in (Phase.STARTING, Phase.RUNNING):
-            # (A failed preflight belongs to no attempt: the previous one has ended already.)
-            self.store.end_attempt(self.run_id, self.attempt, "failed", reason)
-
-    def _fail(self, reason: str, component: str | None, *, kind: RestartKind = "crash") -> None:
-        """This attempt failed: record why, then recover (unless the run is already ending)."""
-        if self.phase.terminal or self.phase.stopping or self.phase == Phase.RECOVERY_STOPPING:
-            return  # already ending or recovering: one failure per attempt
-        self._record_failure(reason, component)
-        self._recover(Failure(reason, kind, component))
-
-    def _recover(self, failure: Failure) -> None:
-        self._failure = failure
-        # Persisted with the phase: a daemon that dies now resumes this recovery, same kind.
-        self.store.merge_run_details(self.run_id, recovery={"reason": failure.reason,
-                                                            "kind": failure.kind})
-        self._set_phase(Phase.RECOVERY_STOPPING)
-        self._start_stop()
-
-    def _start_stop(self) -> None:
+    # -- stopping ---------------------------------------------------------------------------
+    def _stop_processes(self) -> None:
         """Stop every component tree and the containers, on a worker thread; the phase says
         what follows (a restart decision, or the end the stop leads to)."""
         if "stop" in self._tasks:
@@ -1102,58 +714,34 @@ class RunSupervisor:
         self._record_containers(outcome.containers if outcome is not None else ())
         summary = outcome.summary if outcome is not None else event.error
         self._event("stopped_components", f"components stopped: {summary}")
-        if self.phase.stopping:
-            target = self.phase.stop_target
-            if self.attempt and target != Phase.FAILED:
-                ended = "succeeded" if target == Phase.SUCCEEDED else "stopped"
-                self.store.end_attempt(self.run_id, self.attempt, ended, None)
-            self._set_phase(target)
-            return
-        if self.phase != Phase.RECOVERY_STOPPING:
-            return
-        failure = self._failure or Failure("unknown failure", "crash")
-        history = self.store.restart_history(self.run_id)
-        counted = failure.kind in COUNTED_KINDS
-        wall_now = self._wall()
-        decision = decide_restart(self._restart_policy(),
-                                  [r.at for r in history if r.counted] if counted else [],
-                                  wall_now)
-        if isinstance(decision, GiveUp):
-            reason = f"{decision.reason}; last failure: {failure.reason}"
-            self.store.update_run(self.run_id, last_error=reason)
-            self._event("gave_up", reason)
-            self._set_phase(Phase.FAILED)
-            return
-        self.store.add_restart(self.run_id, attempt=self.attempt, kind=failure.kind,
-                               reason=failure.reason, counted=counted, at=wall_now)
-        self._set_phase(Phase.BACKOFF)
-        self._backoff_until = self._clock() + decision.delay
-        counted_note = (f"{decision.recent_restarts + 1} of restart.max_restarts = "
-                        f"{self.profile.restart.max_restarts} within "
-                        f"{self.profile.restart.window:g} s" if counted
-                        else "not counted toward the crash-loop limit")
-        self._event("restart_scheduled",
-                    f"restarting in {decision.delay:.1f} s after a {failure.kind} "
-                    f"(restart {len(history) + 1}; {counted_note})",
-                    delay=decision.delay, restart_kind=failure.kind, counted=counted)
-
-    def _restart_policy(self) -> RestartPolicy:
-        r = self.profile.restart
-        return RestartPolicy(max_restarts=r.max_restarts, window=r.window,
-                             backoff_initial=r.backoff_initial, backoff_factor=r.backoff_factor,
-                             backoff_max=r.backoff_max)
+        self._processes_down()
 
     # -- timers and progress -----------------------------------------------------------------
+    def _check_rollouts(self) -> bool:
+        """What the environment reported of its episodes (airvisor.engine._rollouts): warnings
+        in the run's events; True when the run stops for a person."""
+        if self._rollouts is None or self.phase not in (Phase.STARTING, Phase.RUNNING):
+            return False
+        for notice in self._rollouts.poll():
+            kind, message, data = event_of(notice)
+            self._event(kind, message, **data)
+            if isinstance(notice, NeedsPerson):
+                self.store.merge_run_details(self.run_id, needs_person=data)
+                self._fail(notice.message, None, hopeless=True)
+                return True
+        return False
+
     def on_tick(self) -> None:
         now = self._clock()
         if self.phase == Phase.BACKOFF:
-            if self._backoff_until is None or now >= self._backoff_until:
-                self._begin_preflight()
+            self._tick_backoff(now)
             return
         if self.phase not in (Phase.STARTING, Phase.RUNNING):
             return
         self._poll_adopted()
         self._read_progress(now)
+        if self._check_rollouts():
+            return
         if self.mode == "launcher" and now >= self._next_member_scan:
             self._record_members()
             # A look into the tree reads the whole process table: often until the three are
@@ -1206,69 +794,38 @@ class RunSupervisor:
         for handle in self.components.values():
             if handle.launched is None and not handle.exited and not handle.identity.alive():
                 self._post(ComponentExited(self.run_id, self.attempt, handle.name, None,
-                                           time.time()))
+                                           self._wall()))
 
     def _read_progress(self, now: float) -> None:
-        newest = 0
-        trainer_step: int | None = None
-        sources: list[tuple[str, Any, ComponentHandle | None]] = [
-            (h.name, h.log, h) for h in self.components.values()]
-        sources += [(name, view, None) for name, view in self.views.items()]
-        child_failure: tuple[str, str] | None = None
-        for name, reader, handle in sources:
-            for line in reader.read_new_lines():
-                if name == LAUNCHER and child_failure is None:
-                    match = _CHILD_FAILED.search(strip_ansi(line))
-                    if match:
-                        child_failure = (match.group(1).lower().replace("_", "-"),
-                                         match.group(2))
-                step = step_from_log_line(line)
-                if step is not None:
-                    newest = max(newest, step)
-                    if name == "trainer":
-                        trainer_step = max(trainer_step or 0, step)
-                    continue
-                milestone = milestone_from_log_line(line)
-                if milestone in ("trainer_finished", "orchestrator_finished",
-                                 "training_finished"):
-                    self._finished.add(milestone)
-                    if handle is not None:
-                        handle.finished = True
-                if milestone is not None:
-                    self._event("milestone", f"{name}: {milestone.replace('_', ' ')}",
-                                component=name)
-        if self._metrics is not None:
-            for row in self._metrics.read_new_lines():
-                step = step_from_metrics_row(row)
-                if step is not None:
-                    newest = max(newest, step)
-        # The run's step is the trainer's (the orchestrator may be one step ahead); any
-        # advance of either counts as progress for the stall watchdog.
-        shown = trainer_step
-        advanced = newest > self._attempt_max_step
-        if advanced:
-            self._attempt_max_step = newest
-            self._attempt_progress = now
-            self.last_progress_wall = time.time()
-        if shown is not None and shown > (self.step or 0):
-            self.step = shown
-        if advanced:
-            self.store.update_run(self.run_id, step=self.step,
-                                  last_progress_at=self.last_progress_wall)
-        elif shown is not None and shown == self.step:
-            self.store.update_run(self.run_id, step=self.step)
-        if child_failure is not None and self._training_finished():
+        children: list[ChildFailure] = []
+
+        def launcher_line(source: str, line: str) -> None:
+            if source == LAUNCHER and not children:
+                child = child_failure_from_line(line)
+                if child is not None:
+                    children.append(child)
+
+        sources: list[tuple[str, LogView | LogTail]] = [
+            (h.name, h.log) for h in self.components.values()]
+        sources += list(self.views.items())
+        self._scan_logs(now, sources, self._metrics, launcher_line)
+        if children and self._training_finished():
             # The inference server ended badly while the launcher stopped it after training.
             self._note_once("child_failed_after_training",
-                            f"{child_failure[0]} exited with status {child_failure[1]} after "
-                            "training finished (not a failure of the run)")
-            child_failure = None
-        if child_failure is not None and self.phase in (Phase.STARTING, Phase.RUNNING):
+                            f"{children[0].describe()} after training finished (not a failure "
+                            "of the run)")
+        elif children and self.phase in (Phase.STARTING, Phase.RUNNING):
             # prime-rl's launcher names the child that failed, then spends up to a minute per
             # child stopping the rest (v0.4 rl.py:529-536): act on its line, not on its exit.
-            blamed, code = child_failure
-            self._fail(f"{blamed} exited with status {code} (reported by prime-rl's launcher)",
-                       blamed if blamed in self.views else LAUNCHER)
+            child = children[0]
+            self._fail(f"{child.describe()} (reported by prime-rl's launcher)",
+                       child.component if child.component in self.views else LAUNCHER)
+
+    def _on_milestone(self, source: str, milestone: str) -> None:
+        super()._on_milestone(source, milestone)
+        handle = self.components.get(source)
+        if handle is not None and milestone in self._finished:
+            handle.finished = True
 
     def _record_members(self) -> None:
         """Record the components prime-rl's launcher started (pid, log, GPUs) as the run's

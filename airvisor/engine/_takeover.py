@@ -10,14 +10,21 @@ API accepted that the previous daemon did not carry out.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from airvisor._logfile import tail_lines
-from airvisor.policy import Phase, milestone_from_log_line, step_from_log_line
-from airvisor.primerl import LAUNCHER, run_layout, step_base_of
+from airvisor.policy import Failure, Phase, RestartKind
+from airvisor.primerl import (
+    FINISH_MILESTONES,
+    LAUNCHER,
+    milestone_from_log_line,
+    run_layout,
+    step_base_of,
+    step_from_log_line,
+)
 from airvisor.proc import ProcessIdentity, read_marker, terminate_tree
 from airvisor.profile._schema import Profile
 from airvisor.store import ComponentRecord, RunRecord, Store
@@ -27,7 +34,6 @@ LOG_TAIL_LINES = 20_000
 ACCEPTED_KIND = "command_accepted"
 # What the supervisor records when it acts on a command.
 CARRIED_OUT_KINDS = {"stop": "stop_requested", "restart": "restart_requested"}
-FINISH_MILESTONES = {"trainer": "trainer_finished", "orchestrator": "orchestrator_finished"}
 # Processes that may still run after training finished: the inference server (the supervisor
 # stops it on success), and prime-rl's launcher while it cleans up (see finish_if_completed).
 OUTLIVE_TRAINING = frozenset({"inference"})
@@ -142,9 +148,7 @@ def finish_if_completed(store: Store, run: RunRecord, profile: Profile,
     if claim is not None:
         claim(run.id)
     store.end_attempt(run.id, run.attempt, "succeeded", None)
-    store.update_run(run.id, phase=str(Phase.SUCCEEDED), state=str(Phase.SUCCEEDED.state),
-                     step=step, ended_at=time.time(), last_error=None,
-                     last_progress_at=facts.last_write)
+    store.set_phase(run.id, Phase.SUCCEEDED, step=step, last_progress_at=facts.last_write)
     stopped = f"; stopped what was left ({len(report.terminated) + len(report.killed)} " \
               "processes)" if report.terminated or report.killed else ""
     store.add_event(run.id, "finished_unsupervised",
@@ -194,3 +198,15 @@ def pending_commands(kinds_and_actions: list[tuple[str, str | None]]) -> list[st
 def unfinished_commands(store: Store, run_id: str) -> list[str]:
     events = store.events(run_id, limit=100_000)
     return pending_commands([(e.kind, e.data.get("action")) for e in events])
+
+
+def recorded_failure(run: RunRecord, default_reason: str) -> Failure:
+    """The failure a dead supervisor was recovering from, as it persisted it with the phase
+    (the run's details "recovery"); a recovery recorded without its kind resumes as "boot"
+    (uncounted)."""
+    pending = (run.details or {}).get("recovery") or {}
+    kind: RestartKind = "boot"
+    for known in get_args(RestartKind):
+        if pending.get("kind") == known:
+            kind = known
+    return Failure(str(pending.get("reason") or run.last_error or default_reason), kind)

@@ -59,7 +59,7 @@ def _last_attempt_id(earlier: Sequence[EventRecord]) -> int:
     """The id of the newest `attempt` or `preflight`-starting state event (the current wait's
     attempt begins after it); 0 when none."""
     for event in reversed(earlier):
-        if event.kind == "attempt" or (event.kind == "state" and event.message == "run preflight"):
+        if event.kind == "attempt" or _phase_is(event, "preflight"):
             return event.id
     return 0
 
@@ -81,6 +81,28 @@ def parse_holders(message: str) -> list[dict[str, Any]]:
     return holders
 
 
+def _phase_is(event: EventRecord, phase: str) -> bool:
+    """A `state` event into `phase` (its typed data; the message for events an older airvisor
+    recorded without it)."""
+    if event.kind != "state":
+        return False
+    recorded = event.data.get("phase")
+    if isinstance(recorded, str):
+        return recorded == phase
+    return event.message == f"run {phase}"
+
+
+def _failure_kind(event: EventRecord) -> str:
+    """A `failure` event's kind (crash, hang, operator, ...): typed data, or from the message
+    for events an older airvisor recorded without it."""
+    kind = event.data.get("failure_kind")
+    if isinstance(kind, str):
+        return kind
+    if event.message.startswith("hung:"):
+        return "hang"
+    return "operator" if event.message == RESTART_REQUESTED else "crash"
+
+
 def _recovery(event: EventRecord, earlier: Sequence[EventRecord]
               ) -> tuple[EventRecord, EventRecord] | None:
     """(the attempt event, the failure before it) when this `run running` ends a recovery."""
@@ -89,7 +111,7 @@ def _recovery(event: EventRecord, earlier: Sequence[EventRecord]
         if attempt is None:
             if previous.kind == "attempt":
                 attempt = previous
-            elif previous.kind == "state" and previous.message == "run running":
+            elif _phase_is(previous, "running"):
                 return None  # already running since the last attempt started
             continue
         if previous.kind == "failure":
@@ -106,7 +128,7 @@ def _hang_being_stopped(earlier: Sequence[EventRecord]) -> EventRecord | None:
         if previous.kind in ("attempt", "stopped_components", "stacks"):
             return None
         if previous.kind == "failure":
-            return previous if previous.message.startswith("hung:") else None
+            return previous if _failure_kind(previous) == "hang" else None
     return None
 
 
@@ -120,7 +142,7 @@ def decide(event: EventRecord, earlier: Sequence[EventRecord], run: RunRecord | 
     def new(kind: str, title: str, **extra: Any) -> Notification:
         return Notification(kind, event.run_id, event.id, event.at, title, **extra)
 
-    if event.kind == "state" and event.message == "run failed":
+    if _phase_is(event, "failed"):
         reason = (run.last_error if run is not None else None) or "unknown"
         gave_up = any(e.kind == "gave_up" for e in earlier[-20:])
         verb = "gave up" if gave_up else "failed"
@@ -129,7 +151,7 @@ def decide(event: EventRecord, earlier: Sequence[EventRecord], run: RunRecord | 
     if event.kind == "needs_person":
         reason = str(event.data.get("reason") or event.message)
         return new("needs_person", f"run {name} {event.message}", reason=reason)
-    if event.kind == "state" and event.message == "run succeeded":
+    if _phase_is(event, "succeeded"):
         where = f" at step {step}" if step is not None else ""
         return new("succeeded", f"run {name} succeeded{where}")
     if event.kind in ("stacks", "stopped_components"):
@@ -152,12 +174,12 @@ def decide(event: EventRecord, earlier: Sequence[EventRecord], run: RunRecord | 
         return new("gpu_wait", f"run {name} is waiting for GPU memory held "
                             f"by others: {who}", reason=event.message, holders=holders,
                             attempt=event.data.get("attempt"))
-    if event.kind == "state" and event.message == "run running":
+    if _phase_is(event, "running"):
         found = _recovery(event, earlier)
         if found is None:
             return None
         attempt, failure = found
-        if failure.message == RESTART_REQUESTED:
+        if _failure_kind(failure) == "operator":
             return None
         resume = attempt.data.get("resume_step")
         number = attempt.data.get("attempt")

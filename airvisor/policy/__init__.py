@@ -9,14 +9,7 @@ from airvisor.policy._backoff import (
     backoff_delay,
     decide_restart,
 )
-from airvisor.policy._progress import (
-    StallRule,
-    milestone_from_log_line,
-    stalled_for,
-    step_from_log_line,
-    step_from_metrics_row,
-    strip_ansi,
-)
+from airvisor.policy._progress import StallRule, stalled_for
 from airvisor.policy._resume import CheckpointHalves, ResumeChoice, choose_resume_step
 from airvisor.policy._state import (
     LIVE,
@@ -31,6 +24,7 @@ from airvisor.policy._state import (
 )
 from airvisor.policy._stop import StopDecision, StopRoute, decide_stop_route
 from airvisor.policy._takeover import BootAction, decide_takeover
+from airvisor.policy._transition import Failure, transition
 
 __all__ = [
     "COUNTED_KINDS",
@@ -39,6 +33,7 @@ __all__ = [
     "TERMINAL",
     "BootAction",
     "CheckpointHalves",
+    "Failure",
     "GiveUp",
     "InvalidTransition",
     "Phase",
@@ -57,10 +52,7 @@ __all__ = [
     "decide_stop_route",
     "decide_takeover",
     "edges",
-    "milestone_from_log_line",
     "phase_of_record",
     "stalled_for",
-    "step_from_log_line",
-    "step_from_metrics_row",
-    "strip_ansi",
+    "transition",
 ]

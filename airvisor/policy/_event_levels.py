@@ -11,6 +11,8 @@ _LEVELS = {
     "abandoned": logging.WARNING,
     "stacks": logging.WARNING,  # where each process was when the run hung (airvisor.stacks)
     "machine_condition": logging.WARNING,  # a full or read-only disk: the run waits
+    "node_check_failed": logging.WARNING,  # a Slurm node failed the job's GPU check
+    "slurm_unreachable": logging.WARNING,  # Slurm did not answer a poll of the job
     "rollout_errors": logging.WARNING,  # the environment could not serve episodes
     "needs_person": logging.ERROR,  # errored rollouts in a row: the run stops for a person
     "gave_up": logging.ERROR,

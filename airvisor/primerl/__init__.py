@@ -21,37 +21,75 @@ from airvisor.primerl._adapters import (
     resume_flags,
     run_layout,
 )
+from airvisor.primerl._attempt import (
+    AttemptError,
+    PreparedAttempt,
+    archive_run_dir,
+    choose_resume,
+    describe_complete,
+    prepare_attempt,
+    run_dir_used,
+    set_aside_used_run_dirs,
+    training_complete,
+)
 from airvisor.primerl._facts import RunFacts
 from airvisor.primerl._layout import RunLayout, layout_for, step_base_of
+from airvisor.primerl._logs import (
+    FINISH_MILESTONES,
+    TRAINING_FINISHED,
+    ChildFailure,
+    child_failure_from_line,
+    milestone_from_log_line,
+    step_from_log_line,
+    step_from_metrics_row,
+    strip_ansi,
+)
 from airvisor.primerl._prepare import PreparedRun, prepare_run
 from airvisor.primerl._resolve import Resolution, ResolveError, resolver_script
 from airvisor.primerl._rlargs import RlArgsError, toml_refs
 from airvisor.primerl._tracker import with_stable_tracker_ids
 
 __all__ = [
+    "FINISH_MILESTONES",
     "LAUNCHER",
     "OVERRIDES_FILE",
     "SUPPORTED_VERSIONS",
     "TRAINER_MODULE",
+    "TRAINING_FINISHED",
     "AdapterError",
+    "AttemptError",
     "AttemptPlan",
+    "ChildFailure",
     "LaunchSpec",
+    "PreparedAttempt",
     "PreparedRun",
     "Resolution",
     "ResolveError",
     "RlArgsError",
     "RunFacts",
     "RunLayout",
+    "archive_run_dir",
     "bind",
+    "child_failure_from_line",
+    "choose_resume",
     "component_mode_problems",
+    "describe_complete",
     "layout_for",
+    "milestone_from_log_line",
     "plan_attempt",
+    "prepare_attempt",
     "prepare_run",
     "resolve_profile",
     "resolver_script",
     "resume_flags",
+    "run_dir_used",
     "run_layout",
+    "set_aside_used_run_dirs",
     "step_base_of",
+    "step_from_log_line",
+    "step_from_metrics_row",
+    "strip_ansi",
     "toml_refs",
+    "training_complete",
     "with_stable_tracker_ids",
 ]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from airvisor._logging import get_logger
-from airvisor.engine._event_levels import event_log_level
+from airvisor.policy._event_levels import event_log_level
 from airvisor.stacks._model import ProcessStacks, StackCapture, Target
 from airvisor.stacks._pyspy import Dump, dump_process, find_py_spy
 from airvisor.stacks._targets import live_targets

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airvisor.policy import LIVE
+from airvisor.policy import LIVE, InvalidTransition, Phase, advance
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -327,6 +327,32 @@ class Store:
         return run
 
     def update_run(self, run_id: str, **fields: Any) -> None:
+        """Write fields of the run record other than its phase and state (`set_phase`)."""
+        if {"phase", "state"} & set(fields):
+            raise ValueError("a run's phase and state change only through Store.set_phase")
+        self._write_run(run_id, fields)
+
+    def set_phase(self, run_id: str, target: Phase, *, previous: Phase | None = None,
+                  now: float | None = None, **fields: Any) -> Phase:
+        """The one writer of a run's phase and state, written together (so no record says
+        "succeeded (phase running)"), with the end time of a terminal phase and, on success,
+        `last_error` cleared (the failures it recovered from stay in its history).
+        `previous`: the supervisor's phase; the edge is checked (`policy.advance`). Without it
+        (a run nobody supervises any more, ended from outside) only a terminal phase may be
+        written."""
+        if previous is not None:
+            target = advance(previous, target)
+        elif not target.terminal:
+            raise InvalidTransition(f"only a supervisor moves a run to {target}")
+        values: dict[str, Any] = {"phase": str(target), "state": str(target.state), **fields}
+        if target.terminal:
+            values.setdefault("ended_at", time.time() if now is None else now)
+        if target == Phase.SUCCEEDED:
+            values.setdefault("last_error", None)
+        self._write_run(run_id, values)
+        return target
+
+    def _write_run(self, run_id: str, fields: dict[str, Any]) -> None:
         unknown = set(fields) - _RUN_FIELDS
         if unknown:
             raise ValueError(f"unknown run fields: {sorted(unknown)}")

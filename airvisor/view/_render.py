@@ -61,7 +61,7 @@ def _state(state: str) -> Text:
 
 
 def _strip_ansi(line: str) -> str:
-    from airvisor.policy import strip_ansi
+    from airvisor.primerl import strip_ansi
 
     return strip_ansi(line)
 

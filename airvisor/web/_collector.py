@@ -19,7 +19,7 @@ from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
 from airvisor.daemon._machine import GPUReport
 from airvisor.notify import EventWatcher
-from airvisor.policy import step_from_log_line, strip_ansi
+from airvisor.primerl import step_from_log_line, strip_ansi
 from airvisor.store import RunRecord, SeriesStore, Store
 from airvisor.view import layout_sources
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airvisor.engine._supervisor import prepare_attempt
+from airvisor.primerl import prepare_attempt
 from airvisor.policy import RunState
 from airvisor.primerl import prepare_run, run_layout
 

@@ -89,8 +89,6 @@ def no_python_image() -> Iterator[str]:
 
 
 @pytest.mark.docker
-@pytest.mark.xfail(strict=True, reason="needs the supervisor's rollout wiring (RolloutWatcher "
-                   "per attempt, poll() per tick): see airvisor/engine/_rollouts.py")
 def test_errored_rollouts_stop_the_run_for_a_person(
         harness: Harness, no_python_image: str) -> None:
     if str(ENV_PACKAGE) not in sys.path:  # the environment's own package, from the checkout

@@ -13,6 +13,7 @@ from airvisor.notify import Dispatcher, EventWatcher
 from airvisor.profile._schema import NotifySection
 from airvisor.store import DeliveryStore, Store
 
+from ..records import move_run
 from .receiver import Receiver, wait_for
 
 GIB = 1024 ** 3
@@ -34,7 +35,7 @@ def test_gpu_memory_held_by_others_reaches_the_webhook_once(tmp_path: Path,
                                         "events": ["gpu_wait"]}]}}
     store.create_run(run_id="r1", name="big", profile_path=None, profile=profile,
                      run_dir=str(tmp_path), gpus=[0], supervisor_pid=None)
-    store.update_run("r1", state="preflight")
+    move_run(store, "r1", "preflight")
 
     def watcher() -> tuple[EventWatcher, Dispatcher]:
         dispatcher = Dispatcher(DeliveryStore(store))
@@ -71,7 +72,7 @@ def test_gpu_memory_held_by_others_reaches_the_webhook_once(tmp_path: Path,
     second, dispatcher = watcher()
     assert second.poll() == 0
     store.add_event("r1", "state", "run failed")
-    store.update_run("r1", state="failed", last_error=reason)
+    move_run(store, "r1", "failed", last_error=reason)
     assert second.poll() == 1  # the Slack target asked for gpu_wait only
     wait_for(lambda: len(receiver.received) == 3, 10, "the failed notification")
     assert receiver.received[-1].body["event"] == "failed"

@@ -1,9 +1,9 @@
 import pytest
 
-from airvisor.policy import (
-    StallRule,
+from airvisor.policy import StallRule, stalled_for
+from airvisor.primerl import (
+    child_failure_from_line,
     milestone_from_log_line,
-    stalled_for,
     step_from_log_line,
     step_from_metrics_row,
 )
@@ -55,3 +55,18 @@ def test_first_step_gets_the_longer_grace() -> None:
 def test_stall_after_progress_uses_stall_timeout() -> None:
     assert stalled_for(RULE, now=115.0, attempt_started_at=0.0, last_progress_at=106.0) is None
     assert stalled_for(RULE, now=117.0, attempt_started_at=0.0, last_progress_at=106.0) == 1.0
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    # v0.4 rl.py and main utils/process.py: f"{process_name.capitalize()} failed with exit code"
+    ("ERROR Trainer failed with exit code 1", ("trainer", "1")),
+    ("\x1b[31mERROR\x1b[0m Orchestrator failed with exit code -9", ("orchestrator", "-9")),
+    ("Teacher_inference failed with exit code 2", ("teacher-inference", "2")),
+    ("Env_server failed with exit code 3", ("env-server", "3")),
+    ("Trainer finished with exit code 0", None),
+    ("Step 3 | Loss 0.1", None),
+])
+def test_the_launchers_failure_line_names_the_child(
+        line: str, expected: tuple[str, str] | None) -> None:
+    found = child_failure_from_line(line)
+    assert (None if found is None else (found.component, found.code)) == expected

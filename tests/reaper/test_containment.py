@@ -31,12 +31,10 @@ def test_detached_retitled_holders_are_stopped_and_found(scenario: Any,
                for r in ("holder-child", "holder-grandchild")), found
     assert result["crash_alive_after_reap"] == [], result["crash_reap_out"]
     assert result["crash_reap_rc"] == 0, result["crash_reap_out"]
-    # A restarted supervisor (same state dir) stops a crashed run's processes by its cgroup.
+    # A restarted supervisor (same state dir) stops a crashed run's processes: by its cgroup,
+    # or (fallback) by the process tree the crashed supervisor recorded.
     assert result["restart_stop_rc"] == 0
-    if mode == "cgroup":
-        assert result["restart_alive"] == []
-    else:
-        assert sorted(result["restart_alive"]) == ["holder-child", "holder-grandchild"]
+    assert result["restart_alive"] == []
 
     # 3. Two airvisors on different state dirs leave each other's live runs alone.
     everyone = sorted(["root", "middle", "holder-child", "holder-grandchild"])

@@ -12,7 +12,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airvisor.engine._event_levels import event_log_level
 from airvisor.engine._takeover import (
     LOG_TAIL_LINES,
     LogFacts,
@@ -25,8 +24,11 @@ from airvisor.engine._takeover import (
     refresh_adopted,
     unfinished_commands,
 )
+from airvisor.policy._event_levels import event_log_level
 from airvisor.profile import load_profile
 from airvisor.store import Store
+
+from ..records import move_run
 
 DEMO_PROFILE = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
 TRAINER_DONE = "\x1b[32mSUCCESS\x1b[0m RL trainer finished!"
@@ -133,7 +135,7 @@ def _finished_run(tmp_path: Path, sleepers: list[subprocess.Popen[bytes]], *,
     store = Store(tmp_path / "state.sqlite3")
     store.create_run(run_id=run_id, name="demo", profile_path=None, profile={},
                      run_dir=str(tmp_path / "out"), gpus=[], supervisor_pid=None)
-    store.update_run(run_id, state="running", step=3)
+    move_run(store, run_id, "running", step=3)
     launcher = _marked_sleeper(run_id)
     sleepers.append(launcher)
     trainer, orchestrator = tmp_path / "trainer.log", tmp_path / "orchestrator.log"

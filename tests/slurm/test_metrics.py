@@ -9,6 +9,8 @@ from airvisor.daemon._machine import CachedGPUs
 from airvisor.daemon._metrics import metrics_registry, render_metrics
 from airvisor.store import Store
 
+from ..records import move_run
+
 
 def test_slurm_gauges(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.sqlite3")
@@ -16,8 +18,8 @@ def test_slurm_gauges(tmp_path: Path) -> None:
                      run_dir=str(tmp_path), gpus=[], supervisor_pid=None)
     store.create_run(run_id="r2", name="box", profile_path=None, profile={},
                      run_dir=str(tmp_path), gpus=[], supervisor_pid=None)
-    store.update_run("r1", state="running")
-    store.update_run("r2", state="running")
+    move_run(store, "r1", "running")
+    move_run(store, "r2", "running")
     store.merge_run_details("r1", slurm_job_id="77", slurm_nodes=["node1", "node2"],
                             slurm_state="RUNNING")
     text = render_metrics(metrics_registry(store, CachedGPUs(), time.time())).decode()

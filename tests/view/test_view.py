@@ -32,6 +32,8 @@ from airvisor.view import (
     to_text,
 )
 
+from ..records import move_run
+
 NOW = 1_000_000.0
 
 
@@ -214,7 +216,7 @@ def test_build_run_view_reads_everything_the_store_records(store: Store) -> None
                       counted=False)
     store.start_attempt(run.id, 2, 3, cause="operator")
     store.upsert_component(run.id, 2, "trainer", state="running", pid=99, gpus=[0])
-    store.update_run(run.id, state="running", phase="running", step=3,
+    move_run(store, run.id, "running", step=3,
                      supervisor_kind="foreground")
     store.merge_run_details(run.id, slurm_job_id="77", slurm_state="RUNNING")
     store.add_event(run.id, "containment", "processes contained by subreaper fallback (x)")
@@ -248,7 +250,7 @@ def test_progress_view_prints_events_and_the_status_line(store: Store) -> None:
     view = ProgressView(StoreSource(store, run.id), live=False,
                         console=Console(file=out, width=120, color_system=None))
     view.refresh()
-    store.update_run(run.id, state="running", step=2)
+    move_run(store, run.id, "running", step=2)
     view.refresh(final=False)  # throttled: nothing new yet
     time.sleep(0.3)
     view.refresh()
@@ -264,7 +266,7 @@ def test_progress_view_prints_events_and_the_status_line(store: Store) -> None:
 def test_progress_view_on_a_terminal_keeps_one_line_below_the_events(store: Store) -> None:
     run = make_run(store)
     store.start_attempt(run.id, 1, None)
-    store.update_run(run.id, state="running", step=1)
+    move_run(store, run.id, "running", step=1)
     out = io.StringIO()
     console = Console(file=out, width=80, force_terminal=True, color_system=None)
     view = ProgressView(StoreSource(store, run.id), live=True, console=console)
@@ -320,10 +322,10 @@ def test_without_a_terminal_each_line_is_whole_and_the_progress_line_is_rare(
         if step == 30:
             store.add_event(run.id, "failure", long, component="trainer",
                             data={"last_lines": ["x" * 150]})
-        store.update_run(run.id, state="running" if step < 30 else "recovering", step=step)
+        move_run(store, run.id, "running" if step < 30 else "recovering", step=step)
         view.refresh()
         clock.now += 0.5
-    store.update_run(run.id, state="succeeded", step=39)
+    move_run(store, run.id, "succeeded", step=39)
     view.refresh(final=True)
     lines = out.getvalue().splitlines()
     progress = [line.split(" ", 1)[1] for line in lines if " attempt 1 step " in line]
@@ -358,7 +360,7 @@ def logged_run(store: Store, tmp_path: Path) -> tuple[RunRecord, Path]:
     path.parent.mkdir(parents=True)
     path.write_text("".join(f"line {i}\n" for i in range(1, 101)))
     store.upsert_component(run.id, 1, "trainer", state="running", log_path=str(path))
-    store.update_run(run.id, state="running")
+    move_run(store, run.id, "running")
     found = store.get_run(run.id)
     assert found is not None
     return found, path
@@ -379,7 +381,7 @@ def test_log_stream_tails_then_follows_until_the_run_ends(store: Store, tmp_path
             time.sleep(0.2)
             f.write("02\npartial")
         time.sleep(0.2)
-        store.update_run(run.id, state="stopped")
+        move_run(store, run.id, "stopped")
 
     thread = threading.Thread(target=writer)
     thread.start()

@@ -16,6 +16,8 @@ from airvisor.web import (
     runs_of_points,
 )
 
+from ..records import move_run
+
 
 def test_merge_pairs_merges_the_closest_neighbours_but_never_the_ends() -> None:
     rows = [(1, 0.0, 0.0, 1), (2, 1.0, 10.0, 1), (3, 1.5, 20.0, 3), (4, 5.0, 1.0, 1),
@@ -88,7 +90,7 @@ def test_sampler_prefers_metrics_jsonl_and_falls_back_to_logs(tmp_path: Path) ->
     run_dir.mkdir()
     store.create_run(run_id="r", name="n", profile_path=None, profile={}, run_dir=str(run_dir),
                      gpus=[1], supervisor_pid=None)
-    store.update_run("r", state="running", step=2)
+    move_run(store, "r", "running", step=2)
     log = run_dir / "trainer.log"
     log.write_text(format_line("SUCCESS", "Step 1 | Time: 1s | Loss: 0.5", now=0) + "\n"
                    + format_line("SUCCESS", "Step 2 | Time: 1s | Loss: 0.25", now=0) + "\n")

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from airvisor._logging import configure_logging
+from airvisor.policy import Phase
 from airvisor.proc import containment, launch, terminate_tree
 from airvisor.store import Store
 
@@ -32,8 +33,10 @@ def main() -> None:
     store = Store(state / "airvisor.sqlite3")
     store.create_run(run_id=run_id, name=run_id, profile_path=None, profile={},
                      run_dir=str(work), gpus=[], supervisor_pid=os.getpid())
-    store.update_run(run_id, state="running",
-                     supervisor_started=psutil.Process().create_time())
+    for previous, phase in ((Phase.PENDING, Phase.PREFLIGHT), (Phase.PREFLIGHT, Phase.STARTING),
+                            (Phase.STARTING, Phase.RUNNING)):  # as a supervisor moves it
+        store.set_phase(run_id, phase, previous=previous)
+    store.update_run(run_id, supervisor_started=psutil.Process().create_time())
     launched = launch(argv, env={}, cwd=work, log_path=work / run_id / "attempt_1" / "c.log",
                       run_id=run_id, component="trainer")
     print(json.dumps({"pid": launched.pid, "mode": containment().mode}), flush=True)
@@ -43,7 +46,7 @@ def main() -> None:
                                     grace=1.0, identities={launched.pid:
                                                            launched.identity.create_time})
             launched.wait()
-            store.update_run(run_id, state="stopped")
+            store.set_phase(run_id, Phase.STOPPED)
             print(json.dumps({"report": {"terminated": report.terminated,
                                          "killed": report.killed,
                                          "survivors": [s.pid for s in report.survivors]}}),

@@ -23,6 +23,7 @@ spec.loader.exec_module(planting)
 from _sandbox import private_tmp  # noqa: E402  (the scenario dir is on sys.path)
 
 from airvisor.engine import RunManager  # noqa: E402
+from airvisor.policy import Phase  # noqa: E402
 from airvisor.proc import MARKER_OWNER_ENV, MARKER_RUN_ENV, own_state_dir  # noqa: E402
 from airvisor.profile._schema import (  # noqa: E402
     PrimeRLSection,
@@ -44,7 +45,7 @@ def main() -> None:
     for run_id in ("r-dead", "r-new"):
         store.create_run(run_id=run_id, name=run_id, profile_path=None, profile={},
                          run_dir=str(work), gpus=[], supervisor_pid=None)
-    store.update_run("r-dead", state="failed")
+    store.set_phase("r-dead", Phase.FAILED)  # ended (no supervisor any more)
     p = planting.Planter(work)
     dead = p.plant("sleep", env={MARKER_RUN_ENV: "r-dead", MARKER_OWNER_ENV: own_state_dir()})
     nobodys = p.plant("vllm-serve", roles=("root",))

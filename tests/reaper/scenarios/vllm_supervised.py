@@ -32,6 +32,7 @@ import psutil  # noqa: E402
 from _sandbox import private_tmp  # noqa: E402  (the scenario dir is on sys.path)
 from vllm_server import free_port  # noqa: E402
 
+from airvisor.policy import Phase  # noqa: E402
 from airvisor.proc import containment, launch, read_marker  # noqa: E402
 from airvisor.proc._marker import environ_visible  # noqa: E402
 from airvisor.reaper import default_context, discover_all, reap  # noqa: E402
@@ -50,7 +51,10 @@ def main() -> None:
     store = Store(state / "airvisor.sqlite3")
     store.create_run(run_id=RUN, name=RUN, profile_path=None, profile={}, run_dir=str(work),
                      gpus=[], supervisor_pid=os.getpid())
-    store.update_run(RUN, state="running", supervisor_started=psutil.Process().create_time())
+    for previous, phase in ((Phase.PENDING, Phase.PREFLIGHT), (Phase.PREFLIGHT, Phase.STARTING),
+                            (Phase.STARTING, Phase.RUNNING)):  # as a supervisor moves it
+        store.set_phase(RUN, phase, previous=previous)
+    store.update_run(RUN, supervisor_started=psutil.Process().create_time())
     port = free_port()
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "VLLM_NO_USAGE_STATS": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -92,7 +96,7 @@ def main() -> None:
     os.kill(server.pid, signal.SIGKILL)
     server.popen.wait()
     time.sleep(1)
-    store.update_run(RUN, state="failed")  # the attempt ended: the run is not live any more
+    store.set_phase(RUN, Phase.FAILED)  # the attempt ended: the run is not live any more
     # A bystander of this namespace that no run started: never touched.
     bystander = planting.Planter(work).spawn([sys.executable, "-c",
                                               "import time; time.sleep(600)"])

@@ -1,0 +1,322 @@
+"""The supervisor core: what every supervised run does, wherever its processes run.
+
+A run's phase changes only in `_set_phase` (through `policy.advance`, phase and state written
+together by the store's one writer); what happens on a failure, a stop, a restart, the end of a
+stop or of a backoff is decided by the pure `policy.transition` and carried out here. The
+backends (`RunSupervisor`: processes on this box; `SlurmRunSupervisor`: a Slurm job) say only
+how to stop the attempt's processes, how to start the next attempt, and which log lines a
+failure shows; everything else (events and their levels, worker tasks, the restart policy,
+progress from the logs) is written once, here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from airvisor._logfile import LogTail
+from airvisor._logging import get_logger
+from airvisor.engine._events import Event, TaskDone
+from airvisor.engine._logview import LogView
+from airvisor.policy import Phase, RestartPolicy, RunState
+from airvisor.policy._event_levels import event_log_level
+from airvisor.policy._transition import (
+    AttemptFailed,
+    BackoffOver,
+    CountRestart,
+    EndAttempt,
+    Failure,
+    GiveUpRun,
+    ProcessesDown,
+    RecordFailure,
+    Relaunch,
+    RememberRecovery,
+    RestartAsked,
+    Say,
+    StopAsked,
+    StopProcesses,
+    TrainingDone,
+    WaitThenRelaunch,
+    transition,
+)
+from airvisor.policy._transition import Event as RunEvent
+from airvisor.primerl import (
+    FINISH_MILESTONES,
+    TRAINING_FINISHED,
+    RunLayout,
+    milestone_from_log_line,
+    run_layout,
+    step_from_log_line,
+    step_from_metrics_row,
+)
+from airvisor.profile._schema import Profile
+from airvisor.store import Store
+
+log = get_logger("airvisor.engine")
+
+LAST_LINES = 15  # of the failed component's log, kept with a failure event
+
+
+class SupervisorCore:
+    """One run's phase machine and what it orders, over a backend (the subclass)."""
+
+    # Worker tasks a stop waits for (it is carried out when they report).
+    stop_waits_for: frozenset[str] = frozenset()
+
+    def __init__(self, *, run_id: str, profile: Profile, store: Store,
+                 post: Callable[[Event], None], hooks: Any,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time, phase: Phase = Phase.PENDING) -> None:
+        self.run_id = run_id
+        self.profile = profile
+        self.store = store
+        self._post = post
+        self._hooks = hooks
+        self._clock = clock
+        self._wall = wall
+        self.layout: RunLayout | None = run_layout(profile) if profile.resolved else None
+        self.phase = phase
+        self.attempt = 0
+        self.step: int | None = None
+        self.last_progress_wall: float | None = None
+        self.finished = threading.Event()
+        self._tasks: set[str] = set()
+        self._failure: Failure | None = None  # payload of RECOVERY_STOPPING / BACKOFF
+        self._backoff_until: float | None = None  # payload of BACKOFF
+        self._attempt_progress: float | None = None  # monotonic time of the last advance
+        self._attempt_max_step = 0
+        # "trainer_finished" / "orchestrator_finished" / "training_finished" seen in this
+        # attempt's logs: training is done.
+        self._finished: set[str] = set()
+        self._notes: set[str] = set()  # one-off events already recorded in this attempt
+        self._machine_reason: str | None = None  # the machine condition last said
+
+    # -- what a backend provides -------------------------------------------------------------
+    def _stop_processes(self) -> None:
+        """Stop every process of the attempt; call `_processes_down()` once they are gone."""
+        raise NotImplementedError
+
+    def _relaunch(self, cause: str) -> None:
+        """Prepare and start the next attempt."""
+        raise NotImplementedError
+
+    def _failure_lines(self, component: str | None) -> list[str]:
+        """The last log lines that show the failure of `component`."""
+        return []
+
+    def _failure_details(self, failure: Failure) -> dict[str, Any]:
+        """More of the failure event's data (Slurm: the job id)."""
+        return {}
+
+    def _may_relaunch(self) -> bool:
+        """The backoff is over: may the next attempt start now (no task in the way)?"""
+        return True
+
+    def _on_terminal(self) -> None:
+        """The run ended: let go of what this supervisor holds open."""
+
+    # -- shared helpers ------------------------------------------------------------------------
+    @property
+    def state(self) -> RunState:
+        return self.phase.state
+
+    @property
+    def members(self) -> dict[str, int]:
+        """The processes found below what airvisor started, name -> pid (none by default)."""
+        return {}
+
+    @property
+    def busy(self) -> bool:
+        """A worker task has not reported yet (the manager keeps the run until it has)."""
+        return bool(self._tasks)
+
+    def attempt_dir_of(self, number: int) -> Path:
+        """airvisor's own files of an attempt (overrides, logs of processes it starts, job
+        scripts): in the state directory, never inside prime-rl's run directory (main refuses
+        a fresh start in a run directory that holds anything)."""
+        return self.store.path.parent / "runs" / self.run_id / f"attempt_{number}"
+
+    @property
+    def attempt_dir(self) -> Path:
+        return self.attempt_dir_of(self.attempt)
+
+    def _event(self, kind: str, message: str, *, component: str | None = None,
+               **data: Any) -> None:
+        self.store.add_event(self.run_id, kind, message, component=component, data=data)
+        log.log(event_log_level(kind, message), message, run=self.run_id, kind=kind,
+                component=component)
+
+    def _note_once(self, kind: str, message: str) -> None:
+        if kind not in self._notes:
+            self._notes.add(kind)
+            self._event(kind, message)
+
+    def _set_phase(self, target: Phase) -> None:
+        """The only place the run's phase (and so its state) changes; persisted at once."""
+        if target == self.phase:
+            return
+        previous = self.phase
+        self.phase = self.store.set_phase(self.run_id, target, previous=previous, now=self._wall())
+        waiting = self._machine_reason is not None and \
+            {previous, target} <= {Phase.PREFLIGHT, Phase.BACKOFF}
+        if target.state != previous.state and not waiting:  # (each look while waiting: quiet)
+            self._event("state", f"run {target.state}", phase=str(target))
+        if target.terminal:
+            self._on_terminal()
+            self.finished.set()
+
+    def _run_task(self, name: str, job: Callable[[], Any]) -> None:
+        """Run a blocking job on a worker thread; its outcome comes back as TaskDone."""
+        self._tasks.add(name)
+        attempt = self.attempt
+
+        def work() -> None:
+            try:
+                result = job()
+            except Exception as exc:  # reported as the task's error, handled on the main loop
+                message = str(exc) or type(exc).__name__
+                self._post(TaskDone(self.run_id, attempt, name, error=message))
+                return
+            self._post(TaskDone(self.run_id, attempt, name, result=result))
+
+        threading.Thread(target=work, name=f"{name}-{self.run_id}", daemon=True).start()
+
+    def _restart_policy(self) -> RestartPolicy:
+        r = self.profile.restart
+        return RestartPolicy(max_restarts=r.max_restarts, window=r.window,
+                             backoff_initial=r.backoff_initial, backoff_factor=r.backoff_factor,
+                             backoff_max=r.backoff_max)
+
+    def _training_finished(self) -> bool:
+        """The logs say training ended: trainer and orchestrator both said so, or prime-rl's
+        launcher did (it says so only after both exited 0)."""
+        return (set(FINISH_MILESTONES.values()) <= self._finished
+                or TRAINING_FINISHED in self._finished)
+
+    def _training_done(self) -> bool:
+        """The logs say training ended: both "finished" lines, or the trainer's last step
+        (max_steps - 1 + the version's first step number) reached."""
+        if self._training_finished():
+            return True
+        max_steps = self.profile.run.max_steps
+        if max_steps is None or self.step is None or self.layout is None:
+            return False
+        return self.step >= max_steps - 1 + self.layout.step_base
+
+    # -- decisions (policy.transition) and their effects --------------------------------------
+    def _decide(self, event: RunEvent) -> None:
+        """Ask the policy what `event` leads to and carry it out: first what records the
+        decision, then the phase change, then what acts on it (a stop, a relaunch, a wait)."""
+        target, effects = transition(self.phase, event)
+        acts = [e for e in effects if isinstance(e, (StopProcesses, WaitThenRelaunch, Relaunch))]
+        for effect in effects:
+            if isinstance(effect, Say):
+                self._event(effect.kind, effect.message, component=effect.component,
+                            **dict(effect.data))
+            elif isinstance(effect, RecordFailure):
+                self._record_failure(effect.failure, end_attempt=effect.end_attempt)
+            elif isinstance(effect, RememberRecovery):
+                self._failure = effect.failure
+                self.store.merge_run_details(self.run_id, recovery={
+                    "reason": effect.failure.reason, "kind": effect.failure.kind})
+            elif isinstance(effect, EndAttempt):
+                if self.attempt:
+                    self.store.end_attempt(self.run_id, self.attempt, effect.outcome, None)
+            elif isinstance(effect, CountRestart):
+                self.store.add_restart(self.run_id, attempt=self.attempt,
+                                       kind=effect.failure.kind, reason=effect.failure.reason,
+                                       counted=effect.counted, at=effect.at)
+            elif isinstance(effect, GiveUpRun):
+                self.store.update_run(self.run_id, last_error=effect.reason)
+                self._event("gave_up", effect.reason)
+        self._set_phase(target)
+        for effect in acts:
+            if isinstance(effect, StopProcesses):
+                self._backoff_until = None
+                self._stop_processes()
+            elif isinstance(effect, WaitThenRelaunch):
+                self._backoff_until = self._clock() + effect.delay
+            elif isinstance(effect, Relaunch):
+                self._relaunch(effect.cause)
+
+    def _record_failure(self, failure: Failure, *, end_attempt: bool) -> None:
+        self.store.update_run(self.run_id, last_error=failure.reason)
+        self._event("failure", failure.reason, component=failure.component,
+                    last_lines=self._failure_lines(failure.component)[-LAST_LINES:],
+                    attempt=self.attempt, failure_kind=failure.kind,
+                    **self._failure_details(failure))
+        if end_attempt and self.attempt:
+            self.store.end_attempt(self.run_id, self.attempt, "failed", failure.reason)
+
+    def _fail(self, reason: str, component: str | None = None, *, kind: Any = "crash",
+              hopeless: bool = False) -> None:
+        """This attempt failed: record why, then recover (unless the run is already ending)."""
+        self._decide(AttemptFailed(Failure(reason, kind, component), hopeless=hopeless))
+
+    def _succeed(self, message: str, component: str | None = None) -> None:
+        self._decide(TrainingDone(message, component))
+
+    def _ask_stop(self) -> None:
+        self._decide(StopAsked(deferred=bool(self.stop_waits_for & self._tasks)))
+
+    def _ask_restart(self) -> None:
+        self._decide(RestartAsked())
+
+    def _processes_down(self) -> None:
+        """The stop the phase asked for is done: end the run, or decide the restart."""
+        history = self.store.restart_history(self.run_id)
+        self._decide(ProcessesDown(
+            failure=self._failure, policy=self._restart_policy(),
+            counted_restarts=tuple(r.at for r in history if r.counted),
+            restarts=len(history), now=self._wall()))
+
+    def _tick_backoff(self, now: float) -> None:
+        if (self._backoff_until is None or now >= self._backoff_until) and self._may_relaunch():
+            self._decide(BackoffOver(self._failure))
+
+    # -- progress from the logs ------------------------------------------------------------------
+    def _scan_logs(self, now: float, sources: Iterable[tuple[str, LogView | LogTail]],
+                   metrics: LogTail | None,
+                   on_line: Callable[[str, str], None] | None = None) -> None:
+        """Read what each log wrote since the last look: step lines (the trainer's is the run's
+        step; any advance counts as progress for the stall rule), milestones, and metrics rows.
+        `on_line(source, line)` sees every other line (the launcher's failure line)."""
+        newest = 0
+        trainer_step: int | None = None
+        for name, reader in sources:
+            for line in reader.read_new_lines():
+                step = step_from_log_line(line)
+                if step is not None:
+                    newest = max(newest, step)
+                    if name == "trainer":
+                        trainer_step = max(trainer_step or 0, step)
+                    continue
+                milestone = milestone_from_log_line(line)
+                if milestone is not None:
+                    self._on_milestone(name, milestone)
+                    self._event("milestone", f"{name}: {milestone.replace('_', ' ')}",
+                                component=name)
+                elif on_line is not None:
+                    on_line(name, line)
+        if metrics is not None:
+            for row in metrics.read_new_lines():
+                step = step_from_metrics_row(row)
+                if step is not None:
+                    newest = max(newest, step)
+        advanced = newest > self._attempt_max_step
+        if advanced:
+            self._attempt_max_step = newest
+            self._attempt_progress = now
+            self.last_progress_wall = self._wall()
+        if trainer_step is not None and trainer_step > (self.step or 0):
+            self.step = trainer_step
+        if advanced or trainer_step is not None:
+            self.store.update_run(self.run_id, step=self.step, **(
+                {"last_progress_at": self.last_progress_wall} if advanced else {}))
+
+    def _on_milestone(self, source: str, milestone: str) -> None:
+        if milestone in (*FINISH_MILESTONES.values(), TRAINING_FINISHED):
+            self._finished.add(milestone)

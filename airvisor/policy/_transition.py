@@ -1,0 +1,249 @@
+"""What a run does next: `transition(phase, event) -> (phase, effects)`.
+
+One pure function holds the recovery decisions both supervisors (one box, Slurm) make: a
+failure of the attempt, an operator's stop or restart, the end of a stop, the end of a backoff.
+Typed events in, typed effects out; the supervisor core carries the effects out through its
+backend (stop the process trees or cancel the job, launch or submit). No clock, no store, no
+threads here: everything a decision needs is in the event, so tests replay histories as tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airvisor.policy._backoff import (
+    COUNTED_KINDS,
+    GiveUp,
+    RestartKind,
+    RestartPolicy,
+    decide_restart,
+)
+from airvisor.policy._state import Phase
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The failure a recovery is under way for (the payload of the recovering phases)."""
+
+    reason: str
+    kind: RestartKind  # crash | hang | operator | boot | machine: only crashes and hangs count
+    component: str | None = None
+
+
+# -- events -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AttemptFailed:
+    """The attempt failed (a component died or hung, a launch or submission failed).
+    `hopeless`: retrying cannot heal it: nothing ever ran (prime-rl refused the config on the
+    first preflight, Slurm refused the first job), or the run needs a person (its environment
+    could not serve `health.rollout_error_limit` episodes in a row): the run ends failed, no
+    restart."""
+
+    failure: Failure
+    hopeless: bool = False
+
+
+@dataclass(frozen=True)
+class TrainingDone:
+    """Training reached its end (the launcher said so, or the final checkpoint exists)."""
+
+    reason: str
+    component: str | None = None
+
+
+@dataclass(frozen=True)
+class StopAsked:
+    """An operator's stop. `deferred`: a task the stop must wait for is running (a preflight
+    or a submission): the stop is carried out when it reports."""
+
+    deferred: bool = False
+
+
+@dataclass(frozen=True)
+class RestartAsked:
+    """An operator's restart: fail the live attempt (uncounted) or end a backoff now."""
+
+
+@dataclass(frozen=True)
+class ProcessesDown:
+    """The attempt's processes (or its Slurm job) are gone, after a stop that the phase says
+    the reason of. `counted_restarts`: wall times of the run's counted restarts so far;
+    `restarts`: how many restarts it had, counted or not; `now`: wall time."""
+
+    failure: Failure | None
+    policy: RestartPolicy
+    counted_restarts: tuple[float, ...]
+    restarts: int
+    now: float
+
+
+@dataclass(frozen=True)
+class BackoffOver:
+    """The backoff's deadline passed."""
+
+    failure: Failure | None
+
+
+@dataclass(frozen=True)
+class RecoveryResumed:
+    """A new supervisor takes over a run whose recovery the last one had begun (or whose
+    components died while nobody watched): stop what is left, then decide the restart. The
+    failure was recorded when it happened, so it is not recorded again."""
+
+    failure: Failure
+
+
+Event = (AttemptFailed | TrainingDone | StopAsked | RestartAsked | ProcessesDown | BackoffOver
+         | RecoveryResumed)
+
+
+# -- effects ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Say:
+    """Record a run event of `kind` (its log level comes from the one level table)."""
+
+    kind: str
+    message: str
+    component: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecordFailure:
+    """Record the failure (`last_error`, a "failure" event with the component's last lines),
+    and end the live attempt as failed when there is one (`end_attempt`)."""
+
+    failure: Failure
+    end_attempt: bool
+
+
+@dataclass(frozen=True)
+class RememberRecovery:
+    """Persist the recovery under way with the phase: a daemon that dies now resumes it with
+    the same failure and kind."""
+
+    failure: Failure
+
+
+@dataclass(frozen=True)
+class StopProcesses:
+    """Stop every process of the attempt (the box: the trees and containers; Slurm: cancel the
+    job); the backend reports `ProcessesDown` when they are gone."""
+
+
+@dataclass(frozen=True)
+class EndAttempt:
+    outcome: str  # "succeeded" | "stopped"
+
+
+@dataclass(frozen=True)
+class CountRestart:
+    """Add the restart to the run's history (`counted`: toward the crash-loop limit)."""
+
+    failure: Failure
+    counted: bool
+    at: float
+
+
+@dataclass(frozen=True)
+class WaitThenRelaunch:
+    delay: float
+
+
+@dataclass(frozen=True)
+class Relaunch:
+    """Prepare and start the next attempt now (the box's preflight; Slurm's submission)."""
+
+    cause: str
+
+
+@dataclass(frozen=True)
+class GiveUpRun:
+    reason: str
+
+
+Effect = (Say | RecordFailure | RememberRecovery | StopProcesses | EndAttempt | CountRestart
+          | WaitThenRelaunch | Relaunch | GiveUpRun)
+
+Next = tuple[Phase, tuple[Effect, ...]]
+
+_LIVE = (Phase.STARTING, Phase.RUNNING)
+# Where an attempt is being prepared or runs: the phases a failure of it comes from.
+_ATTEMPT = (Phase.PREFLIGHT, *_LIVE)
+
+
+def transition(phase: Phase, event: Event) -> Next:
+    """The phase the run goes to on `event`, and what must be done for it, in order."""
+    if phase.terminal:
+        return phase, ()
+    if isinstance(event, AttemptFailed):
+        return _on_failure(phase, event)
+    if isinstance(event, TrainingDone):
+        if phase not in (Phase.TAKEOVER, *_ATTEMPT):
+            return phase, ()
+        return Phase.STOPPING_SUCCEEDED, (Say("success", event.reason, event.component),
+                                          StopProcesses())
+    if isinstance(event, StopAsked):
+        said: tuple[Effect, ...] = (Say("stop_requested", "stop requested"),)
+        if phase.stopping:
+            return phase, said  # already ending: a success being wrapped up stays a success
+        return Phase.STOPPING_STOPPED, said + (() if event.deferred else (StopProcesses(),))
+    if isinstance(event, RestartAsked):
+        said = (Say("restart_requested", "restart requested"),)
+        if phase in _LIVE:
+            next_phase, effects = _on_failure(phase, AttemptFailed(
+                Failure("restart requested", "operator")))
+            return next_phase, said + effects
+        if phase == Phase.BACKOFF:
+            return phase, (*said, Say("restart_now", "restart requested during backoff: "
+                                      "relaunching now"), Relaunch("operator"))
+        return phase, (*said, Say("restart_ignored", f"nothing to restart: the run is {phase}"))
+    if isinstance(event, ProcessesDown):
+        return _on_processes_down(phase, event)
+    if isinstance(event, RecoveryResumed):
+        if phase not in (Phase.TAKEOVER, *_ATTEMPT):
+            return phase, ()
+        return Phase.RECOVERY_STOPPING, (RememberRecovery(event.failure), StopProcesses())
+    if isinstance(event, BackoffOver):
+        if phase != Phase.BACKOFF:
+            return phase, ()
+        return phase, (Relaunch(event.failure.kind if event.failure else "boot"),)
+    raise TypeError(f"not a run event: {event!r}")
+
+
+def _on_failure(phase: Phase, event: AttemptFailed) -> Next:
+    if phase not in _ATTEMPT:
+        return phase, ()  # already ending or recovering: one failure per attempt
+    failure = event.failure
+    record = RecordFailure(failure, end_attempt=phase in _LIVE)
+    if event.hopeless:
+        return Phase.STOPPING_FAILED, (record, StopProcesses())
+    return Phase.RECOVERY_STOPPING, (record, RememberRecovery(failure), StopProcesses())
+
+
+def _on_processes_down(phase: Phase, event: ProcessesDown) -> Next:
+    if phase.stopping:
+        target = phase.stop_target
+        ended: tuple[Effect, ...] = () if target == Phase.FAILED else (
+            EndAttempt("succeeded" if target == Phase.SUCCEEDED else "stopped"),)
+        return target, ended
+    if phase != Phase.RECOVERY_STOPPING:
+        return phase, ()
+    failure = event.failure or Failure("unknown failure", "crash")
+    counted = failure.kind in COUNTED_KINDS
+    decision = decide_restart(event.policy, list(event.counted_restarts) if counted else [],
+                              event.now)
+    if isinstance(decision, GiveUp):
+        return Phase.FAILED, (GiveUpRun(f"{decision.reason}; last failure: {failure.reason}"),)
+    limit = (f"{decision.recent_restarts + 1} of restart.max_restarts = "
+             f"{event.policy.max_restarts} within {event.policy.window:g} s" if counted
+             else "not counted toward the crash-loop limit")
+    return Phase.BACKOFF, (
+        CountRestart(failure, counted, event.now),
+        WaitThenRelaunch(decision.delay),
+        Say("restart_scheduled", f"restarting in {decision.delay:.1f} s after a {failure.kind} "
+            f"(restart {event.restarts + 1}; {limit})",
+            data={"delay": decision.delay, "restart_kind": failure.kind, "counted": counted}),
+    )

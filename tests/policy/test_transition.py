@@ -1,0 +1,169 @@
+"""`policy.transition`: every decision of the supervisor core, as tables (no threads, clocks,
+stores or processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airvisor.policy import Phase, RestartPolicy
+from airvisor.policy._transition import (
+    AttemptFailed,
+    BackoffOver,
+    CountRestart,
+    EndAttempt,
+    Failure,
+    GiveUpRun,
+    ProcessesDown,
+    RecordFailure,
+    RecoveryResumed,
+    Relaunch,
+    RememberRecovery,
+    RestartAsked,
+    Say,
+    StopAsked,
+    StopProcesses,
+    TrainingDone,
+    WaitThenRelaunch,
+    transition,
+)
+
+CRASH = Failure("trainer exited with status 1", "crash", "trainer")
+HANG = Failure("hung: step 7 has not advanced for 4 s", "hang", "trainer")
+OPERATOR = Failure("restart requested", "operator")
+POLICY = RestartPolicy(max_restarts=3, window=600.0, backoff_initial=2.0, backoff_factor=2.0,
+                       backoff_max=60.0)
+NOW = 10_000.0
+
+
+def kinds(effects: tuple[object, ...]) -> list[str]:
+    return [type(e).__name__ for e in effects]
+
+
+@pytest.mark.parametrize(("phase", "event", "expected_phase", "expected"), [
+    # A failure of a live attempt: recorded (the attempt ends failed), remembered with the
+    # phase (a new daemon resumes this recovery), then every process stopped.
+    (Phase.RUNNING, AttemptFailed(CRASH), Phase.RECOVERY_STOPPING,
+     [RecordFailure(CRASH, end_attempt=True), RememberRecovery(CRASH), StopProcesses()]),
+    (Phase.STARTING, AttemptFailed(HANG), Phase.RECOVERY_STOPPING,
+     [RecordFailure(HANG, end_attempt=True), RememberRecovery(HANG), StopProcesses()]),
+    # A failed preflight belongs to no attempt (the last one ended already).
+    (Phase.PREFLIGHT, AttemptFailed(CRASH), Phase.RECOVERY_STOPPING,
+     [RecordFailure(CRASH, end_attempt=False), RememberRecovery(CRASH), StopProcesses()]),
+    # Nothing ever ran and retrying cannot heal it: the run ends failed, no restart.
+    (Phase.PREFLIGHT, AttemptFailed(CRASH, hopeless=True), Phase.STOPPING_FAILED,
+     [RecordFailure(CRASH, end_attempt=False), StopProcesses()]),
+    # One failure per attempt: a second one while recovering or ending is not acted on.
+    (Phase.RECOVERY_STOPPING, AttemptFailed(HANG), Phase.RECOVERY_STOPPING, []),
+    (Phase.STOPPING_SUCCEEDED, AttemptFailed(CRASH), Phase.STOPPING_SUCCEEDED, []),
+    (Phase.FAILED, AttemptFailed(CRASH), Phase.FAILED, []),
+    # Training done: success, then what is left is stopped.
+    (Phase.RUNNING, TrainingDone("run complete", "launcher"), Phase.STOPPING_SUCCEEDED,
+     [Say("success", "run complete", "launcher"), StopProcesses()]),
+    (Phase.RECOVERY_STOPPING, TrainingDone("run complete"), Phase.RECOVERY_STOPPING, []),
+    # An operator's stop, at once or once the running preflight/submission reports.
+    (Phase.RUNNING, StopAsked(), Phase.STOPPING_STOPPED,
+     [Say("stop_requested", "stop requested"), StopProcesses()]),
+    (Phase.PREFLIGHT, StopAsked(deferred=True), Phase.STOPPING_STOPPED,
+     [Say("stop_requested", "stop requested")]),
+    (Phase.BACKOFF, StopAsked(), Phase.STOPPING_STOPPED,
+     [Say("stop_requested", "stop requested"), StopProcesses()]),
+    # A success being wrapped up stays a success.
+    (Phase.STOPPING_SUCCEEDED, StopAsked(), Phase.STOPPING_SUCCEEDED,
+     [Say("stop_requested", "stop requested")]),
+    (Phase.STOPPED, StopAsked(), Phase.STOPPED, []),
+    # An operator's restart: an uncounted failure of a live attempt, or the backoff cut short.
+    (Phase.RUNNING, RestartAsked(), Phase.RECOVERY_STOPPING,
+     [Say("restart_requested", "restart requested"), RecordFailure(OPERATOR, end_attempt=True),
+      RememberRecovery(OPERATOR), StopProcesses()]),
+    (Phase.BACKOFF, RestartAsked(), Phase.BACKOFF,
+     [Say("restart_requested", "restart requested"),
+      Say("restart_now", "restart requested during backoff: relaunching now"),
+      Relaunch("operator")]),
+    (Phase.PREFLIGHT, RestartAsked(), Phase.PREFLIGHT,
+     [Say("restart_requested", "restart requested"),
+      Say("restart_ignored", "nothing to restart: the run is preflight")]),
+    # A stop ends as its phase says; only a success or a stop ends the attempt here (a
+    # failure ended it when it was recorded).
+    (Phase.STOPPING_STOPPED, ProcessesDown(None, POLICY, (), 0, NOW), Phase.STOPPED,
+     [EndAttempt("stopped")]),
+    (Phase.STOPPING_SUCCEEDED, ProcessesDown(None, POLICY, (), 0, NOW), Phase.SUCCEEDED,
+     [EndAttempt("succeeded")]),
+    (Phase.STOPPING_FAILED, ProcessesDown(CRASH, POLICY, (), 0, NOW), Phase.FAILED, []),
+    # The end of a backoff relaunches, with the failure's kind as the attempt's cause.
+    (Phase.BACKOFF, BackoffOver(HANG), Phase.BACKOFF, [Relaunch("hang")]),
+    (Phase.BACKOFF, BackoffOver(None), Phase.BACKOFF, [Relaunch("boot")]),
+    (Phase.RUNNING, BackoffOver(HANG), Phase.RUNNING, []),
+    # A new supervisor finishes a recovery it found begun: nothing recorded again.
+    (Phase.TAKEOVER, RecoveryResumed(CRASH), Phase.RECOVERY_STOPPING,
+     [RememberRecovery(CRASH), StopProcesses()]),
+])
+def test_transition_table(phase: Phase, event: object, expected_phase: Phase,
+                          expected: list[object]) -> None:
+    assert transition(phase, event) == (expected_phase, tuple(expected))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("failure", "earlier", "restarts", "expected_phase", "expected_kinds",
+                          "delay"), [
+    # First crash: counted, backoff_initial.
+    (CRASH, (), 0, Phase.BACKOFF, ["CountRestart", "WaitThenRelaunch", "Say"], 2.0),
+    # Two counted restarts within the window: the third waits initial x factor^2.
+    (HANG, (NOW - 100, NOW - 50), 2, Phase.BACKOFF,
+     ["CountRestart", "WaitThenRelaunch", "Say"], 8.0),
+    # Restarts outside the window are forgotten.
+    (CRASH, (NOW - 5000, NOW - 4000, NOW - 3000), 3, Phase.BACKOFF,
+     ["CountRestart", "WaitThenRelaunch", "Say"], 2.0),
+    # The crash-loop limit: max_restarts within the window -> the run fails.
+    (CRASH, (NOW - 30, NOW - 20, NOW - 10), 3, Phase.FAILED, ["GiveUpRun"], None),
+    # An operator's restart or a boot resume never counts: no limit, no growing backoff.
+    (OPERATOR, (NOW - 30, NOW - 20, NOW - 10), 3, Phase.BACKOFF,
+     ["CountRestart", "WaitThenRelaunch", "Say"], 2.0),
+    (Failure("components died while no supervisor watched", "boot"),
+     (NOW - 30, NOW - 20, NOW - 10), 3, Phase.BACKOFF,
+     ["CountRestart", "WaitThenRelaunch", "Say"], 2.0),
+])
+def test_restart_decision_after_the_failed_attempt_is_down(
+        failure: Failure, earlier: tuple[float, ...], restarts: int, expected_phase: Phase,
+        expected_kinds: list[str], delay: float | None) -> None:
+    phase, effects = transition(Phase.RECOVERY_STOPPING,
+                                ProcessesDown(failure, POLICY, earlier, restarts, NOW))
+    assert phase == expected_phase
+    assert kinds(effects) == expected_kinds
+    if delay is None:
+        give_up = effects[0]
+        assert isinstance(give_up, GiveUpRun)
+        assert give_up.reason.startswith("crash loop: 3 restarts within 600 s")
+        assert give_up.reason.endswith(f"last failure: {failure.reason}")
+        return
+    count, wait, said = effects
+    assert count == CountRestart(failure, failure.kind in ("crash", "hang"), NOW)
+    assert wait == WaitThenRelaunch(delay)
+    assert isinstance(said, Say) and said.kind == "restart_scheduled"
+    assert said.message.startswith(f"restarting in {delay:.1f} s after a {failure.kind} "
+                                   f"(restart {restarts + 1}; ")
+    assert dict(said.data) == {"delay": delay, "restart_kind": failure.kind,
+                               "counted": count.counted}
+
+
+def test_restarts_off_fails_the_run_at_the_first_failure() -> None:
+    off = RestartPolicy(max_restarts=0, window=600.0, backoff_initial=1.0, backoff_factor=2.0,
+                        backoff_max=10.0)
+    phase, effects = transition(Phase.RECOVERY_STOPPING, ProcessesDown(CRASH, off, (), 0, NOW))
+    assert phase == Phase.FAILED
+    assert effects == (GiveUpRun("restarts are off (restart.max_restarts = 0); last failure: "
+                                 f"{CRASH.reason}"),)
+
+
+def test_every_phase_a_transition_reaches_is_an_allowed_edge() -> None:
+    """The table's phases go where `policy.advance` allows (the store's writer checks it)."""
+    from airvisor.policy import advance
+
+    events: list[object] = [
+        AttemptFailed(CRASH), AttemptFailed(CRASH, hopeless=True), TrainingDone("done"),
+        StopAsked(), StopAsked(deferred=True), RestartAsked(), BackoffOver(CRASH),
+        RecoveryResumed(CRASH), ProcessesDown(CRASH, POLICY, (), 0, NOW),
+        ProcessesDown(CRASH, POLICY, (NOW - 3, NOW - 2, NOW - 1), 3, NOW)]
+    for phase in Phase:
+        for event in events:
+            target, _ = transition(phase, event)  # type: ignore[arg-type]
+            if target != phase:
+                assert advance(phase, target) == target, (phase, event, target)
