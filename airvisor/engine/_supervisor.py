@@ -289,6 +289,7 @@ class RunSupervisor(SupervisorCore):
         self.run_dir = self.layout.run_dir
         choice = prepared.choice
         assert prepared.plan is not None  # a complete run is never launched
+        self._repoint_earlier_logs(prepared.number - 1, prepared.kept_logs)
         self.store.start_attempt(self.run_id, self.attempt, choice.step, cause=cause)
         self.store.merge_run_details(self.run_id, recovery=None)
         self._event("attempt", f"attempt {self.attempt}: {choice.describe()}",
@@ -332,6 +333,18 @@ class RunSupervisor(SupervisorCore):
                     self._start_component(name)
         self._start_prober()
         self._record_containers(prepared.containers)
+
+    def _repoint_earlier_logs(self, earlier: int, kept: tuple[tuple[Path, Path], ...]) -> None:
+        """The earlier attempt's components name log paths this launch rewrites (v0.4's
+        `logs/*.stdout`): point them at the copies kept aside, so `airvisor logs --attempt N`
+        and the API serve attempt N's own lines."""
+        moved = {str(old): str(new) for old, new in kept}
+        if not moved or earlier < 1:
+            return
+        for comp in self.store.components(self.run_id, earlier):
+            if comp.log_path in moved:
+                self.store.upsert_component(self.run_id, earlier, comp.name,
+                                            log_path=moved[comp.log_path])
 
     def _start_prober(self) -> None:
         if self.profile.inference.port is None:

@@ -37,6 +37,9 @@ class PreparedAttempt:
     # A resume from it would never end (main's trainer starts at max_steps + 1 and never meets
     # its last step, trainer/rl/train.py:230,266), so the run ends succeeded instead.
     complete: bool = False
+    # The earlier launch's logs moved aside before this launch rewrites their paths (v0.4):
+    # (the path the earlier attempt's records name, where its file is kept now).
+    kept_logs: tuple[tuple[Path, Path], ...] = ()
 
 
 class AttemptError(Exception):
@@ -117,7 +120,8 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
                            machine=exc.errno in MACHINE_ERRNOS) from exc
     if moved_logs:
         summary += f"; the earlier launch's logs kept in {attempt_dir / 'previous-logs'}"
-    return PreparedAttempt(number, choice, prepared.plan, prepared.profile, summary)
+    return PreparedAttempt(number, choice, prepared.plan, prepared.profile, summary,
+                           kept_logs=tuple(moved_logs.items()))
 
 
 def choose_resume(layout: RunLayout) -> ResumeChoice:
@@ -163,16 +167,17 @@ def training_complete(checkpoint_step: int | None, max_steps: int | None) -> boo
     return checkpoint_step is not None and max_steps is not None and checkpoint_step >= max_steps
 
 
-def keep_rewritten_logs(layout: RunLayout, target: Path) -> list[Path]:
+def keep_rewritten_logs(layout: RunLayout, target: Path) -> dict[Path, Path]:
     """Move the logs an earlier launch left at the paths this launch rewrites (v0.4's
     `logs/*.stdout`) into airvisor's attempt directory: kept (prime-rl would truncate or delete
-    them), and the file at each path is then this attempt's, whatever its times say."""
-    moved: list[Path] = []
+    them), and the file at each path is then this attempt's, whatever its times say. Returns
+    where each went (old path -> kept copy), so the earlier attempt's records can follow."""
+    moved: dict[Path, Path] = {}
     for path in layout.rewritten_logs():
         if not path.is_file():
             continue
         target.mkdir(parents=True, exist_ok=True)
         destination = target / path.name
         shutil.move(path, destination)
-        moved.append(destination)
+        moved[path] = destination
     return moved

@@ -489,3 +489,28 @@ def test_a_run_body_is_the_runs_view_with_phase_attempts_restarts_and_slurm(api:
     # The list stays a summary.
     listed = httpx.get(f"{api.url}/runs").json()[0]
     assert "components" not in listed and listed["id"] == run_id
+
+
+def test_an_earlier_attempts_log_is_that_attempts_after_prime_rl_rewrote_its_path(
+        api: Api) -> None:
+    # prime-rl v0.4 opens its logs/*.stdout with "w" at each launch (rl.py:617,695,747): the
+    # engine keeps the earlier attempt's file aside, and its records follow it there.
+    run_id = started(api)
+    api.wait_running(run_id, step=3)
+    wait_for(lambda: any(c.name == "trainer" for c in api.store.components(run_id, 1)),
+             "attempt 1's trainer found")
+    first = log_lines(api, run_id, "trainer", 1)
+    with api.client() as client:
+        assert client.post(f"/runs/{run_id}/restart").status_code == 202
+        api.wait_running(run_id, attempt=2)
+        wait_for(lambda: any(c.name == "trainer" for c in api.store.components(run_id, 2))
+                 and any("Resuming training from checkpoint" in line
+                         for line in log_lines(api, run_id, "trainer", 2)),
+                 "attempt 2's trainer resumed")
+        earlier = log_lines(api, run_id, "trainer", 1)
+        assert client.post(f"/runs/{run_id}/stop").status_code == 202
+    api.wait_ended(run_id)
+    assert not any("Resuming training from checkpoint" in line for line in earlier), earlier[:20]
+    assert earlier[:len(first)] == first  # attempt 1's own lines, kept
+    kept = [c.log_path for c in api.store.components(run_id, 1) if c.name == "trainer"]
+    assert kept and "previous-logs" in str(kept[0])
