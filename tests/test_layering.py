@@ -53,10 +53,6 @@ KNOWN_BACK_EDGES: dict[Edge, str] = {
     # Fix: install the page from a composition root above both, or make web part of daemon.
     ("airvisor.daemon._app", "airvisor.web"):
         "daemon/_app.py: create_app installs the run page (function-local import)",
-    # The engine's manager picks the Slurm supervisor, which builds on the engine.
-    # Fix: the one supervisor core of issue 21 with the box and Slurm as backends.
-    ("airvisor.engine._manager", "airvisor.slurm"):
-        "engine/_manager.py: SlurmRunSupervisor, is_slurm_profile (function-local)",
     # Loading a profile makes `@file` arguments absolute with primerl's argument parser.
     # Fix: the `rl` argument parser (pure, no airvisor imports) moves into profile/, or the
     # paths are made absolute when primerl binds the profile.

@@ -1,6 +1,6 @@
 """The supervision engine: RunManager drives one RunSupervisor per run."""
 
-from airvisor.engine._events import (
+from airvisor.core import (
     Command,
     ComponentExited,
     Event,

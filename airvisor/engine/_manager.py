@@ -23,12 +23,11 @@ import psutil
 
 from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
-from airvisor.engine._events import Command, Event
+from airvisor.core import Command, Event, recorded_failure
 from airvisor.engine._supervisor import ComponentHandle, Hooks, RunSupervisor
 from airvisor.engine._takeover import (
     finish_if_completed,
     record_accepted,
-    recorded_failure,
     refresh_adopted,
     unfinished_commands,
 )
@@ -49,6 +48,7 @@ from airvisor.primerl import (
 )
 from airvisor.proc import ProcessIdentity, process_alive, terminate_tree
 from airvisor.profile._schema import Profile
+from airvisor.slurm import SlurmRunSupervisor, is_slurm_profile
 from airvisor.store import RunRecord, Store
 
 log = get_logger("airvisor.engine")
@@ -364,13 +364,13 @@ class RunManager:
                 self.store.set_phase(run.id, Phase.FAILED,
                                      last_error=f"stored profile unreadable: {exc}")
                 continue
-            if _is_slurm(profile):
+            if is_slurm_profile(profile):
                 with self._lock:
                     self._claim(run.id)
-                    slurm_supervisor = self._new_supervisor(run.id, profile, Phase.TAKEOVER)
+                    slurm_supervisor = self._new_slurm_supervisor(run.id, profile,
+                                                                  Phase.TAKEOVER)
                     self._runs[run.id] = slurm_supervisor
-                self._guard(slurm_supervisor, functools.partial(
-                    slurm_supervisor.reattach, run))  # type: ignore[attr-defined]
+                self._guard(slurm_supervisor, functools.partial(slurm_supervisor.reattach, run))
                 taken.append(run.id)
                 for action_name in unfinished_commands(self.store, run.id):
                     self._queue.put(Command(run.id, action_name))
@@ -444,15 +444,18 @@ class RunManager:
         return handles, dead
 
     # -- internals --------------------------------------------------------------------------------
-    def _new_supervisor(self, run_id: str, profile: Profile,
-                        phase: Phase = Phase.PENDING) -> Supervisor:
-        if _is_slurm(profile):
-            from airvisor.slurm import SlurmRunSupervisor
-
-            return SlurmRunSupervisor(run_id=run_id, profile=profile, store=self.store,
-                                      post=self._queue.put, hooks=self.hooks, clock=self._clock,
-                                      wall=self._wall_clock, phase=phase)
+    def _new_supervisor(self, run_id: str, profile: Profile) -> Supervisor:
+        """The backend where the run's processes run: a Slurm job when prime-rl's config has
+        a [slurm] table, else this box."""
+        if is_slurm_profile(profile):
+            return self._new_slurm_supervisor(run_id, profile)
         return self._new_box_supervisor(run_id, profile)
+
+    def _new_slurm_supervisor(self, run_id: str, profile: Profile,
+                              phase: Phase = Phase.PENDING) -> SlurmRunSupervisor:
+        return SlurmRunSupervisor(run_id=run_id, profile=profile, store=self.store,
+                                  post=self._queue.put, hooks=self.hooks, clock=self._clock,
+                                  wall=self._wall_clock, phase=phase)
 
     def _new_box_supervisor(self, run_id: str, profile: Profile,
                             phase: Phase = Phase.PENDING) -> RunSupervisor:
@@ -536,12 +539,6 @@ class RunManager:
             else:
                 archived = archive_run_dir(directory, "old")
                 log.info("moved earlier run aside", path=str(archived))
-
-
-def _is_slurm(profile: Profile) -> bool:
-    from airvisor.slurm import is_slurm_profile
-
-    return is_slurm_profile(profile)
 
 
 def profile_resumes(supervisor: RunSupervisor) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import httpx
 
-from airvisor.engine._events import Event, InferenceReady, ProbeFailed
+from airvisor.core import Event, InferenceReady, ProbeFailed
 
 
 def inference_base_url(host: str, port: int) -> str:

@@ -17,20 +17,20 @@ from typing import Any, Protocol
 
 from airvisor._logfile import LogTail, tail_lines
 from airvisor._logging import get_logger
-from airvisor.engine._core import SupervisorCore
-from airvisor.engine._events import (
+from airvisor.core import (
     Command,
     ComponentExited,
     Event,
     InferenceReady,
+    LogView,
     ProbeFailed,
+    SupervisorCore,
     TaskDone,
+    recorded_failure,
 )
-from airvisor.engine._logview import LogView
 from airvisor.engine._members import launcher_members
 from airvisor.engine._probe import InferenceProber, inference_base_url
 from airvisor.engine._rollouts import RolloutWatcher, event_of
-from airvisor.engine._takeover import recorded_failure
 from airvisor.policy import Phase, StallRule, stalled_for
 from airvisor.policy._rollouts import NeedsPerson
 from airvisor.policy._transition import Failure, RecoveryResumed

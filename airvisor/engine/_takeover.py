@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
 
 from airvisor._logfile import tail_lines
-from airvisor.policy import Failure, Phase, RestartKind
+from airvisor.policy import Phase
 from airvisor.primerl import (
     FINISH_MILESTONES,
     LAUNCHER,
@@ -198,15 +197,3 @@ def pending_commands(kinds_and_actions: list[tuple[str, str | None]]) -> list[st
 def unfinished_commands(store: Store, run_id: str) -> list[str]:
     events = store.events(run_id, limit=100_000)
     return pending_commands([(e.kind, e.data.get("action")) for e in events])
-
-
-def recorded_failure(run: RunRecord, default_reason: str) -> Failure:
-    """The failure a dead supervisor was recovering from, as it persisted it with the phase
-    (the run's details "recovery"); a recovery recorded without its kind resumes as "boot"
-    (uncounted)."""
-    pending = (run.details or {}).get("recovery") or {}
-    kind: RestartKind = "boot"
-    for known in get_args(RestartKind):
-        if pending.get("kind") == known:
-            kind = known
-    return Failure(str(pending.get("reason") or run.last_error or default_reason), kind)

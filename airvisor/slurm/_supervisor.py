@@ -22,10 +22,7 @@ from typing import Any
 
 from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
-from airvisor.engine._core import SupervisorCore
-from airvisor.engine._events import Command, Event, TaskDone
-from airvisor.engine._logview import LogView
-from airvisor.engine._takeover import recorded_failure
+from airvisor.core import Command, Event, LogView, SupervisorCore, TaskDone, recorded_failure
 from airvisor.policy import (
     BootAction,
     Failure,

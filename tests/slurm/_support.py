@@ -16,7 +16,7 @@ from typing import Any
 
 import tomli_w
 
-from airvisor.engine._events import Event
+from airvisor.core import Event
 from airvisor.policy import Phase
 from airvisor.primerl import prepare_run
 from airvisor.profile import Profile, load_profile

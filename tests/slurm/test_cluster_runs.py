@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from airvisor.core import Command
 from airvisor.engine import RunManager
-from airvisor.engine._events import Command
 from airvisor.policy import RunState
 from airvisor.profile import Profile
 from airvisor.slurm import CommandSlurm, render_job_script

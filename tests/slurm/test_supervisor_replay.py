@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from airvisor.engine._events import Command
+from airvisor.core import Command
 from airvisor.policy import Phase, RunState
 from airvisor.profile import Profile
 from airvisor.store import Store

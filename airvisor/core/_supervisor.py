@@ -15,13 +15,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
-from airvisor.engine._events import Event, TaskDone
-from airvisor.engine._logview import LogView
-from airvisor.policy import Phase, RestartPolicy, RunState
+from airvisor.core._events import Event, TaskDone
+from airvisor.core._logview import LogView
+from airvisor.policy import Phase, RestartKind, RestartPolicy, RunState
 from airvisor.policy._event_levels import event_log_level
 from airvisor.policy._transition import (
     AttemptFailed,
@@ -53,7 +53,7 @@ from airvisor.primerl import (
     step_from_metrics_row,
 )
 from airvisor.profile._schema import Profile
-from airvisor.store import Store
+from airvisor.store import RunRecord, Store
 
 log = get_logger("airvisor.engine")
 
@@ -320,3 +320,15 @@ class SupervisorCore:
     def _on_milestone(self, source: str, milestone: str) -> None:
         if milestone in (*FINISH_MILESTONES.values(), TRAINING_FINISHED):
             self._finished.add(milestone)
+
+
+def recorded_failure(run: RunRecord, default_reason: str) -> Failure:
+    """The failure a dead supervisor was recovering from, as it persisted it with the phase
+    (the run's details "recovery"); a recovery recorded without its kind resumes as "boot"
+    (uncounted)."""
+    pending = (run.details or {}).get("recovery") or {}
+    kind: RestartKind = "boot"
+    for known in get_args(RestartKind):
+        if pending.get("kind") == known:
+            kind = known
+    return Failure(str(pending.get("reason") or run.last_error or default_reason), kind)

@@ -1,0 +1,28 @@
+"""The supervisor core: what every supervised run does wherever its processes run (the phase,
+events, worker tasks, progress from the logs, carrying out `policy.transition`), and the typed
+events its main loop consumes. Backends: `airvisor.engine.RunSupervisor` (this box) and
+`airvisor.slurm.SlurmRunSupervisor` (a Slurm job); `airvisor.engine.RunManager` drives them."""
+
+from airvisor.core._events import (
+    Command,
+    ComponentExited,
+    Event,
+    InferenceReady,
+    ProbeFailed,
+    TaskDone,
+)
+from airvisor.core._logview import FileIdentity, LogView
+from airvisor.core._supervisor import SupervisorCore, recorded_failure
+
+__all__ = [
+    "Command",
+    "ComponentExited",
+    "Event",
+    "FileIdentity",
+    "InferenceReady",
+    "LogView",
+    "ProbeFailed",
+    "SupervisorCore",
+    "TaskDone",
+    "recorded_failure",
+]
