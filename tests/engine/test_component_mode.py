@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from airvisor.primerl import prepare_attempt
 from airvisor.policy import RunState
-from airvisor.primerl import prepare_run, run_layout
+from airvisor.primerl import prepare_attempt, prepare_run, run_layout
 
 from ..primerl.test_layout import v04_full_step
 from .conftest import Harness
