@@ -143,6 +143,12 @@ def _profile(version: str) -> tuple[dict[str, Any], dict[str, Any]]:
         # main maps its GPUs from CUDA_VISIBLE_DEVICES, else NVML (none here): the box's two.
         profile["prime_rl"]["env"] = {"CUDA_VISIBLE_DEVICES": "0,1"}
     profile["reaper"]["ports"] = [rl["inference"]["server"]["port"]]
+    # More time than the demo's to come up and between steps: prime-rl's launcher (main's
+    # imports verifiers) and the config resolution start slower than the stand-in launcher, and
+    # the other test groups share the box's cores; a first attempt failed for being slow would
+    # count as a restart, which the scenarios assert is 0.
+    profile["health"] |= {"ready_timeout": 120.0, "first_step_grace": 120.0,
+                          "stall_timeout": 30.0}
     return profile, rl
 
 
@@ -334,7 +340,8 @@ def test_ready_gating_and_discovery_without_environment(box: Box) -> None:
 def test_root_commands_see_the_supervised_run_and_reap_leaves_it(box: Box) -> None:
     submitted = box.out(f"cd / && {AIRVISOR} start {box.profile} {' '.join(LONG_RUN)}")
     assert "to the daemon at http://127.0.0.1:8765" in submitted, submitted
-    wait_for("the run's third step", lambda: (box.status().get("step") or 0) >= 3)
+    wait_for("the run's third step", lambda: (box.status().get("step") or 0) >= 3,
+             timeout=240)
     before = box.pids()
     workers = box.pgrep(WORKER_PATTERN[box.version])
     assert len(workers) == 2 and set(workers) <= before, (workers, before)
@@ -444,7 +451,8 @@ def test_a_stop_accepted_by_a_stuck_daemon_is_carried_out_by_the_next(box: Box) 
 
 def test_a_run_finished_while_the_daemon_was_stopped_stays_finished(box: Box) -> None:
     box.out(f"cd / && {AIRVISOR} start {box.profile} {' '.join(SHORT_RUN)}")
-    wait_for("the short run's second step", lambda: (box.status().get("step") or 0) >= 2)
+    wait_for("the short run's second step", lambda: (box.status().get("step") or 0) >= 2,
+             timeout=240)
     run = box.status()
     box.run("systemctl stop airvisor", timeout=120)
     # Training keeps running unsupervised; root's commands read the service's state dir.
