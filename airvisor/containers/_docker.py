@@ -293,16 +293,6 @@ class DockerEngine:
         text = output.decode("utf-8", "replace").strip() if isinstance(output, bytes) else ""
         return ProbeResult(False, f"exit code {exit_code}: {text[-200:]}".rstrip(": "))
 
-    def exec_as_root(self, container_id: str, argv: list[str]) -> tuple[int, str]:
-        """Run a command as root and wait for it (used by tests and diagnostics)."""
-        api = self.client.api
-        with _engine_errors("exec"):
-            exec_id = api.exec_create(container_id, argv, user="root")["Id"]
-            output = api.exec_start(exec_id)
-            exit_code = api.exec_inspect(exec_id).get("ExitCode")
-        text = output.decode("utf-8", "replace") if isinstance(output, bytes) else ""
-        return int(exit_code if exit_code is not None else -1), text
-
 
 def _split_image(image: str) -> tuple[str, str | None]:
     """`repo[:tag][@digest]` -> (repo, tag) as `images.pull` wants them; a ':' after the last

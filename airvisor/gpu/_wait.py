@@ -3,15 +3,13 @@ and the table that says who holds the memory when the wait fails."""
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
+from airvisor._tables import plain_table, table_lines
 from airvisor.gpu._nvml import default_backend, free_memory
 from airvisor.gpu._types import GPUInfo, NVMLBackend, gib
 
@@ -98,17 +96,7 @@ def format_gpu_table(gpus: list[GPUInfo]) -> str:
     return "\n".join(lines)
 
 
-# Wide enough that a row is never wrapped: commands are cut at COMMAND_CHARS, notes are short.
-_TEXT_WIDTH = 1000
-COMMAND_CHARS = 100
-
-
-def _text_lines(table: Table, indent: str) -> list[str]:
-    """The table as plain lines (no colour, no trailing blanks), each after `indent`."""
-    out = io.StringIO()
-    Console(file=out, width=_TEXT_WIDTH, color_system=None, force_terminal=False,
-            highlight=False).print(table)
-    return [indent + line.rstrip() for line in out.getvalue().splitlines()]
+COMMAND_CHARS = 100  # of a holder's command line, shown
 
 
 def _holder_lines(g: GPUInfo, indent: str, notes: Mapping[int, str] | None = None
@@ -117,11 +105,7 @@ def _holder_lines(g: GPUInfo, indent: str, notes: Mapping[int, str] | None = Non
     its command the run the memory belongs to and, given `notes`, the next step."""
     if not g.processes:
         return [f"{indent}no process holds memory on it"]
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="")
-    table.add_column("PID", no_wrap=True)
-    table.add_column("USER", no_wrap=True)
-    table.add_column("GPU MEM", justify="right", no_wrap=True)
-    table.add_column("COMMAND", no_wrap=True)
+    table = plain_table("PID", "USER", "GPU MEM", "COMMAND", right=("GPU MEM",))
     for p in sorted(g.processes, key=lambda p: -(p.used_bytes or 0)):
         command = Text(p.command[:COMMAND_CHARS])  # Text: a command's brackets are no markup
         extra = []
@@ -132,7 +116,7 @@ def _holder_lines(g: GPUInfo, indent: str, notes: Mapping[int, str] | None = Non
         if extra:
             command.append("\n-> " + "; ".join(extra))
         table.add_row(Text(str(p.pid)), Text(p.user or "?"), Text(gib(p.used_bytes)), command)
-    return _text_lines(table, indent)
+    return table_lines(table, indent)
 
 
 def format_memory_shortfall(

@@ -9,7 +9,6 @@ prime-rl defaults cited next to each line, and validates nothing.
 
 from __future__ import annotations
 
-import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -294,8 +293,3 @@ def facts_from_files(version: Version, args: Sequence[str], *, cwd: Path,
         slurm="slurm" in data,
         deployment_type=str(_get(data, "deployment", "type") or "single_node"),
     )
-
-
-def launcher_environ(extra: Mapping[str, str]) -> dict[str, str]:
-    """The environment the launcher will see (airvisor's own plus the profile's)."""
-    return {**os.environ, **extra}

@@ -37,7 +37,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -437,17 +437,6 @@ def remove(path: Path) -> bool:
         except OSError:
             ok = False
     return ok
-
-
-def remove_empty_runs(base: Path, keep: Iterable[Path] = ()) -> None:
-    """rmdir the run cgroups below `base` that hold no process (tidying after reaps)."""
-    kept = {Path(p) for p in keep}
-    for instance in _scandirs(base):
-        if not _INSTANCE_RE.match(instance.name):
-            continue
-        for run in _scandirs(instance):
-            if run not in kept and not populated(run):
-                remove(run)
 
 
 def _scandirs(path: Path) -> list[Path]:

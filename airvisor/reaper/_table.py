@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.text import Text
+
+from airvisor._tables import plain_table, table_lines
 from airvisor.gpu._types import gib
 from airvisor.reaper._discover import Candidate
 
@@ -32,8 +35,7 @@ def format_candidates(candidates: Sequence[Candidate], *, command_width: int = 6
     """PID, TREE, USER, AGE, GPU MEM, PORTS, COMMAND, then the reason on its own line."""
     if not candidates:
         return "No stale processes."
-    header = ("PID", "TREE", "USER", "AGE", "GPU MEM", "PORTS", "COMMAND")
-    rows = [header]
+    table = plain_table("PID", "TREE", "USER", "AGE", "GPU MEM", "PORTS", "COMMAND")
     reasons = []
     for c in candidates:
         indent = "  " * c.depth + ("└ " if c.depth else "")
@@ -42,15 +44,13 @@ def format_candidates(candidates: Sequence[Candidate], *, command_width: int = 6
         gpu = ", ".join(f"{gpu}:{gib(used)}" for gpu, used in sorted(c.gpu_memory.items())) \
             or "-"
         ports = ",".join(str(p) for p in c.ports) or "-"
-        rows.append((f"{indent}{c.pid}", _tree(c), c.user or "?", format_age(c.age), gpu,
-                     ports, command))
+        table.add_row(f"{indent}{c.pid}", _tree(c), Text(c.user or "?"), format_age(c.age),
+                      gpu, ports, Text(command))  # Text: brackets in a command are no markup
         reasons.append(f"{c.blocked_by}: {c.reason}" if c.blocked_by else c.reason)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = [f"{row[i]:<{widths[i]}}" for i in range(len(header) - 1)]
-        lines.append("  ".join([*cells, row[-1]]).rstrip())
-        if n > 0:
-            prefix = "not reaped: " if candidates[n - 1].blocked_by else "why: "
-            lines.append(" " * (2 * candidates[n - 1].depth + 4) + prefix + reasons[n - 1])
+    header, *rows = table_lines(table)
+    lines = [header]
+    for c, row, reason in zip(candidates, rows, reasons, strict=True):
+        # The reason on a line of its own under its row (too long for a column).
+        prefix = "not reaped: " if c.blocked_by else "why: "
+        lines += [row, " " * (2 * c.depth + 4) + prefix + reason]
     return "\n".join(lines)
