@@ -31,11 +31,6 @@ Edge = tuple[str, str]
 # (importer, imported) -> why it is still here / what fixes it.
 KNOWN_BACK_EDGES: dict[Edge, str] = {
     # -- module cycles --------------------------------------------------------------------------
-    # cli/_reap.py (not ours to edit) registers on `main` through the package `airvisor.cli`,
-    # which imports it; the other command modules import `main` from airvisor.cli._main.
-    # Fix: `from airvisor.cli._main import main` in cli/_reap.py.
-    ("airvisor.cli._reap", "airvisor.cli"):
-        "cli/_reap.py: import main from airvisor.cli._main",
     # proc/: the lowest layer reads /proc; its modules import each other both ways through
     # function-local imports (the proc/_kill <-> proc/_launch), and proc/_facts reaches
     # up into the reaper for its argv parser (the proc/_facts <-> reaper/_verdict).
@@ -53,11 +48,6 @@ KNOWN_BACK_EDGES: dict[Edge, str] = {
     # Fix: install the page from a composition root above both, or make web part of daemon.
     ("airvisor.daemon._app", "airvisor.web"):
         "daemon/_app.py: create_app installs the run page (function-local import)",
-    # Loading a profile makes `@file` arguments absolute with primerl's argument parser.
-    # Fix: the `rl` argument parser (pure, no airvisor imports) moves into profile/, or the
-    # paths are made absolute when primerl binds the profile.
-    ("airvisor.profile._load", "airvisor.primerl._rlargs"):
-        "profile/_load.py: absolute_args from primerl/_rlargs (function-local)",
     # The reaper asks Slurm which jobs live through the Slurm package, which builds on the
     # engine. Fix: the squeue client and job states move below the reaper.
     ("airvisor.reaper._slurm", "airvisor.slurm._client"):

@@ -30,7 +30,7 @@ from typing import Any
 import click
 import psutil
 
-from airvisor.cli import main
+from airvisor.cli._main import main
 
 EXIT_FAILED = 1
 DEFAULT_GRACE = 10.0

@@ -46,8 +46,8 @@ from airvisor.primerl._logs import (
 )
 from airvisor.primerl._prepare import PreparedRun, prepare_run
 from airvisor.primerl._resolve import Resolution, ResolveError, resolver_script
-from airvisor.primerl._rlargs import RlArgsError, toml_refs
 from airvisor.primerl._tracker import with_stable_tracker_ids
+from airvisor.profile._rlargs import RlArgsError, toml_refs
 
 __all__ = [
     "FINISH_MILESTONES",

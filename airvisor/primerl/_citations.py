@@ -2,9 +2,10 @@
 
 airvisor's rules about prime-rl cite the lines they come from (the layout table `RULES` in
 `_layout.py`, comments and docstrings in `airvisor/primerl/`, `airvisor/profile/`,
-`airvisor/engine/` and `docs/`), and the demo's stand-ins of prime-rl's programs
-(`airvisor/demo/`) cite the lines they mirror. A citation that no longer points at what it
-claims is worse than none, so each one is registered here with what the cited lines hold:
+`airvisor/core/`, `airvisor/engine/`, `airvisor/slurm/` and `docs/`), and the demo's
+stand-ins of prime-rl's programs (`airvisor/demo/`) cite the lines they mirror. A citation
+that no longer points at what it claims is worse than none, so each one is registered here
+with what the cited lines hold:
 
 - `excerpts`: per cited range, a short exact piece of its text (whitespace collapsed), the part a
   reader checks the claim against;
@@ -61,7 +62,7 @@ class Citation:
 
 _ADAPTERS = "airvisor/primerl/_adapters.py"
 _LAYOUT = "airvisor/primerl/_layout.py"
-_RLARGS = "airvisor/primerl/_rlargs.py"
+_RLARGS = "airvisor/profile/_rlargs.py"
 _RESOLVER = "airvisor/primerl/resolve_config.py"
 _CHECKS = "airvisor/profile/_checks.py"
 _FIDELITY = "docs/primerl-fidelity.md"
@@ -82,6 +83,7 @@ _DEMO_TRAINER = "airvisor/demo/_trainer.py"
 _ENGINE_MEMBERS = "airvisor/engine/_members.py"
 _ENGINE_SUPERVISOR = "airvisor/engine/_supervisor.py"
 _SPLIT = "airvisor/primerl/_split.py"
+_SLURM_SCRIPT = "airvisor/slurm/_script.py"
 
 CITATIONS: tuple[Citation, ...] = (
     # airvisor/primerl/_adapters.py
@@ -246,7 +248,7 @@ CITATIONS: tuple[Citation, ...] = (
              ("async def init(self, output_dir: Path) -> None:",)),
     Citation(_LAYOUT, "monitors.py:26-40", MAIN, _CFG + "monitors.py", "e2edd86708a3",
              ("class FileMonitorConfig(BaseConfig):",)),
-    # airvisor/primerl/_rlargs.py
+    # airvisor/profile/_rlargs.py
     Citation(_RLARGS, "prime_rl/utils/pydantic_config.py:152-177", V04,
              _SRC + "utils/pydantic_config.py", "1ac49915d9ed",
              ("def extract_toml_paths(args: list[str]) -> tuple[list[str],",)),
@@ -975,4 +977,9 @@ CITATIONS: tuple[Citation, ...] = (
     Citation(_FIDELITY, 'utils/process.py:47-55', MAIN,
              _SRC + 'utils/process.py', 'bb421305bb8b',
              ('def set_proc_title(name: str) -> None:',)),
+    # airvisor/slurm/_script.py
+    Citation(_SLURM_SCRIPT, 'entrypoints/rl.py:552-601', MAIN, _SRC + 'entrypoints/rl.py',
+             '763677e9bbb0', ('def rl_slurm(config: RLConfig):',)),
+    Citation(_SLURM_SCRIPT, 'entrypoints/rl.py:42', MAIN, _SRC + 'entrypoints/rl.py',
+             '6ab1100e348e', ('RL_SBATCH = "rl.sbatch"',)),
 )

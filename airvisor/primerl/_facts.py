@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from airvisor.primerl._rlargs import flag_pairs, toml_refs
 from airvisor.primerl._tracker import tracker_facts
 from airvisor.profile._configs import merge_into
+from airvisor.profile._rlargs import flag_pairs, toml_refs
 
 Version = Literal["0.4", "main"]
 

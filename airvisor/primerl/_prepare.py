@@ -18,9 +18,9 @@ from airvisor.primerl._adapters import (
 )
 from airvisor.primerl._layout import FIRST_RESUMABLE_STEP, resume_step_refusal
 from airvisor.primerl._resolve import Resolution, ResolveError
-from airvisor.primerl._rlargs import RlArgsError, toml_refs
 from airvisor.profile import Problem, Profile, check_profile
 from airvisor.profile._checks import profile_where
+from airvisor.profile._rlargs import RlArgsError, toml_refs
 from airvisor.profile._toml import read_toml
 
 # Where a real attempt's files go (the state directory's runs/<run id>/attempt_<n>), as the plan of

@@ -244,7 +244,7 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
             table[key] = resolve(table[key])
     prime_rl = raw.get("prime_rl")
     if isinstance(prime_rl, dict) and isinstance(prime_rl.get("args"), list):
-        from airvisor.primerl._rlargs import RlArgsError, absolute_args
+        from airvisor.profile._rlargs import RlArgsError, absolute_args
 
         if all(isinstance(a, str) for a in prime_rl["args"]):
             # A malformed list ("@" at the end) is reported by the checks.

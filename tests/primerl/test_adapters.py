@@ -23,8 +23,8 @@ from airvisor.primerl import (
     resume_flags,
 )
 from airvisor.primerl._facts import facts_from_files, merged_toml
-from airvisor.primerl._rlargs import RlArgsError, absolute_args, flag_pairs, toml_refs
 from airvisor.profile import Profile, ProfileError, load_profile
+from airvisor.profile._rlargs import RlArgsError, absolute_args, flag_pairs, toml_refs
 
 
 def write(path: Path, data: dict[str, Any]) -> Path:
