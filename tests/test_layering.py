@@ -48,12 +48,6 @@ KNOWN_BACK_EDGES: dict[Edge, str] = {
     # Fix: install the page from a composition root above both, or make web part of daemon.
     ("airvisor.daemon._app", "airvisor.web"):
         "daemon/_app.py: create_app installs the run page (function-local import)",
-    # The reaper asks Slurm which jobs live through the Slurm package, which builds on the
-    # engine. Fix: the squeue client and job states move below the reaper.
-    ("airvisor.reaper._slurm", "airvisor.slurm._client"):
-        "reaper/_slurm.py: CommandSlurm, SlurmError (function-local)",
-    ("airvisor.reaper._slurm", "airvisor.slurm._states"):
-        "reaper/_slurm.py: JobInfo, job_phase",
 }
 
 

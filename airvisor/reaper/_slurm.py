@@ -1,6 +1,6 @@
 """The reaper's question to Slurm: is the job a process runs in still live?
 
-Asked through the Slurm adapter (`airvisor.slurm.CommandSlurm`: `scontrol show job`, then
+Asked through the Slurm adapter (`airvisor.slurmctl.CommandSlurm`: `scontrol show job`, then
 `sacct`), one query per job seen on a training process; the verdict on the answer is pure
 (`airvisor.reaper._verdict.slurm_job_claims`). Where Slurm cannot be asked (no client commands,
 no slurmctld), the phase is "unknown", and a job of unknown phase keeps its processes.
@@ -9,26 +9,22 @@ no slurmctld), the phase is "unknown", and a job of unknown phase keeps its proc
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:  # importing airvisor.slurm loads its supervisor (and the engine): not here
-    from airvisor.slurm._states import JobInfo
+from airvisor.slurmctl import CommandSlurm, JobInfo, SlurmError, job_phase
 
 # One `scontrol show job` must not hold a preflight for long (the adapter's default is 60 s).
 QUERY_TIMEOUT = 10.0
 
 
 class JobAsker(Protocol):
-    """What the reaper needs of `airvisor.slurm.SlurmClient`."""
+    """What the reaper needs of `airvisor.slurmctl.SlurmClient`."""
 
     def job(self, job_id: str) -> JobInfo: ...
 
 
 def slurm_job_phases(job_ids: Iterable[str], client: JobAsker | None = None) -> dict[str, str]:
     """job id -> Slurm's phase of it (queued, running, ending, ended, unknown)."""
-    from airvisor.slurm._client import CommandSlurm, SlurmError
-    from airvisor.slurm._states import job_phase
-
     wanted = sorted(set(job_ids))
     if not wanted:
         return {}

@@ -43,7 +43,6 @@ from airvisor.primerl import (
     training_complete,
 )
 from airvisor.profile._schema import Profile
-from airvisor.slurm._client import CommandSlurm, SlurmClient
 from airvisor.slurm._node_check import read_reports
 from airvisor.slurm._script import (
     JobScript,
@@ -51,7 +50,8 @@ from airvisor.slurm._script import (
     report_dir_for,
     slurm_settings,
 )
-from airvisor.slurm._states import (
+from airvisor.slurmctl._client import CommandSlurm, SlurmClient
+from airvisor.slurmctl._states import (
     EndDecision,
     Exclusion,
     JobInfo,

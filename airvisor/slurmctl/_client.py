@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from airvisor.slurm._states import (
+from airvisor.slurmctl._states import (
     SACCT_FIELDS,
     JobInfo,
     SlurmParseError,
