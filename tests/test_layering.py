@@ -36,8 +36,6 @@ KNOWN_BACK_EDGES: dict[Edge, str] = {
     # up into the reaper for its argv parser (the proc/_facts <-> reaper/_verdict).
     # Fix: the argv parser and the script names move below both (proc/ or policy/); the
     # launch registry that _kill and _tree read moves out of _launch into a module of its own.
-    ("airvisor.proc._facts", "airvisor.reaper._verdict"):
-        "proc/_facts.py: parse_program and PRIME_RL_SCRIPTS belong below the reaper",
     ("airvisor.proc._launch", "airvisor.proc._kill"):
         "proc/_launch.py: reap_adopted_zombies from proc/_kill (function-local)",
     ("airvisor.proc._launch", "airvisor.proc._tree"):

@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from airvisor.proc._argv import PRIME_RL_SCRIPTS, parse_program
 from airvisor.proc._cgroup import CgroupRun, cgroup2_mount, parse_run_path, pid_cgroup
 from airvisor.proc._marker import Marker, environ_visible, infer_session_marker, parse_environ
 
@@ -246,8 +247,6 @@ def console_script_module(path: str, cwd_of_pid: int | None = None) -> str | Non
 
 def _script_of(argv: tuple[str, ...], names: frozenset[str]) -> str | None:
     """The script path of `python [options] SCRIPT ...` when SCRIPT's name is in `names`."""
-    from airvisor.reaper._verdict import parse_program  # the one argv parser
-
     program = parse_program(argv)
     if program.interpreter and program.name in names and program.path:
         return program.path
@@ -304,8 +303,6 @@ def collect_facts(
     prime-rl's entry points).
     """
     if script_names is None:
-        from airvisor.reaper._verdict import PRIME_RL_SCRIPTS
-
         script_names = PRIME_RL_SCRIPTS
     gpu_memory_by_pid = gpu_memory_by_pid or {}
     mount = cgroup2_mount()

@@ -1,6 +1,7 @@
 """Stale training processes: discovery (pure verdicts over process facts), reaping, and the
 machine preflight that `start` runs before each attempt."""
 
+from airvisor.proc._argv import PRIME_RL_SCRIPTS, parse_program
 from airvisor.reaper._discover import (
     Candidate,
     Discovery,
@@ -36,7 +37,6 @@ from airvisor.reaper._slurm import JobAsker, slurm_job_phases
 from airvisor.reaper._table import format_age, format_candidates
 from airvisor.reaper._verdict import (
     KIND_LABELS,
-    PRIME_RL_SCRIPTS,
     Ownership,
     ReapContext,
     Verdict,
@@ -44,7 +44,6 @@ from airvisor.reaper._verdict import (
     judge_all,
     known_kind,
     ownership,
-    parse_program,
     slurm_job_claims,
 )
 
