@@ -36,10 +36,6 @@ KNOWN_BACK_EDGES: dict[Edge, str] = {
     # up into the reaper for its argv parser (the issue's proc/_facts <-> reaper/_verdict).
     # Fix: the argv parser and the script names move below both (proc/ or policy/); the
     # launch registry that _kill and _tree read moves out of _launch into a module of its own.
-    ("airvisor.proc._launch", "airvisor.proc._kill"):
-        "proc/_launch.py: reap_adopted_zombies from proc/_kill (function-local)",
-    ("airvisor.proc._launch", "airvisor.proc._tree"):
-        "proc/_launch.py: record_launch from proc/_tree (function-local)",
     # -- package cycles (each also a module cycle through the packages' __init__ at run time,
     # deferred by a function-local import) ---------------------------------------------------
     # The run page plugs into the daemon's app, and reads the daemon's models and views.

@@ -26,8 +26,8 @@ from pathlib import Path
 import psutil
 
 from airvisor.proc import _cgroup
-from airvisor.proc._launch import active_runs, forget_run, launched_pids
 from airvisor.proc._marker import infer_session_marker, read_environ_marker
+from airvisor.proc._registry import active_runs, forget_run, launched_pids
 
 # Two processes are the same when their create_times agree this closely (the kernel counts start
 # times in clock ticks of 10 ms; psutil derives the same float for the same process every time).

@@ -20,7 +20,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,10 @@ from airvisor.proc._cgroup import (
     own_state_dir,
     scope_argv,
 )
+from airvisor.proc._kill import reap_adopted_zombies
 from airvisor.proc._marker import MARKER_COMPONENT_ENV, MARKER_OWNER_ENV, MARKER_RUN_ENV
+from airvisor.proc._registry import register_launch
+from airvisor.proc._tree import record_launch
 
 _ENTER = (
     "import os,sys\n"
@@ -50,29 +52,6 @@ _ENTER = (
     " os._exit(127)\n"
 )
 _ATTEMPT_DIR = re.compile(r"^attempt_(\d+)$")
-
-# Components this process launched, by run: the subreaper fallback attributes orphans adopted
-# by this process to the runs still active here (see `_kill`).
-_registry_lock = threading.Lock()
-_launched: dict[int, str] = {}  # pid -> run id
-_active_runs: set[str] = set()
-
-
-def launched_pids() -> dict[int, str]:
-    with _registry_lock:
-        return dict(_launched)
-
-
-def active_runs() -> set[str]:
-    """Runs with components launched by this process and not stopped since."""
-    with _registry_lock:
-        return set(_active_runs)
-
-
-def forget_run(run_id: str) -> None:
-    with _registry_lock:
-        _active_runs.discard(run_id)
-
 
 @dataclass(frozen=True)
 class ProcessIdentity:
@@ -162,8 +141,6 @@ def launch(
                           argv) or argv
     elif current.mode == "subreaper":
         become_subreaper()
-        from airvisor.proc._kill import reap_adopted_zombies
-
         reap_adopted_zombies()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab", buffering=0) as log:
@@ -177,13 +154,9 @@ def launch(
             start_new_session=True,
             close_fds=True,
         )
-    with _registry_lock:
-        _launched[popen.pid] = run_id
-        _active_runs.add(run_id)
+    register_launch(popen.pid, run_id)
     identity = identity_of(popen.pid) or ProcessIdentity(popen.pid, 0.0)
     if current.mode == "subreaper":  # no cgroup names the run's processes: record its tree
-        from airvisor.proc._tree import record_launch
-
         record_launch(run_id, component, attempt, popen.pid, identity.create_time)
     return Launched(popen=popen, identity=identity, log_path=log_path)
 

@@ -95,7 +95,7 @@ class TreeRecorder:
     def poll(self) -> None:
         """One look at the process table (the thread calls it; tests may too)."""
         from airvisor.proc._kill import adopted_runs
-        from airvisor.proc._launch import active_runs
+        from airvisor.proc._registry import active_runs
 
         table = process_table()
         active = active_runs()
