@@ -39,8 +39,9 @@ def format_candidates(candidates: Sequence[Candidate], *, command_width: int = 6
     reasons = []
     for c in candidates:
         indent = "  " * c.depth + ("└ " if c.depth else "")
-        command = c.command if len(c.command) <= command_width else \
-            c.command[:command_width - 1] + "…"
+        # One line per row: a `python -c` program's newlines are shown as "⏎".
+        flat = c.command.replace("\r", "").replace("\n", "⏎")
+        command = flat if len(flat) <= command_width else flat[:command_width - 1] + "…"
         gpu = ", ".join(f"{gpu}:{gib(used)}" for gpu, used in sorted(c.gpu_memory.items())) \
             or "-"
         ports = ",".join(str(p) for p in c.ports) or "-"
