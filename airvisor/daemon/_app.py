@@ -57,6 +57,7 @@ from airvisor.daemon._models import (
 )
 from airvisor.daemon._profiles import BadProfileRef, load
 from airvisor.daemon._views import detail_of, event_of, summary_of
+from airvisor.daemon.web import install as install_run_page
 from airvisor.engine import RunConflict, UnknownRun
 from airvisor.store import RunRecord, Store
 from airvisor.view import LogNotFound, LogStream
@@ -579,12 +580,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
         return Response(render_metrics(registry),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    # The run page at / and its background sampler (time series, notifications). Imported
-    # here, not at the top: airvisor.web imports this package's lower modules (_context,
-    # _models, _views, _machine), and `import airvisor.daemon` runs this module. The
-    # package-level cycle daemon <-> web is listed in tests/test_layering.py.
-    from airvisor.web import install as install_run_page
-
+    # The run page at / and its background sampler (time series, notifications).
     install_run_page(app, ctx)
 
     return app

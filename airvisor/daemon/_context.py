@@ -1,5 +1,5 @@
 """What the API's handlers share (`ApiContext`). Its own module, below the app: the run page
-(airvisor.web) takes it too, and must not import the app that installs it."""
+(airvisor.daemon.web) takes it too, and must not import the app that installs it."""
 
 from __future__ import annotations
 

@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 from airvisor.daemon._machine import GPUReport
-from airvisor.demo._log import format_line
-from airvisor.store import SeriesStore, Store, merge_pairs
-from airvisor.web import (
+from airvisor.daemon.web import (
     RunSampler,
     metrics_from_log_line,
     metrics_from_row,
     runs_of_points,
 )
+from airvisor.demo._log import format_line
+from airvisor.store import SeriesStore, Store, merge_pairs
 
 from ..records import move_run
 

@@ -23,7 +23,7 @@ from airvisor.primerl import step_from_log_line, strip_ansi
 from airvisor.store import RunRecord, SeriesStore, Store
 from airvisor.view import layout_sources
 
-log = get_logger("airvisor.web")
+log = get_logger("airvisor.daemon.web")
 
 TRAINING_KEYS = ("reward", "loss")
 STEP_SERIES = "step"

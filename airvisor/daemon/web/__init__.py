@@ -4,7 +4,7 @@ The page is plain HTML, CSS and dependency-free JavaScript shipped as package da
 step, nothing fetched at run time); its charts are inline SVG drawn by that script.
 """
 
-from airvisor.web._collector import (
+from airvisor.daemon.web._collector import (
     TRAINING_KEYS,
     Background,
     RunSampler,
@@ -14,7 +14,7 @@ from airvisor.web._collector import (
     runs_of_points,
     training_series,
 )
-from airvisor.web._routes import DefaultNotify, install, page_data
+from airvisor.daemon.web._routes import DefaultNotify, install, page_data
 
 __all__ = [
     "TRAINING_KEYS",

@@ -23,6 +23,8 @@ from fastapi.staticfiles import StaticFiles
 from airvisor._logging import get_logger
 from airvisor.daemon._models import RUN_ID_PATTERN, error_responses
 from airvisor.daemon._views import detail_of, event_of
+from airvisor.daemon.web._collector import STEP_SERIES, Background
+from airvisor.daemon.web._models import AttemptOut, DeliveryOut, LogOut, LogsOut, PageOut
 from airvisor.notify import (
     Dispatcher,
     EventWatcher,
@@ -33,13 +35,11 @@ from airvisor.notify import (
 from airvisor.profile._schema import NotifySection
 from airvisor.store import DeliveryStore, RunRecord, SeriesStore, Store
 from airvisor.view import AttemptView, log_files, tail_lines
-from airvisor.web._collector import STEP_SERIES, Background
-from airvisor.web._models import AttemptOut, DeliveryOut, LogOut, LogsOut, PageOut
 
 if TYPE_CHECKING:
     from airvisor.daemon._context import ApiContext
 
-log = get_logger("airvisor.web")
+log = get_logger("airvisor.daemon.web")
 
 PUBLIC_URL_ENV = "AIRVISOR_PUBLIC_URL"  # where people open the page; links in notifications
 RATE_WINDOW_SECONDS = 300.0
@@ -145,7 +145,7 @@ def install(app: FastAPI, ctx: ApiContext) -> Background:
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> HTMLResponse:
-        html = resources.files("airvisor.web").joinpath("static/index.html").read_text()
+        html = resources.files("airvisor.daemon.web").joinpath("static/index.html").read_text()
         return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
 
     @router.get("/ui/api/runs/{run_id}", response_model=PageOut, tags=["page"],
@@ -176,7 +176,7 @@ def install(app: FastAPI, ctx: ApiContext) -> Background:
         return read_logs(store, run, lines)
 
     app.include_router(router)
-    app.mount("/ui/static", StaticFiles(packages=[("airvisor.web", "static")]),
+    app.mount("/ui/static", StaticFiles(packages=[("airvisor.daemon.web", "static")]),
               name="ui-static")
     background.start()
     weakref.finalize(app, background.stop)
