@@ -1,13 +1,6 @@
-"""The supervision engine: RunManager drives one RunSupervisor per run."""
+"""The supervision engine: RunManager drives one supervisor per run (this box's
+RunSupervisor, or the Slurm backend), each built on airvisor.core (its events come from there)."""
 
-from airvisor.core import (
-    Command,
-    ComponentExited,
-    Event,
-    InferenceReady,
-    ProbeFailed,
-    TaskDone,
-)
 from airvisor.engine._manager import (
     RunConflict,
     RunManager,
@@ -20,18 +13,12 @@ from airvisor.engine._manager import (
 from airvisor.engine._supervisor import ComponentHandle, Hooks, RunSupervisor, describe_exit
 
 __all__ = [
-    "Command",
-    "ComponentExited",
     "ComponentHandle",
-    "Event",
     "Hooks",
-    "InferenceReady",
-    "ProbeFailed",
     "RunConflict",
     "RunManager",
     "RunSupervisor",
     "StartMode",
-    "TaskDone",
     "UnknownRun",
     "default_hooks",
     "describe_exit",

@@ -18,8 +18,8 @@ from typing import Any
 import psutil
 import pytest
 
-from airvisor.core import ProbeFailed
-from airvisor.engine import InferenceReady, RunConflict, RunManager, RunSupervisor
+from airvisor.core import InferenceReady, ProbeFailed
+from airvisor.engine import RunConflict, RunManager, RunSupervisor
 from airvisor.engine._supervisor import FINISH_TIMEOUT, LogView
 from airvisor.policy import RunState
 from airvisor.primerl import LAUNCHER
