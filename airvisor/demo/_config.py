@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from airvisor.profile._configs import deep_merge as deep_merge  # tests import it from here
 from airvisor.profile._configs import merge_into
+from airvisor.profile._rlargs import flag_value as parse_flag_value  # (the one flag reading)
 
 StandinName = Literal["inference", "trainer", "orchestrator"]
 DEMO_ENV = "AIRVISOR_DEMO"
@@ -376,16 +377,6 @@ def _load_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DemoConfigError(f"{path}: expected a JSON object")
     return data
-
-
-def parse_flag_value(raw: str | None) -> Any:
-    """A TOML literal if the text is one (5, 1e-5, true, [1, 2], "x"), else the text itself."""
-    if raw is None:
-        return True
-    try:
-        return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        return raw
 
 
 def resolve_flag(

@@ -101,7 +101,7 @@ def lenient_config(argv: Sequence[str]) -> dict[str, Any]:
             else:
                 value = True
         else:
-            from airvisor.demo._config import parse_flag_value
+            from airvisor.profile._rlargs import flag_value as parse_flag_value
 
             value = parse_flag_value(raw)
         nested: Any = value

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from airvisor.primerl._tracker import tracker_facts
 from airvisor.profile._configs import merge_into
-from airvisor.profile._rlargs import flag_pairs, toml_refs
+from airvisor.profile._rlargs import flag_pairs, flag_value, toml_refs
 
 Version = Literal["0.4", "main"]
 
@@ -108,17 +108,6 @@ def memory_share(version: Version, inference: Any) -> float | None:
     if version == "0.4":
         return _share(_get(inference, "gpu_memory_utilization"))
     return _share(_get(inference, "vllm", "gpu_memory_utilization"))
-
-
-def _flag_value(raw: str | None) -> Any:
-    """A CLI flag's value as its TOML reading where it has one (`[6,7]`, `3`, `true`), else the
-    string itself (`0,1,2`, a model name)."""
-    if raw is None:
-        return True
-    try:
-        return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        return raw
 
 
 def physical_gpus(environ: Mapping[str, str]) -> list[int] | None:
@@ -235,7 +224,7 @@ def merged_toml(args: Sequence[str]) -> dict[str, Any]:
     for key, value in flag_pairs(args):
         node: dict[str, Any] = {}
         parts = key.split(".")
-        leaf: Any = _flag_value(value)
+        leaf: Any = flag_value(value)
         if parts[-1].startswith("no_") and value is None:
             parts[-1], leaf = parts[-1][3:], False
         for part in reversed(parts):

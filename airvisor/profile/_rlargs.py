@@ -16,9 +16,11 @@ This module only splits and rewrites; prime-rl does the parsing (see `_resolve.p
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -88,3 +90,14 @@ def flag_pairs(args: Sequence[str]) -> list[tuple[str, str | None]]:
         pairs.append((key.replace("-", "_"), value))
         index += 1
     return pairs
+
+
+def flag_value(raw: str | None) -> Any:
+    """A CLI flag's value as its TOML reading where it has one (`[6,7]`, `3`, `1e-5`, `true`),
+    else the string itself (`0,1,2`, a model name); a flag without a value is True."""
+    if raw is None:
+        return True
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
