@@ -39,13 +39,11 @@ from airvisor.demo._inference import RUN_DIR_ENV
 from airvisor.demo._layout import DemoVersion, list_steps, remove_steps_after
 from airvisor.demo._log import StandinLogger
 from airvisor.demo._process import set_title
-from airvisor.primerl._resolve import last_json_object
+from airvisor.primerl._resolve import EXIT_NO_PRIME_RL, last_json_object
 from airvisor.profile._configs import merge_into
 
 PRIMERL_PYTHON_ENV = "AIRVISOR_DEMO_PRIMERL_PYTHON"
 RESOLVE_TIMEOUT = 180.0
-EXIT_REFUSED = 2  # resolve_config.py: prime-rl refused the config
-EXIT_NO_PRIME_RL = 3  # resolve_config.py: prime-rl is not importable
 STOP_GRACE = 60.0  # both versions: terminate, wait 60 s, kill (cleanup_processes)
 MONITOR_POLL = 1.0  # both versions sleep 1 s between checks of the error queue
 
