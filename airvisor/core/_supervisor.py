@@ -23,6 +23,13 @@ from airvisor.core._events import Event, TaskDone
 from airvisor.core._logview import LogView
 from airvisor.policy import Phase, RestartKind, RestartPolicy, RunState
 from airvisor.policy._event_levels import event_log_level
+from airvisor.policy._scope import (
+    FailedComponent,
+    InferenceHealth,
+    ScopeDecision,
+    ScopeRecord,
+    decide_scope,
+)
 from airvisor.policy._transition import (
     AttemptFailed,
     BackoffOver,
@@ -93,6 +100,9 @@ class SupervisorCore:
         self._finished: set[str] = set()
         self._notes: set[str] = set()  # one-off events already recorded in this attempt
         self._machine_reason: str | None = None  # the machine condition last said
+        self._scope: ScopeDecision | None = None  # the recovery's scope (with `_failure`)
+        # A failure whose scope waits for the kept server's health probe (a worker task).
+        self._scope_pending: Failure | None = None
 
     # -- what a backend provides -------------------------------------------------------------
     def _stop_processes(self) -> None:
@@ -106,6 +116,25 @@ class SupervisorCore:
     def _failure_lines(self, component: str | None) -> list[str]:
         """The last log lines that show the failure of `component`."""
         return []
+
+    def _stop_rest(self) -> None:
+        """Stop the attempt's processes but the kept inference server; `_processes_down()`
+        once they are gone. A backend that cannot keep it never gets a kept scope."""
+        self._stop_processes()
+
+    def _relaunch_rest(self, cause: str) -> None:
+        """Start the next attempt's rest against the kept inference server."""
+        self._relaunch(cause)
+
+    def _scope_refusals(self) -> tuple[str, ...]:
+        """Why this run's inference server cannot be kept across a recovery (empty: it can).
+        The core's own backend other than the box is Slurm's, which submits one job."""
+        return ("slurm: the run is a Slurm job: a recovery resubmits the whole job",)
+
+    def _probe_kept_server(self, failure: Failure) -> bool:
+        """Start probing the kept server's health on a worker (reported to
+        `_scope_probed`); False when there is no server to probe."""
+        return False
 
     def _failure_details(self, failure: Failure) -> dict[str, Any]:
         """More of the failure event's data (Slurm: the job id)."""
@@ -220,8 +249,11 @@ class SupervisorCore:
                 self._record_failure(effect.failure, end_attempt=effect.end_attempt)
             elif isinstance(effect, RememberRecovery):
                 self._failure = effect.failure
+                self._scope = effect.scope
+                scope = ({"scope": effect.scope.scope, "scope_reason": effect.scope.reason}
+                         if effect.scope is not None else {})
                 self.store.merge_run_details(self.run_id, recovery={
-                    "reason": effect.failure.reason, "kind": effect.failure.kind})
+                    "reason": effect.failure.reason, "kind": effect.failure.kind, **scope})
             elif isinstance(effect, EndAttempt):
                 if self.attempt:
                     self.store.end_attempt(self.run_id, self.attempt, effect.outcome, None)
@@ -236,11 +268,17 @@ class SupervisorCore:
         for effect in acts:
             if isinstance(effect, StopProcesses):
                 self._backoff_until = None
-                self._stop_processes()
+                if effect.keep_inference:
+                    self._stop_rest()
+                else:
+                    self._stop_processes()
             elif isinstance(effect, WaitThenRelaunch):
                 self._backoff_until = self._clock() + effect.delay
             elif isinstance(effect, Relaunch):
-                self._relaunch(effect.cause)
+                if effect.keep_inference:
+                    self._relaunch_rest(effect.cause)
+                else:
+                    self._relaunch(effect.cause)
 
     def _record_failure(self, failure: Failure, *, end_attempt: bool) -> None:
         self.store.update_run(self.run_id, last_error=failure.reason)
@@ -253,8 +291,42 @@ class SupervisorCore:
 
     def _fail(self, reason: str, component: str | None = None, *, kind: Any = "crash",
               hopeless: bool = False) -> None:
-        """This attempt failed: record why, then recover (unless the run is already ending)."""
-        self._decide(AttemptFailed(Failure(reason, kind, component), hopeless=hopeless))
+        """This attempt failed: record why, then recover (unless the run is already ending).
+        A crash or hang of a live attempt gets its recovery's scope first: where it depends on
+        the kept server's health, that is probed on a worker and the failure decided when it
+        reports (later failures of the attempt meanwhile are the same failure's echoes)."""
+        failure = Failure(reason, kind, component)
+        if hopeless or kind not in ("crash", "hang") \
+                or self.phase not in (Phase.STARTING, Phase.RUNNING):
+            self._decide(AttemptFailed(failure, hopeless=hopeless))
+            return
+        if self._scope_pending is not None:
+            return
+        scope = self._decide_scope(failure, None)
+        if scope.reason == "health_unknown" and self._probe_kept_server(failure):
+            self._scope_pending = failure
+            return
+        self._decide(AttemptFailed(failure, scope=scope))
+
+    def _scope_probed(self, health: InferenceHealth | None) -> None:
+        """The kept server's health after the failure: decide the recovery now."""
+        failure, self._scope_pending = self._scope_pending, None
+        if failure is None or self.phase not in (Phase.STARTING, Phase.RUNNING):
+            return  # the run ended or was stopped meanwhile: that stop stops everything
+        self._decide(AttemptFailed(failure, scope=self._decide_scope(failure, health)))
+
+    def _decide_scope(self, failure: Failure, health: InferenceHealth | None) -> ScopeDecision:
+        """`policy.decide_scope` over what this run knows: the failed component, the refusals,
+        `restart.scope`, and the kept-scope recoveries recorded with the attempts."""
+        recent = [ScopeRecord("keep_inference", float(d["scope_at"]))
+                  for a in self.store.attempts(self.run_id)
+                  if (d := a.get("details") or {}).get("scope") == "keep_inference"
+                  and isinstance(d.get("scope_at"), (int, float))]
+        return decide_scope(
+            failed=failed_component(failure.component),
+            mode="stall" if failure.kind == "hang" else "crash", inference=health,
+            refusals=self._scope_refusals(), setting=self.profile.restart.scope,
+            recent=recent, now=self._wall(), window=self.profile.restart.window)
 
     def _succeed(self, message: str, component: str | None = None) -> None:
         self._decide(TrainingDone(message, component))
@@ -263,7 +335,7 @@ class SupervisorCore:
         self._decide(StopAsked(deferred=bool(self.stop_waits_for & self._tasks)))
 
     def _ask_restart(self) -> None:
-        self._decide(RestartAsked())
+        self._decide(RestartAsked(scope=self._scope if self.phase == Phase.BACKOFF else None))
 
     def _processes_down(self) -> None:
         """The stop the phase asked for is done: end the run, or decide the restart."""
@@ -271,11 +343,11 @@ class SupervisorCore:
         self._decide(ProcessesDown(
             failure=self._failure, policy=self._restart_policy(),
             counted_restarts=tuple(r.at for r in history if r.counted),
-            restarts=len(history), now=self._wall()))
+            restarts=len(history), now=self._wall(), scope=self._scope))
 
     def _tick_backoff(self, now: float) -> None:
         if (self._backoff_until is None or now >= self._backoff_until) and self._may_relaunch():
-            self._decide(BackoffOver(self._failure))
+            self._decide(BackoffOver(self._failure, self._scope))
 
     # -- progress from the logs ------------------------------------------------------------------
     def _scan_logs(self, now: float, sources: Iterable[tuple[str, LogView | LogTail]],
@@ -320,6 +392,15 @@ class SupervisorCore:
     def _on_milestone(self, source: str, milestone: str) -> None:
         if milestone in (*FINISH_MILESTONES.values(), TRAINING_FINISHED):
             self._finished.add(milestone)
+
+
+def failed_component(component: str | None) -> FailedComponent:
+    """The failed component as the scope policy names it."""
+    if component in ("trainer", "orchestrator", "inference"):
+        return component  # type: ignore[return-value]
+    if component is not None and component.startswith("env"):
+        return "env_server"
+    return "launcher" if component == "launcher" else "unknown"
 
 
 def recorded_failure(run: RunRecord, default_reason: str) -> Failure:

@@ -5,6 +5,14 @@ failure of the attempt, an operator's stop or restart, the end of a stop, the en
 Typed events in, typed effects out; the supervisor core carries the effects out through its
 backend (stop the process trees or cancel the job, launch or submit). No clock, no store, no
 threads here: everything a decision needs is in the event, so tests replay histories as tables.
+
+A recovery has a scope (issue 22), decided before the stop by `policy._scope.decide_scope` from
+facts the backend gathers (the kept server's health is probed on a worker first) and handed in
+with the failure: "keep_inference" stops and relaunches only prime-rl's `rl` without
+[inference] against the kept server; "full" (or no scope given: the decision was never asked,
+as for an operator's restart or a recovery a new daemon resumes) stops and relaunches
+everything. The scope rides with the recovery (`RememberRecovery`, `ProcessesDown`,
+`BackoffOver`) so the relaunch matches the stop.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from airvisor.policy._backoff import (
     RestartPolicy,
     decide_restart,
 )
+from airvisor.policy._scope import ScopeDecision
 from airvisor.policy._state import Phase
 
 
@@ -43,6 +52,8 @@ class AttemptFailed:
 
     failure: Failure
     hopeless: bool = False
+    # The recovery's scope (`decide_scope`); None: not decided, the recovery is full.
+    scope: ScopeDecision | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,10 @@ class StopAsked:
 
 @dataclass(frozen=True)
 class RestartAsked:
-    """An operator's restart: fail the live attempt (uncounted) or end a backoff now."""
+    """An operator's restart: fail the live attempt (uncounted; everything restarts) or end a
+    backoff now (in the scope the recovery stopped: `scope`, as remembered)."""
+
+    scope: ScopeDecision | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,11 @@ class ProcessesDown:
     counted_restarts: tuple[float, ...]
     restarts: int
     now: float
+    scope: ScopeDecision | None = None  # the recovery's, as remembered
+
+
+def _kept(scope: ScopeDecision | None) -> bool:
+    return scope is not None and scope.keep_inference
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,7 @@ class BackoffOver:
     """The backoff's deadline passed."""
 
     failure: Failure | None
+    scope: ScopeDecision | None = None  # the recovery's, as remembered
 
 
 @dataclass(frozen=True)
@@ -122,15 +142,19 @@ class RecordFailure:
 @dataclass(frozen=True)
 class RememberRecovery:
     """Persist the recovery under way with the phase: a daemon that dies now resumes it with
-    the same failure and kind."""
+    the same failure and kind, and the scope the recovery keeps to."""
 
     failure: Failure
+    scope: ScopeDecision | None = None
 
 
 @dataclass(frozen=True)
 class StopProcesses:
     """Stop every process of the attempt (the box: the trees and containers; Slurm: cancel the
-    job); the backend reports `ProcessesDown` when they are gone."""
+    job); the backend reports `ProcessesDown` when they are gone. `keep_inference`: all but
+    the kept inference server (prime-rl's `rl` without [inference], its tree)."""
+
+    keep_inference: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,9 +178,11 @@ class WaitThenRelaunch:
 
 @dataclass(frozen=True)
 class Relaunch:
-    """Prepare and start the next attempt now (the box's preflight; Slurm's submission)."""
+    """Prepare and start the next attempt now (the box's preflight; Slurm's submission).
+    `keep_inference`: only the rest, against the kept inference server."""
 
     cause: str
+    keep_inference: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,8 +223,10 @@ def transition(phase: Phase, event: Event) -> Next:
                 Failure("restart requested", "operator")))
             return next_phase, said + effects
         if phase == Phase.BACKOFF:
+            # The stop was done in the recovery's scope: the relaunch keeps to it.
             return phase, (*said, Say("restart_now", "restart requested during backoff: "
-                                      "relaunching now"), Relaunch("operator"))
+                                      "relaunching now"),
+                           Relaunch("operator", keep_inference=_kept(event.scope)))
         return phase, (*said, Say("restart_ignored", f"nothing to restart: the run is {phase}"))
     if isinstance(event, ProcessesDown):
         return _on_processes_down(phase, event)
@@ -209,7 +237,8 @@ def transition(phase: Phase, event: Event) -> Next:
     if isinstance(event, BackoffOver):
         if phase != Phase.BACKOFF:
             return phase, ()
-        return phase, (Relaunch(event.failure.kind if event.failure else "boot"),)
+        return phase, (Relaunch(event.failure.kind if event.failure else "boot",
+                                keep_inference=_kept(event.scope)),)
     raise TypeError(f"not a run event: {event!r}")
 
 
@@ -220,7 +249,20 @@ def _on_failure(phase: Phase, event: AttemptFailed) -> Next:
     record = RecordFailure(failure, end_attempt=phase in _LIVE)
     if event.hopeless:
         return Phase.STOPPING_FAILED, (record, StopProcesses())
-    return Phase.RECOVERY_STOPPING, (record, RememberRecovery(failure), StopProcesses())
+    scope = event.scope
+    if scope is None:
+        return Phase.RECOVERY_STOPPING, (record, RememberRecovery(failure), StopProcesses())
+    kept = _kept(scope) and phase in _LIVE  # (a failed preflight has nothing running to keep)
+    if not kept and scope.keep_inference:
+        scope = ScopeDecision("full", "health_unknown", f"{failure.reason}; no attempt ran, "
+                                                        "so no server is known healthy")
+    said = Say("recovery_scope", f"recovery scope: "
+               f"{'keep the inference server' if kept else 'restart everything'} "
+               f"({scope.reason}): {scope.detail}", failure.component,
+               data={"scope": scope.scope, "scope_reason": scope.reason,
+                     "detail": scope.detail})
+    return Phase.RECOVERY_STOPPING, (record, RememberRecovery(failure, scope), said,
+                                     StopProcesses(keep_inference=kept))
 
 
 def _on_processes_down(phase: Phase, event: ProcessesDown) -> Next:
@@ -236,14 +278,29 @@ def _on_processes_down(phase: Phase, event: ProcessesDown) -> Next:
     decision = decide_restart(event.policy, list(event.counted_restarts) if counted else [],
                               event.now)
     if isinstance(decision, GiveUp):
+        if _kept(event.scope):
+            # Only the rest is down: the kept server goes too before the run ends failed (the
+            # next ProcessesDown, in the full scope, gives up again and ends it).
+            full = ScopeDecision("full", "repeated", f"{decision.reason}: the kept inference "
+                                                     "server is stopped too")
+            return phase, (RememberRecovery(failure, full),
+                           Say("recovery_scope", f"recovery scope: restart everything "
+                               f"(repeated): {full.detail}", "inference",
+                               data={"scope": "full", "scope_reason": full.reason,
+                                     "detail": full.detail}),
+                           StopProcesses())
         return Phase.FAILED, (GiveUpRun(f"{decision.reason}; last failure: {failure.reason}"),)
     limit = (f"{decision.recent_restarts + 1} of restart.max_restarts = "
              f"{event.policy.max_restarts} within {event.policy.window:g} s" if counted
              else "not counted toward the crash-loop limit")
+    kept = _kept(event.scope)
+    what = "restarting" if not kept else "relaunching the rest against the kept inference server"
     return Phase.BACKOFF, (
         CountRestart(failure, counted, event.now),
         WaitThenRelaunch(decision.delay),
-        Say("restart_scheduled", f"restarting in {decision.delay:.1f} s after a {failure.kind} "
+        Say("restart_scheduled", f"{what} in {decision.delay:.1f} s after a {failure.kind} "
             f"(restart {event.restarts + 1}; {limit})",
-            data={"delay": decision.delay, "restart_kind": failure.kind, "counted": counted}),
+            data={"delay": decision.delay, "restart_kind": failure.kind, "counted": counted,
+                  **({"scope": event.scope.scope, "scope_reason": event.scope.reason}
+                     if event.scope is not None else {})}),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from airvisor.policy import Phase, RestartPolicy
+from airvisor.policy._scope import ScopeDecision
 from airvisor.policy._transition import (
     AttemptFailed,
     BackoffOver,
@@ -167,3 +168,97 @@ def test_every_phase_a_transition_reaches_is_an_allowed_edge() -> None:
             target, _ = transition(phase, event)  # type: ignore[arg-type]
             if target != phase:
                 assert advance(phase, target) == target, (phase, event, target)
+
+
+# -- recovery scope (issue 22) -----------------------------------------------------------------
+KEPT = ScopeDecision("keep_inference", "kept", "trainer crashed; the inference server is "
+                                               "healthy and is kept")
+FULL = ScopeDecision("full", "unsupported", "trainer crashed; the inference server cannot be "
+                                            "kept for this run: nccl_weight_broadcast: NCCL")
+INFERENCE_DOWN = ScopeDecision("full", "inference_failed", "inference crashed")
+
+
+def scope_said(scope: ScopeDecision, kept: bool, component: str | None = "trainer") -> Say:
+    what = "keep the inference server" if kept else "restart everything"
+    return Say("recovery_scope", f"recovery scope: {what} ({scope.reason}): {scope.detail}",
+               component, data={"scope": scope.scope, "scope_reason": scope.reason,
+                                "detail": scope.detail})
+
+
+@pytest.mark.parametrize(("phase", "event", "expected_phase", "expected"), [
+    # A kept scope: recorded with the failure and remembered with the phase; only the rest
+    # (prime-rl's rl without [inference]) is stopped.
+    (Phase.RUNNING, AttemptFailed(CRASH, scope=KEPT), Phase.RECOVERY_STOPPING,
+     [RecordFailure(CRASH, end_attempt=True), RememberRecovery(CRASH, KEPT),
+      scope_said(KEPT, True), StopProcesses(keep_inference=True)]),
+    (Phase.RUNNING, AttemptFailed(HANG, scope=KEPT), Phase.RECOVERY_STOPPING,
+     [RecordFailure(HANG, end_attempt=True), RememberRecovery(HANG, KEPT),
+      scope_said(KEPT, True), StopProcesses(keep_inference=True)]),
+    # A full scope (the split refused: NCCL, Slurm, component mode; the server failed): said
+    # with its reason, everything stopped.
+    (Phase.STARTING, AttemptFailed(CRASH, scope=FULL), Phase.RECOVERY_STOPPING,
+     [RecordFailure(CRASH, end_attempt=True), RememberRecovery(CRASH, FULL),
+      scope_said(FULL, False), StopProcesses()]),
+    (Phase.RUNNING, AttemptFailed(Failure("inference exited", "crash", "inference"),
+                                  scope=INFERENCE_DOWN), Phase.RECOVERY_STOPPING,
+     [RecordFailure(Failure("inference exited", "crash", "inference"), end_attempt=True),
+      RememberRecovery(Failure("inference exited", "crash", "inference"), INFERENCE_DOWN),
+      scope_said(INFERENCE_DOWN, False, "inference"), StopProcesses()]),
+    # Hopeless: no scope, the run ends.
+    (Phase.RUNNING, AttemptFailed(CRASH, hopeless=True, scope=KEPT), Phase.STOPPING_FAILED,
+     [RecordFailure(CRASH, end_attempt=True), StopProcesses()]),
+    # The backoff's end relaunches in the scope the recovery stopped in.
+    (Phase.BACKOFF, BackoffOver(CRASH, KEPT), Phase.BACKOFF,
+     [Relaunch("crash", keep_inference=True)]),
+    (Phase.BACKOFF, BackoffOver(CRASH, FULL), Phase.BACKOFF, [Relaunch("crash")]),
+    (Phase.BACKOFF, RestartAsked(scope=KEPT), Phase.BACKOFF,
+     [Say("restart_requested", "restart requested"),
+      Say("restart_now", "restart requested during backoff: relaunching now"),
+      Relaunch("operator", keep_inference=True)]),
+    # An operator's restart of a live attempt restarts everything (no scope is asked).
+    (Phase.RUNNING, RestartAsked(scope=KEPT), Phase.RECOVERY_STOPPING,
+     [Say("restart_requested", "restart requested"), RecordFailure(OPERATOR, end_attempt=True),
+      RememberRecovery(OPERATOR), StopProcesses()]),
+    # A stop during a kept recovery's backoff stops everything (the kept server too).
+    (Phase.BACKOFF, StopAsked(), Phase.STOPPING_STOPPED,
+     [Say("stop_requested", "stop requested"), StopProcesses()]),
+])
+def test_scope_table(phase: Phase, event: object, expected_phase: Phase,
+                     expected: list[object]) -> None:
+    assert transition(phase, event) == (expected_phase, tuple(expected))  # type: ignore[arg-type]
+
+
+def test_a_kept_recovery_schedules_the_rest_s_relaunch() -> None:
+    phase, effects = transition(Phase.RECOVERY_STOPPING,
+                                ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=KEPT))
+    assert phase == Phase.BACKOFF
+    count, wait, said = effects
+    assert count == CountRestart(CRASH, True, NOW) and wait == WaitThenRelaunch(2.0)
+    assert isinstance(said, Say) and said.message.startswith(
+        "relaunching the rest against the kept inference server in 2.0 s after a crash")
+    assert said.data["scope"] == "keep_inference" and said.data["scope_reason"] == "kept"
+
+
+def test_giving_up_after_a_kept_stop_stops_the_kept_server_first() -> None:
+    """The crash-loop limit reached with only the rest down: the server is stopped too (a
+    full stop), then the run fails once that stop reports."""
+    loop = (NOW - 30, NOW - 20, NOW - 10)
+    phase, effects = transition(Phase.RECOVERY_STOPPING,
+                                ProcessesDown(CRASH, POLICY, loop, 3, NOW, scope=KEPT))
+    assert phase == Phase.RECOVERY_STOPPING
+    assert kinds(effects) == ["RememberRecovery", "Say", "StopProcesses"]
+    remembered, _, stop = effects
+    assert isinstance(remembered, RememberRecovery) and remembered.scope is not None
+    assert remembered.scope.scope == "full" and stop == StopProcesses()
+    phase, effects = transition(Phase.RECOVERY_STOPPING, ProcessesDown(
+        CRASH, POLICY, loop, 3, NOW, scope=remembered.scope))
+    assert phase == Phase.FAILED and kinds(effects) == ["GiveUpRun"]
+
+
+def test_a_failed_preflight_keeps_nothing() -> None:
+    """A preflight's failure has no live attempt whose server could be kept."""
+    _, effects = transition(Phase.PREFLIGHT, AttemptFailed(CRASH, scope=KEPT))
+    assert effects[-1] == StopProcesses()
+    remembered = effects[1]
+    assert isinstance(remembered, RememberRecovery) and remembered.scope is not None
+    assert remembered.scope.scope == "full"
