@@ -128,7 +128,10 @@ def _own_create_time() -> float:
 
 
 def default_hooks(manager: RunManager) -> Hooks:
-    def prepare_machine(profile: Profile, run_id: str, live: set[str]) -> str:
+    def prepare_machine(profile: Profile, run_id: str, live: set[str],
+                        own_pids: frozenset[int] = frozenset()) -> str:
+        """`own_pids`: the run's processes the next attempt keeps (its kept inference server):
+        never reaped."""
         from airvisor.reaper import prepare_machine as reaper_prepare
 
         def on_log(kind: str, data: dict[str, Any]) -> None:
@@ -140,13 +143,17 @@ def default_hooks(manager: RunManager) -> Hooks:
                 manager.store.add_event(run_id, "reap", str(data.get("message", "")),
                                         data={k: v for k, v in data.items() if k != "message"})
 
-        report = reaper_prepare(profile, run_id=run_id, live_run_ids=live, log=on_log)
+        report = reaper_prepare(profile, run_id=run_id, live_run_ids=live, own_pids=own_pids,
+                                log=on_log)
         return str(getattr(report, "summary", report))
 
     def stop_tree(identities: list[ProcessIdentity], pgids: list[int], run_id: str,
-                  grace: float) -> str:
+                  grace: float, sweep: bool = True) -> str:
+        """`sweep`: also every carrier of the run's marker and its cgroup (every stop but
+        the one that keeps the run's inference server: that stops the given trees only)."""
         report = terminate_tree(
-            [i.pid for i in identities], pgids=pgids, marker_run_id=run_id, grace=grace,
+            [i.pid for i in identities], pgids=pgids,
+            marker_run_id=run_id if sweep else None, grace=grace,
             identities={i.pid: i.create_time for i in identities},
         )
         text = (f"{len(report.terminated)} exited on SIGTERM, {len(report.killed)} needed "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from airvisor.engine._probe import InferenceProber, inference_base_url
 from airvisor.engine._rollouts import RolloutWatcher, event_of
 from airvisor.policy import Phase, StallRule, stalled_for
 from airvisor.policy._rollouts import NeedsPerson
+from airvisor.policy._scope import InferenceHealth, ScopeDecision
 from airvisor.policy._transition import Failure, RecoveryResumed
 from airvisor.primerl import (
     FINISH_MILESTONES,
@@ -47,12 +49,14 @@ from airvisor.primerl import (
     prepare_run,
     run_layout,
 )
+from airvisor.primerl._split import SplitPlan, plan_split, resolve_split, split_of
 from airvisor.proc import ProcessIdentity, launch
 from airvisor.profile._schema import Profile
 
 log = get_logger("airvisor.engine")
 
 PROCESS_ORDER = ("inference", "trainer", "orchestrator")
+INFERENCE = "inference"  # the kept server's component name in the split (issue 22)
 VIEWED = ("inference", "trainer", "orchestrator")
 FINISH_TIMEOUT = 150.0  # seconds for the launcher to exit once training has finished
 MEMBER_SCAN_INTERVAL = 2.0  # seconds between looks into the launcher's tree
@@ -96,6 +100,38 @@ class MachineCondition:
 MACHINE_RETRY_MAX = 60.0  # seconds between looks while waiting for the machine
 
 
+@dataclass(frozen=True)
+class SplitPrepared:
+    """A preflight's attempt with its split (issue 22): `plan` when the inference server runs
+    as its own supervised process beside prime-rl's `rl` without [inference], else why not
+    (`refusals`, as the scope policy reads them)."""
+
+    prepared: PreparedAttempt
+    plan: SplitPlan | None
+    refusals: tuple[str, ...]
+    prl_run_id: str | None = None
+
+
+def _plan_split(prepared: PreparedAttempt, attempt_dir: Path,
+                prl_run_id: str | None) -> SplitPrepared:
+    """The attempt's two halves, derived by prime-rl (`resolve_split`), their files written;
+    or the refusals (the attempt then runs exactly as before: the one `rl`)."""
+    profile = prepared.profile
+    resolution = resolve_split(profile, resume_step=prepared.choice.step, scratch=attempt_dir)
+    split = split_of(resolution, mode=profile.prime_rl.mode)
+    if not split.supported:
+        return SplitPrepared(prepared, None, tuple(str(r) for r in split.refusals)
+                             or ("not_resolved: no halves",))
+    # main: the kept server and every rest share one PRL_RUN_ID (the tracker's, when set).
+    run_id = prl_run_id or profile.prime_rl.env.get("PRL_RUN_ID") or uuid.uuid4().hex
+    plan = plan_split(profile, split, attempt_dir=attempt_dir, prl_run_id=run_id)
+    for spec in (plan.inference, plan.rest):
+        for path, text in spec.files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    return SplitPrepared(prepared, plan, (), run_id)
+
+
 class ContainerPoolLike(Protocol):
     """What the supervisor needs of `airvisor.containers.ContainerPool`."""
 
@@ -133,10 +169,13 @@ class ProberLike(Protocol):
 class Hooks:
     """The supervisor's I/O beyond process launch, injectable for tests."""
 
-    # Reap stale processes and wait for GPU memory; returns a one-line summary.
-    prepare_machine: Callable[[Profile, str, set[str]], str]
-    # Stop a set of processes as whole trees: (identities, pgids, marker run id, grace).
-    stop_tree: Callable[[list[ProcessIdentity], list[int], str, float], str]
+    # Reap stale processes and wait for GPU memory; returns a one-line summary. Called
+    # (profile, run_id, live run ids), and with `own_pids=` (processes of the run it keeps:
+    # the kept inference server) on a relaunch that keeps it.
+    prepare_machine: Callable[..., str]
+    # Stop a set of processes as whole trees: (identities, pgids, marker run id, grace), and
+    # `sweep=False` when the run's kept inference server must survive (no marker/cgroup sweep).
+    stop_tree: Callable[..., str]
     container_pool: Callable[[Profile, str], ContainerPoolLike] | None = None
     # Run ids that count as live (for the reaper), provided by the manager.
     live_run_ids: Callable[[], set[str]] = field(default=lambda: set())
@@ -165,6 +204,7 @@ class ComponentHandle:
     # Saw its own "finished" line: an adopted process (not our child, exit status unknowable)
     # that then disappears is taken to have exited 0.
     finished: bool = False
+    since: int = 0  # the attempt that started it (earlier than the run's for a kept server)
 
 
 def describe_exit(code: int | None) -> str:
@@ -213,6 +253,15 @@ class RunSupervisor(SupervisorCore):
         self._members: dict[str, int] = {}
         self._containment: str | None = None
         self._container_recreates = 0
+        # The split (issue 22): this attempt's plan when its inference server runs as its own
+        # process (None: the one `rl`, as before); why not, for the scope policy; the next
+        # preflight keeps the server; main's PRL_RUN_ID the kept server shares with the rest.
+        self._split: SplitPlan | None = None
+        self._split_refusals: tuple[str, ...] = (
+            "not_resolved: the attempt was not planned in the split",)
+        self._keep_next = False
+        self._keeping = False  # the stop under way spares the kept server
+        self._prl_run_id: str | None = None
 
     def _on_terminal(self) -> None:
         for view in self.views.values():
@@ -233,17 +282,71 @@ class RunSupervisor(SupervisorCore):
     def _relaunch(self, cause: str) -> None:
         self._begin_preflight()
 
+    def _relaunch_rest(self, cause: str) -> None:
+        self._begin_preflight(keep_inference=True)
+
+    @property
+    def split(self) -> bool:
+        """The attempt runs its inference server apart from prime-rl's `rl` (issue 22)."""
+        return self.mode == "launcher" and INFERENCE in self.components
+
+    def _kept_server(self) -> ComponentHandle | None:
+        handle = self.components.get(INFERENCE)
+        if handle is None or handle.exited or not self.split:
+            return None
+        return handle
+
+    def _scope_refusals(self) -> tuple[str, ...]:
+        if self.split:
+            return ()
+        if self.mode != "launcher":
+            return ("component_mode: airvisor starts v0.4's processes itself; the split is of "
+                    "prime-rl's `rl`",)
+        return self._split_refusals
+
+    def _probe_kept_server(self, failure: Failure) -> bool:
+        """The kept server's health now (`probe_kept_server`, on a worker): its process alive,
+        /health and /v1/models, its log since the failure."""
+        server = self._kept_server()
+        port = self.profile.inference.port
+        if server is None or port is None:
+            return False
+        from airvisor.proc._serverhealth import probe_kept_server
+
+        try:
+            offset = server.log.path.stat().st_size
+        except OSError:
+            offset = 0
+        members = [(server.identity.pid, server.identity.create_time)]
+        base_url = inference_base_url(self.profile.inference.host, port)
+        log_path = server.log.path
+        self._run_task("scope", lambda: probe_kept_server(
+            members=members, base_url=base_url, log_path=log_path, log_offset=offset))
+        return True
+
     # -- lifecycle -------------------------------------------------------------------------
     def begin(self) -> None:
         """Start the first attempt (after preflight)."""
         if self.phase in (Phase.PENDING, Phase.TAKEOVER):
             self._begin_preflight()
 
-    def _begin_preflight(self) -> None:
+    def _begin_preflight(self, *, keep_inference: bool = False) -> None:
         self._set_phase(Phase.PREFLIGHT)
         self._backoff_until = None
         profile, run_id = self.profile, self.run_id
         live = self._hooks.live_run_ids() - {run_id}
+        kept = self._kept_server() if keep_inference else None
+        self._keep_next = kept is not None
+        want_split = profile.prime_rl.mode == "launcher" and profile.restart.scope == "auto"
+        prl_run_id = self._prl_run_id if kept is not None else None
+        machine_profile = profile
+        own: frozenset[int] = frozenset()
+        if kept is not None:
+            # The kept server is the run's own: never reaped, and its GPUs' memory is in use by
+            # it (the GPU wait is for the rest's GPUs).
+            own = frozenset({kept.identity.pid})
+            machine_profile = profile.model_copy(update={"gpus": profile.gpus.model_copy(
+                update={"inference": []})})
         number = self.attempt + 1
         attempt_dir = self.attempt_dir_of(number)
         layout = self.layout
@@ -253,8 +356,9 @@ class RunSupervisor(SupervisorCore):
             self._pool = pool_factory(profile, run_id)  # constructing it does no I/O
         pool, pool_lock = self._pool, self._pool_lock
 
-        def job() -> PreparedAttempt | MachineCondition:
-            summary = self._hooks.prepare_machine(profile, run_id, live)
+        def job() -> PreparedAttempt | SplitPrepared | MachineCondition:
+            summary = (self._hooks.prepare_machine(machine_profile, run_id, live, own_pids=own)
+                       if own else self._hooks.prepare_machine(profile, run_id, live))
             names: list[str] = []
             if pool is not None:
                 with pool_lock:
@@ -273,13 +377,20 @@ class RunSupervisor(SupervisorCore):
                     with pool_lock:
                         pool.down()
                 return MachineCondition(str(exc))
-            return dataclasses.replace(prepared, containers=_pool_status(pool))
+            prepared = dataclasses.replace(prepared, containers=_pool_status(pool))
+            if not want_split or prepared.complete or prepared.plan is None:
+                return prepared
+            return _plan_split(prepared, attempt_dir, prl_run_id)
 
         self._run_task("preflight", job)
 
-    def _launch_attempt(self, prepared: PreparedAttempt) -> None:
+    def _launch_attempt(self, prepared: PreparedAttempt,
+                        split: SplitPrepared | None = None) -> None:
         cause = self._failure.kind if self._failure is not None else "first"
+        scope, self._scope = self._scope, None
         self._failure = None
+        kept = self._kept_server() if self._keep_next else None
+        self._keep_next = False
         if self._machine_reason is not None:
             self._event("machine_condition_cleared", "the machine can host the run again")
             self._machine_reason = None
@@ -300,8 +411,22 @@ class RunSupervisor(SupervisorCore):
             self._containment = self._hooks.containment()
             self._event("containment", f"processes contained by {self._containment}",
                         mode=self._containment.split(" ", 1)[0])
-        self._specs = dict(prepared.plan.processes)
-        self.components = {}
+        plan = split.plan if split is not None else None
+        self._split_refusals = split.refusals if split is not None and plan is None else (
+            () if plan is not None else ("not_resolved: the split was not asked for "
+                                         f"(restart.scope = {self.profile.restart.scope!r})",))
+        self._split = plan
+        if plan is not None:
+            self._prl_run_id = split.prl_run_id if split is not None else None
+            self._specs = {INFERENCE: plan.inference, LAUNCHER: plan.rest}
+        else:
+            self._specs = dict(prepared.plan.processes)
+        self.components = {INFERENCE: kept} if kept is not None and plan is not None else {}
+        if kept is not None and plan is None:
+            # (the kept server cannot serve a rest prime-rl did not split: never expected)
+            self._event("recovery_scope", "the split could not be planned again: the kept "
+                        "inference server is stopped by the next full recovery", data={})
+        self._record_scope(scope, cause, kept)
         self._on_terminal()  # (the last attempt's views)
         self.views = {}
         self._attempt_started = self._clock()
@@ -318,7 +443,17 @@ class RunSupervisor(SupervisorCore):
         self._rollouts = RolloutWatcher.for_attempt(self.attempt_dir, self.profile,
                                                     clock=self._clock)
         self._set_phase(Phase.STARTING)
-        if self.mode == "launcher":
+        if plan is not None:
+            if kept is None:
+                self._start_component(INFERENCE)
+            else:
+                self._carry_kept_server(kept)
+            self._start_component(LAUNCHER)
+            layout = self.layout
+            for name in ("trainer", "orchestrator"):
+                self.views[name] = LogView(
+                    lambda name=name: layout.log_file(name))  # type: ignore[misc]
+        elif self.mode == "launcher":
             self._start_component(LAUNCHER)
             layout = self.layout
             for name in VIEWED:
@@ -333,6 +468,41 @@ class RunSupervisor(SupervisorCore):
                     self._start_component(name)
         self._start_prober()
         self._record_containers(prepared.containers)
+
+    def _record_scope(self, scope: ScopeDecision | None, cause: str,
+                      kept: ComponentHandle | None) -> None:
+        """The attempt record says how this attempt came to be launched: the recovery's scope
+        and why (`airvisor status`, the API, the page), and whether its server runs apart."""
+        details: dict[str, Any] = {"split": self._split is not None,
+                                   "prl_run_id": self._prl_run_id}
+        if self.attempt > 1 or scope is not None:
+            if kept is not None:
+                reason, detail = "kept", scope.detail if scope is not None else ""
+            elif scope is not None and scope.keep_inference:
+                reason, detail = "inference_dead", "the kept server was gone at the relaunch"
+            elif scope is not None:
+                reason, detail = scope.reason, scope.detail
+            else:  # (an operator's restart, a daemon's resume: no scope was decided)
+                reason, detail = cause, f"a {cause} restart relaunches everything"
+            details |= {"scope": "keep_inference" if kept is not None else "full",
+                        "scope_reason": reason, "scope_detail": detail,
+                        "scope_at": self._wall()}
+            if kept is not None:
+                details["inference_kept_from"] = kept.since
+        self.store.merge_attempt_details(self.run_id, self.attempt, **details)
+
+    def _carry_kept_server(self, kept: ComponentHandle) -> None:
+        """The kept server is a member of this attempt too: status, stop (without a
+        supervisor), and a later daemon's adoption find it with the attempt's components."""
+        self.store.upsert_component(
+            self.run_id, self.attempt, INFERENCE, kind="process", state="running",
+            pid=kept.identity.pid, pgid=kept.pgid, create_time=kept.identity.create_time,
+            argv=list(kept.argv), gpus=list(kept.gpus), log_path=str(kept.log.path),
+            exit_code=None)
+        self._event("inference_kept", f"inference server kept (pid {kept.identity.pid}, "
+                    f"started in attempt {kept.since}): only prime-rl's rl without [inference] "
+                    "is relaunched", component=INFERENCE, pid=kept.identity.pid,
+                    since=kept.since)
 
     def _repoint_earlier_logs(self, earlier: int, kept: tuple[tuple[Path, Path], ...]) -> None:
         """The earlier attempt's components name log paths this launch rewrites (v0.4's
@@ -364,11 +534,13 @@ class RunSupervisor(SupervisorCore):
         log_path = self.attempt_dir / f"{name}.log"
         launched = self._hooks.launch(spec.argv, env=spec.env, cwd=spec.cwd, log_path=log_path,
                                       run_id=self.run_id, component=name)
-        gpus = (sorted({*self.profile.gpus.inference, *self.profile.gpus.trainer})
+        gpus = (sorted({*([] if self._split is not None else self.profile.gpus.inference),
+                        *self.profile.gpus.trainer})
                 if name == LAUNCHER else list(getattr(self.profile.gpus, name, [])))
         handle = ComponentHandle(
             name=name, identity=launched.identity, pgid=launched.pid,
             log=LogTail(log_path), argv=list(spec.argv), gpus=gpus, launched=launched,
+            since=self.attempt,
         )
         self.components[name] = handle
         self.store.upsert_component(
@@ -394,6 +566,8 @@ class RunSupervisor(SupervisorCore):
         launch (component mode: the orchestrator, once inference is ready)."""
         self.attempt = attempt
         self.components = handles
+        if self.split:
+            self._restore_split(attempt)
         self.step = step
         self._attempt_started = self._clock()
         # No step seen yet: the attempt keeps its first-step grace (from now), not the stall
@@ -407,9 +581,11 @@ class RunSupervisor(SupervisorCore):
                                                     from_end=True, clock=self._clock)
         logs = [h.log.path for h in handles.values()]
         if self.mode == "launcher" and layout is not None:
+            # The split: the server's log is its own component's (not the launcher's file).
+            viewed = [n for n in VIEWED if not (self.split and n == INFERENCE)]
             self.views = {name: LogView(lambda name=name: layout.log_file(name),  # type: ignore[misc]
-                                        from_end=True) for name in VIEWED}
-            logs += [path for name in VIEWED if (path := layout.log_file(name)) is not None]  # type: ignore[arg-type]
+                                        from_end=True) for name in viewed}
+            logs += [path for name in viewed if (path := layout.log_file(name)) is not None]  # type: ignore[arg-type]
         self._catch_up_milestones(logs)
         waiting = ("orchestrator" not in handles if self.mode == "components"
                    else step is None)
@@ -471,13 +647,45 @@ class RunSupervisor(SupervisorCore):
 
     def relaunch_after_boot(self, attempt: int) -> None:
         """Boot takeover of a run that was backing off or preparing its next attempt: the
-        failed attempt is down and its restart is recorded; prepare the next one now."""
+        failed attempt is down and its restart is recorded; prepare the next one now. A
+        recovery that kept the inference server finds it among the attempt's components
+        (recorded running, alive) and keeps it."""
         self.attempt = attempt
         recorded = self.store.get_run(self.run_id)
         self._failure = (recorded_failure(recorded, "the daemon restarted during recovery")
                          if recorded is not None
                          else Failure("the daemon restarted during recovery", "boot"))
+        pending = ((recorded.details or {}).get("recovery") or {}) if recorded else {}
+        server = self._recorded_server(attempt)
+        if pending.get("scope") == "keep_inference" and server is not None:
+            self.components = {INFERENCE: server}
+            self._restore_split(attempt)
+            self._scope = ScopeDecision("keep_inference", "kept", "the inference server was "
+                                        "kept by the recovery the last daemon began")
+            self._begin_preflight(keep_inference=True)
+            return
         self._begin_preflight()
+
+    def _recorded_server(self, attempt: int) -> ComponentHandle | None:
+        """The inference server the store records running for `attempt`, if it still is."""
+        for comp in self.store.components(self.run_id, attempt):
+            if comp.name != INFERENCE or comp.kind != "process" or comp.state != "running" \
+                    or comp.pid is None or comp.create_time is None:
+                continue
+            identity = ProcessIdentity(comp.pid, comp.create_time)
+            if identity.alive():
+                return ComponentHandle(
+                    name=INFERENCE, identity=identity, pgid=comp.pgid or comp.pid,
+                    log=LogTail(Path(comp.log_path) if comp.log_path else self.attempt_dir_of(
+                        attempt) / "inference.log", from_end=True),
+                    argv=comp.argv, gpus=comp.gpus, launched=None, since=attempt)
+        return None
+
+    def _restore_split(self, attempt: int) -> None:
+        """What the split of an adopted attempt needs again: main's shared PRL_RUN_ID."""
+        for row in self.store.attempts(self.run_id):
+            if row.get("number") == attempt:
+                self._prl_run_id = (row.get("details") or {}).get("prl_run_id")
 
     def finish_stop(self, attempt: int, survivors: dict[str, ComponentHandle],
                     target: Phase) -> None:
@@ -513,7 +721,7 @@ class RunSupervisor(SupervisorCore):
         if isinstance(event, TaskDone):
             self._on_task_done(event)
             return
-        if event.attempt != self.attempt:
+        if event.attempt != self.attempt and not self._kept_exit(event):
             return  # an echo of an earlier attempt
         if isinstance(event, ComponentExited):
             self._on_exit(event)
@@ -535,6 +743,13 @@ class RunSupervisor(SupervisorCore):
             self._ask_stop()
         elif action == "restart":
             self._ask_restart()
+
+    def _kept_exit(self, event: Event) -> bool:
+        """The exit of the kept server, started by an earlier attempt: not an echo."""
+        if not isinstance(event, ComponentExited):
+            return False
+        handle = self.components.get(event.component)
+        return handle is not None and handle.since == event.attempt and handle.since > 0
 
     def _on_ready(self) -> None:
         if self.phase != Phase.STARTING:
@@ -606,6 +821,9 @@ class RunSupervisor(SupervisorCore):
             self._after_preflight(event)
         elif event.task == "stop":
             self._after_stop(event)
+        elif event.task == "scope":
+            health = event.result if isinstance(event.result, InferenceHealth) else None
+            self._scope_probed(health)
         elif event.task == "respec":
             if self.phase not in (Phase.STARTING, Phase.RUNNING) or \
                     event.attempt != self.attempt:
@@ -646,7 +864,12 @@ class RunSupervisor(SupervisorCore):
         if isinstance(event.result, MachineCondition):
             self._wait_for_machine(event.result.reason)
             return
-        prepared: PreparedAttempt = event.result
+        split: SplitPrepared | None = None
+        if isinstance(event.result, SplitPrepared):
+            split = event.result
+            prepared: PreparedAttempt = split.prepared
+        else:
+            prepared = event.result
         if prepared.summary:
             self._event("preflight", f"preflight: {prepared.summary}")
         if prepared.complete:
@@ -655,7 +878,7 @@ class RunSupervisor(SupervisorCore):
                           "nothing relaunched")
             return
         try:
-            self._launch_attempt(prepared)
+            self._launch_attempt(prepared, split)
         except OSError as exc:
             # ENOENT / EACCES when spawning: a failure of this attempt, with the reason.
             self._fail(f"launch failed: {exc.strerror or exc} ({exc.filename or ''})", None)
@@ -684,15 +907,18 @@ class RunSupervisor(SupervisorCore):
         return max(min(r.backoff_max, MACHINE_RETRY_MAX), r.backoff_initial)
 
     # -- stopping ---------------------------------------------------------------------------
-    def _stop_processes(self) -> None:
-        """Stop every component tree and the containers, on a worker thread; the phase says
-        what follows (a restart decision, or the end the stop leads to)."""
+    def _stop_processes(self, keep: str | None = None) -> None:
+        """Stop every component tree (but `keep`'s: the kept server) and the containers, on a
+        worker thread; the phase says what follows (a restart decision, or the end the stop
+        leads to)."""
         if "stop" in self._tasks:
             return  # one stop at a time: the running one ends in the current phase
         self._backoff_until = None
+        if keep is None:
+            self._keeping = False
         if self._prober is not None:
             self._prober.stop()
-        handles = list(self.components.values())
+        handles = [h for h in self.components.values() if h.name != keep]
         grace = self.profile.restart.stop_grace
         pool = self._pool
         pool_lock = self._pool_lock
@@ -700,8 +926,13 @@ class RunSupervisor(SupervisorCore):
         stop_tree = self._hooks.stop_tree
 
         def job() -> TaskOutcome:
-            summary = stop_tree([h.identity for h in handles], [h.pgid for h in handles],
-                                run_id, grace)
+            if keep is not None:
+                # Only the rest's trees: the run's marker and cgroup hold the kept server too.
+                summary = stop_tree([h.identity for h in handles], [h.pgid for h in handles],
+                                    run_id, grace, sweep=False)
+            else:
+                summary = stop_tree([h.identity for h in handles], [h.pgid for h in handles],
+                                    run_id, grace)
             if pool is not None:
                 # Containers go with the attempt; the next attempt creates fresh ones.
                 with pool_lock:
@@ -717,8 +948,21 @@ class RunSupervisor(SupervisorCore):
             job = with_stacks_first(job, self.store, run_id, self.attempt, self.attempt_dir)
         self._run_task("stop", job)
 
+    def _stop_rest(self) -> None:
+        """Stop prime-rl's `rl` without [inference] (its tree), keep the server."""
+        if "stop" in self._tasks:
+            return
+        if self._kept_server() is None:
+            self._stop_processes()  # nothing left to keep: the recovery stops what is there
+            return
+        self._keeping = True
+        self._stop_processes(keep=INFERENCE)
+
     def _after_stop(self, event: TaskDone) -> None:
+        keeping, self._keeping = self._keeping, False
         for handle in self.components.values():
+            if keeping and handle.name == INFERENCE:
+                continue
             handle.exited = True
             self.store.upsert_component(self.run_id, self.attempt, handle.name, state="stopped")
         for name in self._members:  # stopped with the launcher's tree
@@ -759,7 +1003,8 @@ class RunSupervisor(SupervisorCore):
             self._record_members()
             # A look into the tree reads the whole process table: often until the three are
             # found, then rarely (a relaunch inside prime-rl is not a thing; this only refreshes).
-            found = set(VIEWED) <= set(self._members)
+            wanted = {"trainer", "orchestrator"} if self.split else set(VIEWED)
+            found = wanted <= set(self._members)
             self._next_member_scan = now + (MEMBER_RESCAN_INTERVAL if found
                                             else MEMBER_SCAN_INTERVAL)
         if self.phase == Phase.STARTING:

@@ -105,7 +105,7 @@ class Harness:
         # run on this machine and must not be reaped here).
         self.preflights: list[str] = []
 
-        def prepare_machine(profile: Profile, run_id: str, live: set[str]) -> str:
+        def prepare_machine(profile: Profile, run_id: str, live: set[str], **_: Any) -> str:
             self.preflights.append(run_id)
             return "reaper skipped in engine tests"
 

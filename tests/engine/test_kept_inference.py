@@ -1,0 +1,241 @@
+"""Recovery that keeps the inference server (issue 22), over real processes: the engine runs
+the split (the inference server as its own supervised process, prime-rl's own `rl` of both
+versions without [inference] for the rest; tests/launchers.py), and a trainer or orchestrator
+failure relaunches only the rest against the kept server.
+
+Every wait is for a condition (bounded by BOUND, a bound on a stuck run, never a timing
+claim)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+import pytest
+
+from airvisor.demo._weights import UPDATE_WEIGHTS, fetch_calls
+from airvisor.engine import RunManager
+from airvisor.engine._supervisor import RunSupervisor
+from airvisor.policy import RunState
+from airvisor.proc import processes_with_marker
+from airvisor.profile import Profile
+
+from .conftest import Harness
+
+BOUND = 120.0
+
+
+def profile_of(h: Harness, version: str, **extra: Any) -> Profile:
+    # main defaults to NCCL broadcast, which the split refuses: filesystem here.
+    rl: dict[str, Any] = {"max_steps": 1000}
+    if version == "main":
+        rl["weight_broadcast"] = {"type": "filesystem"}
+    return h.profile(version=version, rl=rl, **extra)
+
+
+def start(h: Harness, profile: Profile) -> tuple[str, RunSupervisor]:
+    record = h.manager.submit(profile)
+    h.run_ids.append(record.id)
+    supervisor = h.manager.supervisor(record.id)
+    assert isinstance(supervisor, RunSupervisor)
+    return record.id, supervisor
+
+
+def drive(h: Harness, what: str, check: Callable[[], Any], manager: RunManager | None = None
+          ) -> Any:
+    manager = manager or h.manager
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline:
+        manager.tick(0.1)
+        value = check()
+        if value:
+            return value
+    raise AssertionError(f"no {what} within {BOUND:g} s")
+
+
+def server(h: Harness, run_id: str, attempt: int | None = None) -> tuple[int, float]:
+    comp = next(c for c in h.store.components(run_id, attempt) if c.name == "inference")
+    assert comp.pid is not None and comp.create_time is not None
+    return comp.pid, comp.create_time
+
+
+def details(h: Harness, run_id: str, number: int) -> dict[str, Any]:
+    row = next(a for a in h.store.attempts(run_id) if a["number"] == number)
+    return dict(row["details"])
+
+
+def running_attempt(h: Harness, sup: RunSupervisor, number: int, step: int = 0) -> bool:
+    return (sup.attempt == number and sup.state == RunState.RUNNING
+            and (sup.step or 0) >= step)
+
+
+def stop_and_check_nothing_left(h: Harness, run_id: str, sup: RunSupervisor) -> None:
+    h.manager.request_stop(run_id)
+    drive(h, "stopped run", lambda: sup.state.terminal)
+    assert sup.state == RunState.STOPPED
+    assert processes_with_marker(run_id) == []
+
+
+def root_of(profile: Profile, sup: RunSupervisor) -> str:
+    port = sup.profile.inference.port
+    assert port is not None
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(params=["0.4", "main"])
+def version(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.mark.parametrize("fault", ["trainer_crash", "orchestrator_crash"])
+def test_the_server_is_kept_across_a_failure_of_the_rest(harness: Harness, version: str,
+                                                         fault: str) -> None:
+    demo = ({"trainer": {"crash_at_step": 5, "exit_code": 3}} if fault == "trainer_crash"
+            else {"orchestrator": {"crash_at_step": 6}})
+    profile = profile_of(harness, version, demo=demo)
+    run_id, sup = start(harness, profile)
+    drive(harness, "the first attempt running", lambda: running_attempt(harness, sup, 1))
+    assert details(harness, run_id, 1)["split"] is True
+    kept = server(harness, run_id, 1)
+    root = root_of(profile, sup)
+    drive(harness, "the second attempt running", lambda: running_attempt(harness, sup, 2))
+    # The same process (pid and start time), recorded as the second attempt's member too.
+    assert server(harness, run_id, 2) == kept
+    assert psutil.Process(kept[0]).create_time() == kept[1]
+    second = details(harness, run_id, 2)
+    assert second["scope"] == "keep_inference" and second["scope_reason"] == "kept"
+    assert second["inference_kept_from"] == 1
+    failed = "trainer" if fault == "trainer_crash" else "orchestrator"
+    scope_events = harness.events(run_id, "recovery_scope")
+    assert scope_events[0].data["scope"] == "keep_inference"
+    assert scope_events[0].component == failed
+    started = [e.component for e in harness.events(run_id, "component_started")]
+    assert started == ["inference", "launcher", "launcher"]  # no second server
+    # The relaunched orchestrator's first weight update reached the kept server: the resumed
+    # step's weights (v0.4 orchestrator.py:248-263; main orchestrator.py:332-350).
+    resume = next(a["resume_step"] for a in harness.store.attempts(run_id) if a["number"] == 2)
+    began = next(a["started_at"] for a in harness.store.attempts(run_id) if a["number"] == 2)
+
+    def first_update() -> Any:
+        return next((c for c in fetch_calls(root) if c.route == UPDATE_WEIGHTS
+                     and c.at >= began), None)
+
+    update = drive(harness, "the relaunched orchestrator's weight update", first_update)
+    assert update.weight_dir is not None and f"step_{resume}" in update.weight_dir
+    stop_and_check_nothing_left(harness, run_id, sup)
+
+
+def test_the_server_is_kept_across_a_trainer_hang(harness: Harness) -> None:
+    profile = profile_of(harness, "0.4", demo={"trainer": {"hang_at_step": 5}})
+    run_id, sup = start(harness, profile)
+    drive(harness, "the first attempt running", lambda: running_attempt(harness, sup, 1))
+    kept = server(harness, run_id, 1)
+    drive(harness, "the second attempt training",
+          lambda: running_attempt(harness, sup, 2, step=6))
+    assert server(harness, run_id, 2) == kept
+    assert details(harness, run_id, 2)["scope"] == "keep_inference"
+    assert harness.events(run_id, "failure")[0].data["failure_kind"] == "hang"
+    stop_and_check_nothing_left(harness, run_id, sup)
+
+
+def test_an_inference_crash_restarts_everything(harness: Harness, version: str) -> None:
+    profile = profile_of(harness, version)
+    run_id, sup = start(harness, profile)
+    drive(harness, "a step", lambda: running_attempt(harness, sup, 1, step=2))
+    first = server(harness, run_id, 1)
+    os.kill(first[0], signal.SIGKILL)
+    drive(harness, "the second attempt running", lambda: running_attempt(harness, sup, 2))
+    assert server(harness, run_id, 2) != first
+    second = details(harness, run_id, 2)
+    assert second["scope"] == "full" and second["scope_reason"] == "inference_failed"
+    stop_and_check_nothing_left(harness, run_id, sup)
+
+
+def trainer_pid(sup: RunSupervisor) -> int | None:
+    return sup.members.get("trainer")
+
+
+def test_a_second_failure_within_the_window_restarts_everything(harness: Harness) -> None:
+    profile = profile_of(harness, "0.4")
+    run_id, sup = start(harness, profile)
+    for attempt in (1, 2):
+        drive(harness, f"attempt {attempt} training with its trainer found",
+              lambda attempt=attempt: running_attempt(harness, sup, attempt, step=2)  # type: ignore[misc]
+              and trainer_pid(sup))
+        pid = trainer_pid(sup)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+    drive(harness, "the third attempt running", lambda: running_attempt(harness, sup, 3))
+    kept = server(harness, run_id, 1)
+    assert server(harness, run_id, 2) == kept
+    assert details(harness, run_id, 2)["scope"] == "keep_inference"
+    third = details(harness, run_id, 3)
+    assert third["scope"] == "full" and third["scope_reason"] == "repeated"
+    assert server(harness, run_id, 3) != kept
+    stop_and_check_nothing_left(harness, run_id, sup)
+
+
+def test_restart_scope_all_restarts_everything(harness: Harness) -> None:
+    profile = profile_of(harness, "0.4", demo={"trainer": {"crash_at_step": 5}},
+                         restart={"scope": "all"})
+    run_id, sup = start(harness, profile)
+    drive(harness, "the second attempt running", lambda: running_attempt(harness, sup, 2))
+    assert details(harness, run_id, 1)["split"] is False
+    second = details(harness, run_id, 2)
+    assert second["scope"] == "full" and second["scope_reason"] == "setting_all"
+    assert [e.component for e in harness.events(run_id, "component_started")] == [
+        "launcher", "launcher"]
+    stop_and_check_nothing_left(harness, run_id, sup)
+
+
+def test_main_s_nccl_default_restarts_everything_and_says_why(harness: Harness) -> None:
+    profile = harness.profile(version="main", rl={"max_steps": 1000},
+                              demo={"trainer": {"crash_at_step": 5}})
+    run_id, sup = start(harness, profile)
+    drive(harness, "the second attempt running", lambda: running_attempt(harness, sup, 2))
+    second = details(harness, run_id, 2)
+    assert second["scope"] == "full" and second["scope_reason"] == "unsupported"
+    assert "nccl" in second["scope_detail"].lower()
+    stop_and_check_nothing_left(harness, run_id, sup)
+
+
+def new_daemon(h: Harness, run_id: str) -> tuple[RunManager, RunSupervisor]:
+    """The daemon dies (SIGKILL: nothing stopped or recorded) and a new one adopts."""
+    h.manager.shutdown(stop_runs=False)
+    h.store.update_run(run_id, supervisor_started=1.0)  # that supervisor is gone
+    manager = RunManager(h.store)
+    manager.hooks.prepare_machine = h.manager.hooks.prepare_machine
+    h.manager = manager
+    assert manager.adopt_on_boot() == [run_id]
+    sup = manager.supervisor(run_id)
+    assert isinstance(sup, RunSupervisor)
+    return manager, sup
+
+
+@pytest.mark.parametrize("when", ["after", "during"])
+def test_a_new_daemon_adopts_the_kept_server(harness: Harness, when: str) -> None:
+    """`after`: the daemon dies once the rest runs again against the kept server: the next
+    adopts both. `during`: it dies while the rest is stopped (the backoff, made long): the next
+    relaunches the rest against the same server."""
+    backoff = 0.2 if when == "after" else 30.0
+    profile = profile_of(harness, "0.4", demo={"trainer": {"crash_at_step": 5}},
+                         restart={"backoff_initial": backoff, "backoff_max": backoff})
+    run_id, sup = start(harness, profile)
+    drive(harness, "the first attempt running", lambda: running_attempt(harness, sup, 1))
+    kept = server(harness, run_id, 1)
+    if when == "after":
+        drive(harness, "the second attempt running", lambda: running_attempt(harness, sup, 2))
+    else:
+        drive(harness, "the backoff", lambda: sup.state == RunState.RECOVERING
+              and "stop" not in sup._tasks and sup._backoff_until is not None)
+    _, sup = new_daemon(harness, run_id)
+    drive(harness, "the second attempt training",
+          lambda: running_attempt(harness, sup, 2, step=6))
+    assert server(harness, run_id, 2) == kept
+    assert psutil.Process(kept[0]).create_time() == kept[1]
+    assert details(harness, run_id, 2)["scope"] == "keep_inference"
+    stop_and_check_nothing_left(harness, run_id, sup)
