@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import time
 from collections import Counter
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -180,17 +181,29 @@ def _components(run: RunView) -> Table:
     return table
 
 
+def scope_cell(details: dict[str, Any]) -> str:
+    """How the recovery that launched an attempt was scoped (issue 22): `kept inference`
+    (only prime-rl's rl without [inference] relaunched) or `full`, with the policy's reason;
+    "-" for a first attempt."""
+    scope = details.get("scope")
+    if scope is None:
+        return "-"
+    what = "kept inference" if scope == "keep_inference" else "full"
+    reason = details.get("scope_reason")
+    return f"{what} ({reason})" if reason and reason != "kept" else what
+
+
 def _attempts(run: RunView) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for name in ("ATTEMPT", "STARTED", "CAUSE", "RESUMED FROM", "OUTCOME", "REASON"):
+    for name in ("ATTEMPT", "STARTED", "CAUSE", "SCOPE", "RESUMED FROM", "OUTCOME", "REASON"):
         table.add_column(name, overflow="fold")
     for a in run.attempts:
-        table.add_row(str(a.number), clock(a.started_at), _cell(a.cause), _cell(a.resume_step),
-                      _cell(a.outcome), _cell(a.reason))
+        table.add_row(str(a.number), clock(a.started_at), _cell(a.cause), scope_cell(a.details),
+                      _cell(a.resume_step), _cell(a.outcome), _cell(a.reason))
         stacks = a.details.get("stacks")
         for line in stacks if isinstance(stacks, list) else []:
             # Where each process was when the attempt hung (airvisor.stacks).
-            table.add_row("", "", "", "", "", Text(f"stuck: {line}", style="dim"))
+            table.add_row("", "", "", "", "", "", Text(f"stuck: {line}", style="dim"))
     return table
 
 

@@ -126,11 +126,24 @@ def test_status_text_of_a_live_run() -> None:
                                "0123456789ab"]
     # Two attempts: the table says why each started and where it resumed.
     attempt_row = next(line for line in lines if line.lstrip().startswith("2 "))
-    assert attempt_row.split()[:4] == ["2", time.strftime("%H:%M:%S", time.localtime(NOW - 30)),
-                                       "crash", "15"]
+    assert attempt_row.split()[:5] == ["2", time.strftime("%H:%M:%S", time.localtime(NOW - 30)),
+                                       "crash", "-", "15"]
     # A message's brackets are text, not markup.
     stamp = time.strftime("%H:%M:%S", time.localtime(NOW - 40))
     assert f"  {stamp} [trainer] exited with code 1 [rank 0]" in lines
+
+
+def test_status_shows_the_scope_of_each_recovery() -> None:
+    """Issue 22: each attempt's row says whether its recovery kept the inference server, or
+    restarted everything and why."""
+    view = sample()
+    kept = view.attempts[1].model_copy(update={"details": {
+        "scope": "keep_inference", "scope_reason": "kept"}})
+    full = kept.model_copy(update={"number": 3, "details": {
+        "scope": "full", "scope_reason": "repeated"}})
+    text = to_text(render_run(view.model_copy(update={"attempts": [
+        view.attempts[0], kept, full]}), now=NOW), width=160)
+    assert "SCOPE" in text and "kept inference" in text and "full (repeated)" in text
 
 
 def test_status_shows_where_a_hung_attempt_was_stuck() -> None:
