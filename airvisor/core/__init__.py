@@ -9,6 +9,7 @@ from airvisor.core._events import (
     Event,
     InferenceReady,
     ProbeFailed,
+    ProcessEvent,
     TaskDone,
 )
 from airvisor.core._logview import FileIdentity, LogView
@@ -22,6 +23,7 @@ __all__ = [
     "InferenceReady",
     "LogView",
     "ProbeFailed",
+    "ProcessEvent",
     "SupervisorCore",
     "TaskDone",
     "recorded_failure",

@@ -49,4 +49,7 @@ class Command:
     action: str  # "start", "stop", "restart"
 
 
-Event = ComponentExited | InferenceReady | ProbeFailed | TaskDone | Command
+# What the attempt's processes report (each names its attempt: an echo of an earlier one is
+# told apart).
+ProcessEvent = ComponentExited | InferenceReady | ProbeFailed
+Event = ProcessEvent | TaskDone | Command

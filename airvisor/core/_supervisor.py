@@ -19,7 +19,7 @@ from typing import Any, get_args
 
 from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
-from airvisor.core._events import Event, TaskDone
+from airvisor.core._events import Command, Event, ProcessEvent, TaskDone
 from airvisor.core._logview import LogView
 from airvisor.policy import Phase, RestartKind, RestartPolicy, RunState
 from airvisor.policy._event_levels import event_log_level
@@ -146,6 +146,30 @@ class SupervisorCore:
 
     def _on_terminal(self) -> None:
         """The run ended: let go of what this supervisor holds open."""
+
+    def _on_task_done(self, event: TaskDone) -> None:
+        """A worker task reported (discard it from `_tasks`, then act on its result)."""
+        raise NotImplementedError
+
+    def _on_process_event(self, event: ProcessEvent) -> None:
+        """An event from the attempt's processes (an exit, the inference server's health)."""
+
+    # -- the main loop's entry --------------------------------------------------------------
+    def handle(self, event: Event) -> None:
+        if isinstance(event, Command):
+            self._on_command(event.action)
+        elif isinstance(event, TaskDone):
+            self._on_task_done(event)
+        else:
+            self._on_process_event(event)
+
+    def _on_command(self, action: str) -> None:
+        if self.phase.terminal:
+            return
+        if action == "stop":
+            self._ask_stop()
+        elif action == "restart":
+            self._ask_restart()
 
     # -- shared helpers ------------------------------------------------------------------------
     @property

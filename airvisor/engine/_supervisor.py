@@ -19,12 +19,12 @@ from typing import Any, Protocol
 from airvisor._logfile import LogTail, tail_lines
 from airvisor._logging import get_logger
 from airvisor.core import (
-    Command,
     ComponentExited,
     Event,
     InferenceReady,
     LogView,
     ProbeFailed,
+    ProcessEvent,
     SupervisorCore,
     TaskDone,
     recorded_failure,
@@ -714,13 +714,7 @@ class RunSupervisor(SupervisorCore):
         self._fail(message, None)
 
     # -- events ----------------------------------------------------------------------------
-    def handle(self, event: Event) -> None:
-        if isinstance(event, Command):
-            self._on_command(event.action)
-            return
-        if isinstance(event, TaskDone):
-            self._on_task_done(event)
-            return
+    def _on_process_event(self, event: ProcessEvent) -> None:
         if event.attempt != self.attempt and not self._kept_exit(event):
             return  # an echo of an earlier attempt
         if isinstance(event, ComponentExited):
@@ -735,14 +729,6 @@ class RunSupervisor(SupervisorCore):
                                 "inference server stopped after training finished (expected)")
                 return
             self._fail(f"inference health check failed: {event.detail}", "inference")
-
-    def _on_command(self, action: str) -> None:
-        if self.phase.terminal:
-            return
-        if action == "stop":
-            self._ask_stop()
-        elif action == "restart":
-            self._ask_restart()
 
     def _kept_exit(self, event: Event) -> bool:
         """The exit of the kept server, started by an earlier attempt: not an echo."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
-from airvisor.core import Command, Event, LogView, SupervisorCore, TaskDone, recorded_failure
+from airvisor.core import LogView, SupervisorCore, TaskDone, recorded_failure
 from airvisor.policy import (
     BootAction,
     Failure,
@@ -342,21 +342,6 @@ class SlurmRunSupervisor(SupervisorCore):
                                     skip_existing=False)
 
     # -- events ----------------------------------------------------------------------------
-    def handle(self, event: Event) -> None:
-        if isinstance(event, Command):
-            self._on_command(event.action)
-            return
-        if isinstance(event, TaskDone):
-            self._on_task_done(event)
-
-    def _on_command(self, action: str) -> None:
-        if self.state.terminal:
-            return
-        if action == "stop":
-            self._ask_stop()
-        elif action == "restart":
-            self._ask_restart()
-
     def _on_task_done(self, event: TaskDone) -> None:
         self._tasks.discard(event.task)
         if event.task == "submit":
