@@ -154,7 +154,23 @@ class SupervisorCore:
     def _on_process_event(self, event: ProcessEvent) -> None:
         """An event from the attempt's processes (an exit, the inference server's health)."""
 
+    def _ticking(self) -> bool:
+        """Does the main loop's timer still concern this run?"""
+        return not self.phase.terminal
+
+    def _watch(self, now: float) -> None:
+        """A live attempt's timers: progress, stalls, health (each backend its own)."""
+
     # -- the main loop's entry --------------------------------------------------------------
+    def on_tick(self) -> None:
+        if not self._ticking():
+            return
+        now = self._clock()
+        if self.phase == Phase.BACKOFF:
+            self._tick_backoff(now)
+        elif self.phase in (Phase.STARTING, Phase.RUNNING):
+            self._watch(now)
+
     def handle(self, event: Event) -> None:
         if isinstance(event, Command):
             self._on_command(event.action)

@@ -421,11 +421,7 @@ class RunSupervisor(SupervisorCore):
             self._specs = {INFERENCE: plan.inference, LAUNCHER: plan.rest}
         else:
             self._specs = dict(prepared.plan.processes)
-        self.components = {INFERENCE: kept} if kept is not None and plan is not None else {}
-        if kept is not None and plan is None:
-            # (the kept server cannot serve a rest prime-rl did not split: never expected)
-            self._event("recovery_scope", "the split could not be planned again: the kept "
-                        "inference server is stopped by the next full recovery", data={})
+        self.components = {INFERENCE: kept} if kept is not None else {}
         self._record_scope(scope, cause, kept)
         self._on_terminal()  # (the last attempt's views)
         self.views = {}
@@ -567,7 +563,8 @@ class RunSupervisor(SupervisorCore):
         self.attempt = attempt
         self.components = handles
         if self.split:
-            self._restore_split(attempt)
+            kept_from = self._restore_split(attempt)
+            handles[INFERENCE].since = kept_from or attempt
         self.step = step
         self._attempt_started = self._clock()
         # No step seen yet: the attempt keeps its first-step grace (from now), not the stall
@@ -659,7 +656,7 @@ class RunSupervisor(SupervisorCore):
         server = self._recorded_server(attempt)
         if pending.get("scope") == "keep_inference" and server is not None:
             self.components = {INFERENCE: server}
-            self._restore_split(attempt)
+            server.since = self._restore_split(attempt) or attempt
             self._scope = ScopeDecision("keep_inference", "kept", "the inference server was "
                                         "kept by the recovery the last daemon began")
             self._begin_preflight(keep_inference=True)
@@ -681,11 +678,16 @@ class RunSupervisor(SupervisorCore):
                     argv=comp.argv, gpus=comp.gpus, launched=None, since=attempt)
         return None
 
-    def _restore_split(self, attempt: int) -> None:
-        """What the split of an adopted attempt needs again: main's shared PRL_RUN_ID."""
+    def _restore_split(self, attempt: int) -> int | None:
+        """What the split of an adopted attempt needs again: main's shared PRL_RUN_ID; returns
+        the attempt that started its kept server (None: this one)."""
         for row in self.store.attempts(self.run_id):
             if row.get("number") == attempt:
-                self._prl_run_id = (row.get("details") or {}).get("prl_run_id")
+                details = row.get("details") or {}
+                self._prl_run_id = details.get("prl_run_id")
+                kept_from = details.get("inference_kept_from")
+                return kept_from if isinstance(kept_from, int) else None
+        return None
 
     def finish_stop(self, attempt: int, survivors: dict[str, ComponentHandle],
                     target: Phase) -> None:
@@ -858,6 +860,15 @@ class RunSupervisor(SupervisorCore):
             prepared = event.result
         if prepared.summary:
             self._event("preflight", f"preflight: {prepared.summary}")
+        if self._keep_next and (split is None or split.plan is None) and not prepared.complete:
+            # The rest cannot be planned apart from the kept server any more (prime-rl now
+            # refuses the split): a failure of this preflight, whose full stop takes the kept
+            # server too, then a full relaunch.
+            self._keep_next = False
+            why = "; ".join(split.refusals) if split is not None else "no split was planned"
+            self._fail(f"the rest could not be planned against the kept inference server: "
+                       f"{why}", INFERENCE)
+            return
         if prepared.complete:
             self._succeed(f"the newest complete checkpoint, step {prepared.choice.step}, is the "
                           f"final one (max_steps = {self.profile.run.max_steps}): run complete, "
@@ -974,13 +985,7 @@ class RunSupervisor(SupervisorCore):
                 return True
         return False
 
-    def on_tick(self) -> None:
-        now = self._clock()
-        if self.phase == Phase.BACKOFF:
-            self._tick_backoff(now)
-            return
-        if self.phase not in (Phase.STARTING, Phase.RUNNING):
-            return
+    def _watch(self, now: float) -> None:
         self._poll_adopted()
         self._read_progress(now)
         if self._check_rollouts():

@@ -365,15 +365,10 @@ class SlurmRunSupervisor(SupervisorCore):
             self._on_cancelled(event)
 
     # -- watching --------------------------------------------------------------------------
-    def on_tick(self) -> None:
-        if self._detached or self.state.terminal:
-            return
-        now = self._clock()
-        if self.phase == Phase.BACKOFF:
-            self._tick_backoff(now)
-            return
-        if self.phase not in (Phase.STARTING, Phase.RUNNING):
-            return
+    def _ticking(self) -> bool:
+        return not self._detached and super()._ticking()
+
+    def _watch(self, now: float) -> None:
         self._read_progress(now)
         if now >= self._next_poll and "poll" not in self._tasks and self.job_id is not None:
             self._next_poll = now + self.poll_interval
