@@ -121,12 +121,14 @@ def _host_mounts(version: str) -> list[str]:
             [str(venv / "bin" / "python"), "-c",
              "import json, sys; print(json.dumps([sys.base_prefix, *sys.path]))"],
             capture_output=True, text=True, check=True, timeout=60, cwd="/").stdout
-        wanted |= {venv.resolve(), *(Path(entry).resolve() for entry in json.loads(listed)
-                                     if entry and Path(entry).is_dir())}
-    # A directory inside another mounted one comes with it.
+        wanted |= {Path(os.path.abspath(p)) for p in [venv, *json.loads(listed)]
+                   if p and Path(p).is_dir()}
+    # Mounted at the path as named (what the venv's .pth files and links say, which may pass
+    # through a symlink on the host, e.g. a shared/ beside the checkout that links elsewhere),
+    # from where it really is. A directory inside another mounted one comes with it.
     tops = sorted(path for path in wanted
                   if not any(other != path and other in path.parents for other in wanted))
-    return [arg for path in tops for arg in ("-v", f"{path}:{path}:ro")]
+    return [arg for path in tops for arg in ("-v", f"{path.resolve()}:{path}:ro")]
 
 
 def _profile(version: str) -> tuple[dict[str, Any], dict[str, Any]]:
