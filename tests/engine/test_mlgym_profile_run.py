@@ -97,7 +97,8 @@ def test_the_shipped_mlgym_profile_runs_through_a_crash_and_a_resume(
         members |= set(supervisor.members)
         containers |= {c.name for c in harness.store.components(record.id)
                        if c.kind == "container" and c.state == "running"}
-    assert supervisor.state == RunState.SUCCEEDED, harness.store.get_run(record.id)
+    assert supervisor.state == RunState.SUCCEEDED, "\n".join(
+        f"{e.kind} {e.component or ''}: {e.message}" for e in harness.store.events(record.id))
     attempts = harness.store.attempts(record.id)
     assert [a["resume_step"] for a in attempts] == [None, 4]
     failure = harness.events(record.id, "failure")[0]
