@@ -113,7 +113,7 @@ class SplitPrepared:
 
 
 def _plan_split(prepared: PreparedAttempt, attempt_dir: Path,
-                prl_run_id: str | None) -> SplitPrepared:
+                prl_run_id: str | None, container_names: list[str]) -> SplitPrepared:
     """The attempt's two halves, derived by prime-rl (`resolve_split`), their files written;
     or the refusals (the attempt then runs exactly as before: the one `rl`)."""
     profile = prepared.profile
@@ -124,7 +124,8 @@ def _plan_split(prepared: PreparedAttempt, attempt_dir: Path,
                              or ("not_resolved: no halves",))
     # main: the kept server and every rest share one PRL_RUN_ID (the tracker's, when set).
     run_id = prl_run_id or profile.prime_rl.env.get("PRL_RUN_ID") or uuid.uuid4().hex
-    plan = plan_split(profile, split, attempt_dir=attempt_dir, prl_run_id=run_id)
+    plan = plan_split(profile, split, attempt_dir=attempt_dir, prl_run_id=run_id,
+                      container_names=container_names)
     for spec in (plan.inference, plan.rest):
         for path, text in spec.files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -380,7 +381,7 @@ class RunSupervisor(SupervisorCore):
             prepared = dataclasses.replace(prepared, containers=_pool_status(pool))
             if not want_split or prepared.complete or prepared.plan is None:
                 return prepared
-            return _plan_split(prepared, attempt_dir, prl_run_id)
+            return _plan_split(prepared, attempt_dir, prl_run_id, names)
 
         self._run_task("preflight", job)
 

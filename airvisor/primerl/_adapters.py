@@ -189,6 +189,20 @@ def base_environment(profile: Profile, environ: Mapping[str, str]) -> dict[str, 
     return env
 
 
+def attempt_environment(profile: Profile, environ: Mapping[str, str], *, attempt_dir: Path,
+                        container_names: Sequence[str]) -> dict[str, str]:
+    """The environment of the processes that run the environment (prime-rl's `rl`, or the
+    orchestrator and env-server it starts): airvisor's base, this attempt's task containers and
+    its episode log."""
+    env = base_environment(profile, environ)
+    if profile.containers.enabled:
+        env[profile.containers.env_var] = ",".join(container_names)
+    # Where the environment (in the orchestrator or env-server) appends one line per finished
+    # episode: how airvisor learns of errored rollouts (airvisor.policy._rollouts).
+    env[EPISODE_LOG_ENV] = str(attempt_dir / EPISODE_LOG_FILE)
+    return env
+
+
 def resolve_profile(
     profile: Profile,
     *,
@@ -282,12 +296,8 @@ def plan_attempt(
     environ = dict(os.environ if environ is None else environ)
     section = profile.prime_rl
     cwd = Path(section.workdir or (profile.source.parent if profile.source else Path.cwd()))
-    env = base_environment(profile, environ)
-    if profile.containers.enabled:
-        env[profile.containers.env_var] = ",".join(container_names)
-    # Where the environment (in the orchestrator or env-server) appends one line per finished
-    # episode: how airvisor learns of errored rollouts (airvisor.policy._rollouts).
-    env[EPISODE_LOG_ENV] = str(attempt_dir / EPISODE_LOG_FILE)
+    env = attempt_environment(profile, environ, attempt_dir=attempt_dir,
+                              container_names=container_names)
     overrides = airvisor_overrides(profile)
     overrides_file = (attempt_dir / OVERRIDES_FILE
                       if overrides and overrides_as_file(profile) else None)

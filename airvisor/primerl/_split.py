@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -40,6 +40,7 @@ import tomli_w
 
 from airvisor.primerl._adapters import (
     LaunchSpec,
+    attempt_environment,
     base_environment,
     rl_args,
     script,
@@ -189,6 +190,7 @@ def _reach(host: str | None) -> str:
 
 def plan_split(profile: Profile, split: Split, *, attempt_dir: Path,
                prl_run_id: str | None = None,
+               container_names: Sequence[str] = (),
                environ: Mapping[str, str] | None = None) -> SplitPlan:
     """The two processes of a split attempt; raises SplitRefused when `split` has refusals.
 
@@ -212,8 +214,12 @@ def plan_split(profile: Profile, split: Split, *, attempt_dir: Path,
         argv=[*script(profile, "inference"), "@", str(server_file)],
         env={**base, **run_id, **split.inference.env}, cwd=cwd,
         files={server_file: split.inference.text()})
+    # The rest runs the orchestrator (and env-server): it gets what the full `rl` would, the
+    # task containers' names and the episode log included.
+    rest_base = attempt_environment(profile, environ, attempt_dir=attempt_dir,
+                                    container_names=container_names)
     rest = LaunchSpec(
         argv=[*script(profile, "rl"), "@", str(rest_file)],
-        env={**base, **run_id, **split.rest.env}, cwd=cwd,
+        env={**rest_base, **run_id, **split.rest.env}, cwd=cwd,
         files={rest_file: split.rest.text()})
     return SplitPlan(inference, rest, _reach(split.host), split.port, split.inference_gpus)

@@ -3,10 +3,28 @@ first attempt on, kept when the user set them, resumed by every relaunch."""
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 from airvisor.policy import RunState
 from airvisor.primerl import LAUNCHER, prepare_run, with_stable_tracker_ids
 
 from .conftest import Harness
+
+
+def wandb_ids_given_to(argv: list[str]) -> tuple[str | None, str | None]:
+    """The trainer's and orchestrator's W&B ids the launcher was given: as `--x.wandb.id`
+    arguments (the full `rl`), or in the config file after `@` (the rest half of a run that keeps
+    its inference server, `rl @ rl-rest.toml`)."""
+    def flag(name: str) -> str | None:
+        return argv[argv.index(name) + 1] if name in argv else None
+
+    trainer, orchestrator = flag("--trainer.wandb.id"), flag("--orchestrator.wandb.id")
+    if "@" in argv:
+        config = tomllib.loads(Path(argv[argv.index("@") + 1]).read_text())
+        trainer = trainer or config.get("trainer", {}).get("wandb", {}).get("id")
+        orchestrator = orchestrator or config.get("orchestrator", {}).get("wandb", {}).get("id")
+    return trainer, orchestrator
 
 
 def test_main_gets_a_stable_prl_run_id_unless_the_user_set_one(harness: Harness) -> None:
@@ -44,9 +62,10 @@ def test_v04_wandb_runs_continue_across_a_relaunch(harness: Harness) -> None:
     for number in (1, 2):
         launcher = next(c for c in harness.store.components(run_id, number)
                         if c.name == LAUNCHER)
-        argv = launcher.argv
-        assert argv[argv.index("--trainer.wandb.id") + 1] == f"{run_id}-trainer"
-        assert "--orchestrator.wandb.id" not in argv
+        trainer_id, orchestrator_id = wandb_ids_given_to(launcher.argv)
+        assert trainer_id == f"{run_id}-trainer"
+        # The user's own id stays in the user's config; airvisor adds none over it.
+        assert orchestrator_id in (None, "users-own")
     relaunch_log = (harness.store.path.parent / "runs" / run_id / "attempt_2" /
                     "launcher.log").read_text()
     assert "W&B run ID is not set" not in relaunch_log

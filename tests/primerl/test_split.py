@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import tomli_w
 
+from airvisor.primerl import LAUNCHER
+from airvisor.primerl._adapters import plan_attempt, resolve_profile
 from airvisor.primerl._facts import RunFacts, Version
 from airvisor.primerl._resolve import Resolution, resolve
 from airvisor.primerl._split import (
@@ -119,3 +121,27 @@ def test_unresolved_or_component_mode_is_refused(tmp_path: Path) -> None:
     assert split_of(resolved).supported
     assert [r.code for r in split_of(resolved, mode="components").refusals] == [
         "component_mode"]
+
+
+@pytest.mark.slow
+def test_the_rest_gets_the_environment_the_full_rl_would(
+        primerl_python: Callable[[str], Path], tmp_path: Path) -> None:
+    """The orchestrator (and env-server) run under the rest: the task containers' names and the
+    attempt's episode log reach it as they reach the full `rl` (plan_attempt)."""
+    python = primerl_python("0.4")
+    profile = profile_for(tmp_path, "0.4", python)
+    profile = profile.model_copy(update={"containers": profile.containers.model_copy(
+        update={"enabled": True})})
+    split = split_of(resolve_split(profile, resume_step=None, scratch=tmp_path / "scratch"))
+    assert split.supported, split.refusals
+    attempt_dir = tmp_path / "attempt"
+    plan = plan_split(profile, split, attempt_dir=attempt_dir, prl_run_id="r1",
+                      container_names=["task-0", "task-1"])
+    assert plan.rest.env[profile.containers.env_var] == "task-0,task-1"
+    assert plan.rest.env["AIRVISOR_EPISODE_LOG"].startswith(str(attempt_dir))
+    full = plan_attempt(profile, resolve_profile(profile, scratch=tmp_path / "full"),
+                        attempt_dir=attempt_dir,
+                        resume_step=None, container_names=["task-0", "task-1"])
+    launcher_env = full.processes[LAUNCHER].env
+    for name in (profile.containers.env_var, "AIRVISOR_EPISODE_LOG"):
+        assert plan.rest.env[name] == launcher_env[name], name

@@ -33,9 +33,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def ready(ready_dir: Path, role: str) -> None:
+def ready(ready_dir: Path, role: str, pid: int | None = None) -> None:
+    # Written aside and renamed: the waiting test polls the directory and must never read a
+    # file that exists but is still empty.
     tmp = ready_dir / f".{role}.tmp"
-    tmp.write_text(str(os.getpid()))
+    tmp.write_text(str(os.getpid() if pid is None else pid))
     tmp.rename(ready_dir / role)
 
 
@@ -133,7 +135,7 @@ def main() -> None:
             sys.executable, "-B", "-c",
             "from multiprocessing.resource_tracker import main;import time;time.sleep(3600)",
         ])
-        (ready_dir / "tracker").write_text(str(tracker.pid))
+        ready(ready_dir, "tracker", tracker.pid)
         retitle("vllm serve /models/tiny --port 8000")
         fork(engine)
         ready(ready_dir, "root")
