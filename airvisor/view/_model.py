@@ -61,6 +61,16 @@ class AttemptView(_View):
     cause: str | None = Field(description="Why it started: first, crash, hang, operator, boot.")
     outcome: str | None
     reason: str | None
+    # The recovery's scope (issue 22), from the details the supervisor wrote at its launch;
+    # typed here so `airvisor status`, the API and the page show the same thing.
+    scope: str | None = Field(
+        default=None, description="How the recovery that launched it was scoped: "
+        "\"keep_inference\" (the inference server was kept; only prime-rl's rl without "
+        "[inference] was relaunched) or \"full\"; None for a first attempt.")
+    scope_reason: str | None = Field(
+        default=None, description="The policy's reason for that scope, e.g. kept, repeated, "
+        "inference_failed, setting_all, unsupported (or the restart's cause: operator, boot).")
+    scope_detail: str | None = Field(default=None, description="That reason in words.")
     details: dict[str, Any]
 
 
@@ -164,11 +174,21 @@ def event_view(e: EventRecord) -> EventView:
 
 def attempt_view(row: dict[str, Any]) -> AttemptView:
     """One row of Store.attempts()."""
+    details: dict[str, Any] = row.get("details") or {}
     return AttemptView(
         number=row["number"], started_at=row["started_at"], ended_at=row.get("ended_at"),
         resume_step=row.get("resume_step"), cause=row.get("cause"), outcome=row.get("outcome"),
-        reason=row.get("reason"), details=row.get("details") or {},
+        reason=row.get("reason"), scope=_text(details, "scope"),
+        scope_reason=_text(details, "scope_reason"), scope_detail=_text(details, "scope_detail"),
+        details=details,
     )
+
+
+def _text(details: dict[str, Any], key: str) -> str | None:
+    """A text the supervisor wrote in the details; None when absent or empty (an older record,
+    a first attempt)."""
+    value = details.get(key)
+    return str(value) if value not in (None, "") else None
 
 
 def restart_view(r: RestartRecord) -> RestartView:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import time
 from collections import Counter
-from typing import Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -18,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from airvisor.reaper import format_age
-from airvisor.view._model import EventView, RunView
+from airvisor.view._model import AttemptView, EventView, RunView
 
 STATE_STYLES = {
     "running": "green", "succeeded": "bold green", "recovering": "yellow",
@@ -181,15 +180,14 @@ def _components(run: RunView) -> Table:
     return table
 
 
-def scope_cell(details: dict[str, Any]) -> str:
+def scope_cell(attempt: AttemptView) -> str:
     """How the recovery that launched an attempt was scoped (issue 22): `kept inference`
     (only prime-rl's rl without [inference] relaunched) or `full`, with the policy's reason;
     "-" for a first attempt."""
-    scope = details.get("scope")
-    if scope is None:
+    if attempt.scope is None:
         return "-"
-    what = "kept inference" if scope == "keep_inference" else "full"
-    reason = details.get("scope_reason")
+    what = "kept inference" if attempt.scope == "keep_inference" else "full"
+    reason = attempt.scope_reason
     return f"{what} ({reason})" if reason and reason != "kept" else what
 
 
@@ -198,7 +196,7 @@ def _attempts(run: RunView) -> Table:
     for name in ("ATTEMPT", "STARTED", "CAUSE", "SCOPE", "RESUMED FROM", "OUTCOME", "REASON"):
         table.add_column(name, overflow="fold")
     for a in run.attempts:
-        table.add_row(str(a.number), clock(a.started_at), _cell(a.cause), scope_cell(a.details),
+        table.add_row(str(a.number), clock(a.started_at), _cell(a.cause), scope_cell(a),
                       _cell(a.resume_step), _cell(a.outcome), _cell(a.reason))
         stacks = a.details.get("stacks")
         for line in stacks if isinstance(stacks, list) else []:

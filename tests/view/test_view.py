@@ -137,10 +137,9 @@ def test_status_shows_the_scope_of_each_recovery() -> None:
     """Issue 22: each attempt's row says whether its recovery kept the inference server, or
     restarted everything and why."""
     view = sample()
-    kept = view.attempts[1].model_copy(update={"details": {
-        "scope": "keep_inference", "scope_reason": "kept"}})
-    full = kept.model_copy(update={"number": 3, "details": {
-        "scope": "full", "scope_reason": "repeated"}})
+    kept = view.attempts[1].model_copy(update={"scope": "keep_inference",
+                                               "scope_reason": "kept"})
+    full = kept.model_copy(update={"number": 3, "scope": "full", "scope_reason": "repeated"})
     text = to_text(render_run(view.model_copy(update={"attempts": [
         view.attempts[0], kept, full]}), now=NOW), width=160)
     assert "SCOPE" in text and "kept inference" in text and "full (repeated)" in text
@@ -250,6 +249,27 @@ def test_build_run_view_reads_everything_the_store_records(store: Store) -> None
     assert [c.pid for c in view.components] == [99]
     text = to_text(render_run(view))
     assert "restarts 2 (1 crash, 1 operator; 1 toward the crash-loop limit)" in text
+
+
+def test_the_attempts_view_carries_each_recoverys_scope(store: Store) -> None:
+    """Issue 22: the scope the supervisor wrote in an attempt's details is a field of the
+    attempt's view (what status, the API and the page show); a first attempt, or an older
+    record without it, has none."""
+    run = make_run(store)
+    store.start_attempt(run.id, 1, None, cause="first")
+    store.merge_attempt_details(run.id, 1, split=True, prl_run_id=None)
+    store.start_attempt(run.id, 2, 3, cause="crash")
+    store.merge_attempt_details(run.id, 2, split=True, scope="keep_inference",
+                                scope_reason="kept", scope_detail="trainer crashed; kept",
+                                scope_at=NOW)
+    view = build_run_view(store, store.get_run(run.id) or run)
+    assert [(a.scope, a.scope_reason, a.scope_detail) for a in view.attempts] == [
+        (None, None, None), ("keep_inference", "kept", "trainer crashed; kept")]
+    assert view.attempts[1].details["scope"] == "keep_inference"  # the record, as it was
+    # The CLI reads a daemon's JSON into the same model: the fields survive the round trip.
+    again = RunView.model_validate_json(view.model_dump_json())
+    assert again.attempts == view.attempts
+    assert "kept inference" in to_text(render_run(view, now=NOW), width=160)
 
 
 def test_progress_view_prints_events_and_the_status_line(store: Store) -> None:

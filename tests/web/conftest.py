@@ -11,11 +11,42 @@ from typing import Any
 import httpx
 import pytest
 
+from airvisor.policy import Phase
 from airvisor.proc._marker import processes_with_marker
 from airvisor.profile._configs import deep_merge
+from airvisor.store import Store
 
 from ..daemon.conftest import DaemonProcess, write_profile
 from ..engine.conftest import demo_profile_dict, free_port
+
+# What the supervisor wrote in the second attempt's details when its recovery kept the server
+# (`_record_scope` in airvisor.engine._supervisor).
+KEPT_DETAIL = ("trainer crashed; the inference server is healthy and is kept: only prime-rl's "
+               "rl without [inference] is relaunched")
+FULL_DETAIL = ("trainer crashed again 12 s after a recovery that kept the inference server "
+               "(within restart.window = 600 s): everything is restarted")
+
+
+def store_recovered_run(store: Store, run_id: str = "scoped-1") -> str:
+    """A finished run of three attempts as the supervisor records them: the first crashed, the
+    second's recovery kept the inference server, the third's (a repeated crash) was full."""
+    store.create_run(run_id=run_id, name="scoped", profile_path=None,
+                     profile={"run": {"max_steps": 20}}, run_dir=str(store.path.parent / "out"),
+                     gpus=[], supervisor_pid=None)
+    store.start_attempt(run_id, 1, None, cause="first")
+    store.merge_attempt_details(run_id, 1, split=True, prl_run_id=None)
+    store.end_attempt(run_id, 1, "failed", "trainer exited with code 1")
+    store.start_attempt(run_id, 2, 5, cause="crash")
+    store.merge_attempt_details(run_id, 2, split=True, prl_run_id=None, scope="keep_inference",
+                                scope_reason="kept", scope_detail=KEPT_DETAIL, scope_at=1.0,
+                                inference_kept_from=0.5)
+    store.end_attempt(run_id, 2, "failed", "trainer exited with code 1")
+    store.start_attempt(run_id, 3, 8, cause="crash")
+    store.merge_attempt_details(run_id, 3, split=True, prl_run_id=None, scope="full",
+                                scope_reason="repeated", scope_detail=FULL_DETAIL, scope_at=2.0)
+    store.end_attempt(run_id, 3, "succeeded", None)
+    store.set_phase(run_id, Phase.SUCCEEDED)  # ended: no daemon takes it over
+    return run_id
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:

@@ -11,9 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from airvisor.store import DeliveryStore
+from airvisor.daemon.web import page_data
+from airvisor.store import DeliveryStore, SeriesStore, Store
 
 from ..daemon.conftest import PROFILE_NAME, Api, serve, wait_for
+from .conftest import KEPT_DETAIL, store_recovered_run
 
 
 @pytest.fixture
@@ -98,3 +100,18 @@ def test_a_broken_daemon_wide_notify_file_is_shown(tmp_path: Path,
         run_id = new_run(handle)
         error = httpx.get(f"{handle.url}/ui/api/runs/{run_id}").json()["notify_error"]
         assert "notify.toml: notify.retries" in error
+
+
+def test_the_page_data_says_how_each_recovery_was_scoped(tmp_path: Path) -> None:
+    """Issue 22: the page's timeline says, per attempt, whether its recovery kept the inference
+    server and why, as the run's view (`airvisor status`, GET /runs/{id}) says it."""
+    store = Store(tmp_path / "state.sqlite3")
+    run_id = store_recovered_run(store)
+    data = page_data(store, SeriesStore(store), DeliveryStore(store), run_id, after=0,
+                     notify_error=None)
+    assert data is not None
+    assert [(a.number, a.scope, a.scope_reason) for a in data.attempts] == [
+        (1, None, None), (2, "keep_inference", "kept"), (3, "full", "repeated")]
+    assert data.attempts[1].scope_detail == KEPT_DETAIL
+    assert [(a.scope, a.scope_reason, a.scope_detail) for a in data.attempts] == [
+        (a.scope, a.scope_reason, a.scope_detail) for a in data.run.attempts]

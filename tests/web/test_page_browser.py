@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import LiveDaemon, wait_for
+from airvisor._paths import DATABASE_NAME
+from airvisor.store import Store
+
+from .conftest import FULL_DETAIL, KEPT_DETAIL, LiveDaemon, store_recovered_run, wait_for
 
 CHROMIUM = Path(os.environ.get("AIRVISOR_TEST_CHROMIUM", "/usr/bin/chromium"))
 # As root, in a sandbox without a network: no sandboxing, no GPU, no background requests that
@@ -120,4 +123,32 @@ def test_the_page_follows_a_crashing_run_live_and_stops_it(live: LiveDaemon, bro
     assert live.run(run_id)["state"] == "stopped"
     assert page.evaluate("window.__sameDocument") is True
     page.screenshot(path=str(tmp_path / "run-page-stopped.png"), full_page=True)
+    assert not errors, errors
+
+
+def test_the_timeline_says_how_each_recovery_was_scoped(live: LiveDaemon, browser: object) -> None:
+    """Issue 22: a run whose second attempt kept the inference server (and whose third, a
+    repeated crash, restarted everything): the page's timeline says so per attempt, with the
+    policy's reason, as `airvisor status` says it."""
+    from playwright.sync_api import Browser, Locator, expect
+
+    assert isinstance(browser, Browser)
+    # Recorded before the daemon starts, as an earlier daemon's supervisor left it (ended).
+    run_id = store_recovered_run(Store(live.tmp / "state" / DATABASE_NAME))
+    live.start()
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(f"{live.url}/#run={run_id}")
+
+    def scope(attempt: int) -> Locator:
+        return page.locator(f'#timeline tr[data-attempt="{attempt}"] td.scope')
+
+    expect(scope(2).locator(".scope-what")).to_have_text("kept inference", timeout=20_000)
+    expect(scope(2).locator(".scope-detail")).to_have_text(KEPT_DETAIL)
+    expect(scope(2)).to_have_attribute("data-scope", "keep_inference")
+    expect(scope(3).locator(".scope-what")).to_have_text("full (repeated)")
+    expect(scope(3).locator(".scope-detail")).to_have_text(FULL_DETAIL)
+    expect(scope(1)).to_have_text("–")  # the first attempt was no recovery
+    expect(page.locator("#timeline thead")).to_contain_text("recovery scope")
     assert not errors, errors

@@ -20,6 +20,12 @@ class AttemptOut(_Out):
     reason: str | None
     after: str | None = Field(description="Why it started: the reason the attempt before it "
                                           "ended (None for the first).")
+    scope: str | None = Field(description="How the recovery that launched it was scoped: "
+                                          "\"keep_inference\" or \"full\" (None for the "
+                                          "first); the run's attempts[].scope.")
+    scope_reason: str | None = Field(description="Why that scope: the run's "
+                                                 "attempts[].scope_reason.")
+    scope_detail: str | None = Field(description="That reason in words.")
 
 
 class DeliveryOut(_Out):

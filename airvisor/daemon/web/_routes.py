@@ -77,14 +77,17 @@ class DefaultNotify:
 
 
 def _attempts(attempts: list[AttemptView]) -> list[AttemptOut]:
-    """The run view's attempts, each with why it started (the reason the one before ended)."""
+    """The run view's attempts, each with why it started (the reason the one before ended)
+    and how its recovery was scoped (the view's, as `airvisor status` shows it)."""
     out: list[AttemptOut] = []
     previous: AttemptView | None = None
     for attempt in attempts:
         after = None if previous is None else (previous.reason or previous.outcome or None)
         out.append(AttemptOut(number=attempt.number, started_at=attempt.started_at,
                               ended_at=attempt.ended_at, resume_step=attempt.resume_step,
-                              outcome=attempt.outcome, reason=attempt.reason, after=after))
+                              outcome=attempt.outcome, reason=attempt.reason, after=after,
+                              scope=attempt.scope, scope_reason=attempt.scope_reason,
+                              scope_detail=attempt.scope_detail))
         previous = attempt
     return out
 

@@ -183,8 +183,22 @@ function renderTimeline(attempts, run) {
       el("td", {}, a.resume_step === null ? "start" : `step ${a.resume_step}`),
       el("td", { class: `status-${outcome}` }, outcome),
       el("td", { class: "reason ended" }, a.reason || ""),
-      el("td", { class: "reason after" }, a.after || ""));
+      el("td", { class: "reason after" }, a.after || ""),
+      scopeCell(a));
   }));
+}
+
+// How the recovery that launched an attempt was scoped (issue 22), worded as `airvisor status`
+// words it; the policy's reason in words under it.
+const SCOPE_LABELS = { keep_inference: "kept inference", full: "full" };
+
+function scopeCell(a) {
+  if (!a.scope) return el("td", { class: "scope" }, "–");
+  const label = SCOPE_LABELS[a.scope] || a.scope;
+  const reason = a.scope_reason && a.scope_reason !== "kept" ? ` (${a.scope_reason})` : "";
+  return el("td", { class: "scope", "data-scope": a.scope },
+    el("span", { class: "scope-what" }, `${label}${reason}`),
+    a.scope_detail ? el("small", { class: "muted scope-detail" }, a.scope_detail) : "");
 }
 
 function renderComponents(components) {
