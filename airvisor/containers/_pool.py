@@ -42,6 +42,7 @@ from airvisor.containers._types import (
     ContainerStatus,
     ProbeResult,
 )
+from airvisor.proc import own_state_dir
 from airvisor.profile._schema import ContainerSection
 
 
@@ -418,8 +419,6 @@ def _status_of_facts(facts: ContainerFacts, health: str) -> ContainerStatus:
 
 
 def _own_state_dir() -> str:
-    from airvisor.proc import own_state_dir
-
     return own_state_dir()
 
 

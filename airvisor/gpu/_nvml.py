@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 
 from airvisor.gpu._types import DeviceReading, GPUInfo, GPUProcess, GPUUnavailable, NVMLBackend
+from airvisor.proc import owning_run
 
 _init_lock = threading.Lock()
 
@@ -117,8 +118,6 @@ def run_of_pid(pid: int) -> str | None:
     """The airvisor run whose memory this is: the run cgroup the process (or, being in it,
     any descendant of a component) sits in, else its marker or an ancestor's, else (subreaper
     fallback) the run whose orphan this supervisor adopted (`airvisor.proc.owning_run`)."""
-    from airvisor.proc import owning_run
-
     return owning_run(pid)
 
 

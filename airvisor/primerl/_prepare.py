@@ -18,7 +18,7 @@ from airvisor.primerl._adapters import (
 )
 from airvisor.primerl._layout import FIRST_RESUMABLE_STEP, resume_step_refusal
 from airvisor.primerl._resolve import Resolution, ResolveError
-from airvisor.profile import Problem, Profile, check_profile
+from airvisor.profile import Problem, Profile, check_profile, semantic_problems
 from airvisor.profile._checks import profile_where
 from airvisor.profile._rlargs import RlArgsError, toml_refs
 from airvisor.profile._toml import read_toml
@@ -137,8 +137,6 @@ def prepare_run(
     facts = resolution.facts
     problems += check_profile(bound, facts) if machine else []
     if not machine:
-        from airvisor.profile import semantic_problems
-
         problems += semantic_problems(bound, facts)
     plan: AttemptPlan | None = None
     if not component_mode_problems(bound, resolution):

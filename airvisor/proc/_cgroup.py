@@ -42,6 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from airvisor import _paths
+from airvisor._logging import get_logger
+from airvisor.proc import _userscope
 from airvisor.proc._userscope import UserScopes
 
 CONTAINMENT_ENV = "AIRVISOR_CONTAINMENT"
@@ -97,9 +100,7 @@ def instance_id(state_dir: str | os.PathLike[str]) -> str:
 
 
 def own_state_dir() -> str:
-    from airvisor._paths import state_dir
-
-    return os.path.realpath(state_dir())
+    return os.path.realpath(_paths.state_dir())
 
 
 def safe_name(text: str) -> str:
@@ -213,7 +214,6 @@ def _user_scopes(mount: Path, env: dict[str, str], explicit: str | None,
     the fallback, saying why and what would enable cgroups."""
     if os.geteuid() == 0 or explicit:
         return Containment("subreaper", None, mount, why_not_here)
-    from airvisor.proc import _userscope
 
     found = _userscope.probe(mount, env)
     if found.scopes is not None:
@@ -244,8 +244,6 @@ def containment(*, refresh: bool = False) -> Containment:
             _current = detect()
             # The logs say which containment is active (and `airvisor status` through
             # `containment_mode()`).
-            from airvisor._logging import get_logger
-
             get_logger("airvisor.proc").info(
                 "containment", mode=_current.mode, cgroup=str(_current.base or "") or None,
                 reason=_current.reason)
@@ -320,7 +318,6 @@ def scope_argv(run_id: str, component: str, attempt: int | None, program: str,
     current = containment()
     if current.mode != "cgroup" or current.scopes is None or current.mount is None:
         return None
-    from airvisor.proc import _userscope
 
     state = state_dir or own_state_dir()
     systemd_run = shutil.which("systemd-run") or "systemd-run"
@@ -359,8 +356,6 @@ def run_cgroups(run_id: str, *, state_dir: str | None = None) -> list[Path]:
         return []
     state = state_dir or own_state_dir()
     if current.scopes is not None:
-        from airvisor.proc import _userscope
-
         return _userscope.run_dirs(current.scopes, instance_id(state),
                                    f"{RUN_PREFIX}{safe_name(run_id)}")
     bases = [current.base]

@@ -20,6 +20,7 @@ import psutil
 
 from airvisor.proc._argv import PRIME_RL_SCRIPTS, parse_program
 from airvisor.proc._cgroup import CgroupRun, cgroup2_mount, parse_run_path, pid_cgroup
+from airvisor.proc._kill import protected_pids
 from airvisor.proc._marker import Marker, environ_visible, infer_session_marker, parse_environ
 
 # Environment variables that identify a process without looking at its command line: torchrun's
@@ -357,8 +358,6 @@ def collect_facts(
             script_module=console_script_module(script, pid) if script else None,
         )
     if ignore_sessions is None:
-        from airvisor.proc._kill import protected_pids
-
         ignore_sessions = {found for protected in protected_pids()
                            if (found := _sid(protected)) is not None}
     by_session = session_markers(raw, ignore_sessions)

@@ -28,6 +28,7 @@ import psutil
 from airvisor.proc import _cgroup
 from airvisor.proc._marker import infer_session_marker, read_environ_marker
 from airvisor.proc._registry import active_runs, forget_run, launched_pids
+from airvisor.proc._treefile import read_trees, recorded_members
 
 # Two processes are the same when their create_times agree this closely (the kernel counts start
 # times in clock ticks of 10 ms; psutil derives the same float for the same process every time).
@@ -325,8 +326,6 @@ def _recorded(run_id: str, table: ProcessTable) -> list[int]:
     """Subreaper fallback: the live processes the run's recorded tree names by pid and start
     time (`_tree`), also those that left its groups, re-parented away and wiped their marker;
     nothing without a record (cgroup mode keeps none)."""
-    from airvisor.proc._treefile import read_trees, recorded_members
-
     state = _cgroup.own_state_dir()
     if not any(tree.run_id == run_id for tree in read_trees(state)):
         return []

@@ -20,6 +20,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from airvisor.proc._cgroup import own_state_dir
+from airvisor.proc._facts import process_starts
+from airvisor.proc._kill import adopted_runs
+from airvisor.proc._registry import active_runs
 from airvisor.proc._treefile import TREE_DIR as TREE_DIR
 from airvisor.proc._treefile import RecordedTree as RecordedTree
 from airvisor.proc._treefile import TreeEntry as TreeEntry
@@ -63,8 +67,6 @@ def grow(entries: Mapping[int, TreeEntry],
 
 def process_table() -> dict[int, tuple[int, float]]:
     """pid -> (ppid, start time) of every process, from one pass over /proc."""
-    from airvisor.proc._facts import process_starts
-
     return process_starts()
 
 
@@ -94,9 +96,6 @@ class TreeRecorder:
 
     def poll(self) -> None:
         """One look at the process table (the thread calls it; tests may too)."""
-        from airvisor.proc._kill import adopted_runs
-        from airvisor.proc._registry import active_runs
-
         table = process_table()
         active = active_runs()
         with self._lock:
@@ -181,8 +180,6 @@ _recorder_lock = threading.Lock()
 def recorder() -> TreeRecorder:
     """This process's recorder (made on first use, in the owning airvisor's state dir)."""
     global _recorder
-    from airvisor.proc._cgroup import own_state_dir
-
     with _recorder_lock:
         if _recorder is None or _recorder._me != os.getpid():
             _recorder = TreeRecorder(own_state_dir())

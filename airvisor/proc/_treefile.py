@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from airvisor.proc._cgroup import own_state_dir, safe_name
+
 TREE_DIR = "process-trees"
 # Two readings of one process's start time agree this closely (clock ticks of 10 ms).
 _SAME_START = 0.01
@@ -47,8 +49,6 @@ def same_process(create_time: float, other: float) -> bool:
 
 
 def tree_file(state_dir: str | os.PathLike[str], run_id: str) -> Path:
-    from airvisor.proc._cgroup import safe_name
-
     return Path(state_dir) / TREE_DIR / f"{safe_name(run_id)}.json"
 
 
@@ -100,8 +100,6 @@ def recorded_members(run_id: str, table: Mapping[int, tuple[int, float]],
     in `table`, pid -> (ppid, start time)), wherever they went since: what a stop of the run
     must reach besides its groups and markers. Empty without a record."""
     if state_dir is None:
-        from airvisor.proc._cgroup import own_state_dir
-
         state_dir = own_state_dir()
     found: list[int] = []
     for tree in read_trees(state_dir):

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from airvisor._paths import profile_search_path, state_dir
 from airvisor.profile._locate import KeyLocator, Loc
 from airvisor.profile._problems import Problem, ProfileError
+from airvisor.profile._rlargs import RlArgsError, absolute_args
 from airvisor.profile._schema import Profile
 from airvisor.profile._toml import TomlDocument, read_toml
 
@@ -243,13 +244,12 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
         if isinstance(table, dict) and key in table:
             table[key] = resolve(table[key])
     prime_rl = raw.get("prime_rl")
-    if isinstance(prime_rl, dict) and isinstance(prime_rl.get("args"), list):
-        from airvisor.profile._rlargs import RlArgsError, absolute_args
-
-        if all(isinstance(a, str) for a in prime_rl["args"]):
-            # A malformed list ("@" at the end) is reported by the checks.
-            with contextlib.suppress(RlArgsError):
-                prime_rl["args"] = absolute_args(prime_rl["args"], base)
+    args = prime_rl.get("args") if isinstance(prime_rl, dict) else None
+    if isinstance(prime_rl, dict) and isinstance(args, list) and all(isinstance(a, str)
+                                                                      for a in args):
+        # A malformed list ("@" at the end) is reported by the checks.
+        with contextlib.suppress(RlArgsError):
+            prime_rl["args"] = absolute_args(args, base)
     if isinstance(prime_rl, dict) and "workdir" not in prime_rl:
         # prime-rl resolves relative paths in its config (output_dir) against its cwd.
         prime_rl["workdir"] = str(base)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from airvisor.gpu import GPUUnavailable, gpu_memory_by_pid
 from airvisor.proc._cgroup import instance_id, own_state_dir, pid_cgroup
 from airvisor.proc._facts import (
     ProcessFacts,
@@ -101,8 +102,6 @@ def adopted_orphans_here() -> dict[int, str]:
 
 
 def _gpu_holders() -> dict[int, dict[int, int]]:
-    from airvisor.gpu import GPUUnavailable, gpu_memory_by_pid
-
     try:
         return gpu_memory_by_pid()
     except GPUUnavailable:

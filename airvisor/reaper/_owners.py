@@ -18,6 +18,7 @@ from pathlib import Path
 from airvisor.proc._facts import ProcessFacts
 from airvisor.proc._launch import process_alive
 from airvisor.reaper._verdict import owner_instance
+from airvisor.store import LIVE_STATES, Store
 
 DATABASE_NAME = "airvisor.sqlite3"  # as airvisor._paths.database_path names it
 
@@ -45,7 +46,6 @@ def store_view(state_dir: str | Path, run_ids: Iterable[str]) -> StoreView | Non
     path = Path(state_dir) / DATABASE_NAME
     if not path.exists():
         return StoreView(frozenset(), frozenset())
-    from airvisor.store import LIVE_STATES, Store
 
     try:
         store = Store(path)

@@ -30,6 +30,7 @@ from airvisor.reaper._reap import (
     BusyPort,
     LogFn,
     ReapReport,
+    busy_ports,
     outcomes_message,
     process_outcomes,
     reap,
@@ -185,8 +186,6 @@ def prepare_machine(
             log("reaper.processes", {"message": outcomes_message(outcomes),
                                      "processes": [o.as_dict() for o in outcomes]})
     else:
-        from airvisor.reaper._reap import busy_ports
-
         busy = busy_ports(ports)
 
     requirements: dict[int, int] = {}

@@ -15,6 +15,7 @@ from airvisor.proc._facts import listeners_on
 from airvisor.proc._kill import KillReport, terminate_tree
 from airvisor.reaper._discover import Candidate, default_context, discover
 from airvisor.reaper._leftovers import LeftoverResult, find_leftovers, remove_leftovers
+from airvisor.reaper._owners import live_runs_of
 
 LogFn = Callable[[str, dict[str, Any]], None]
 
@@ -162,10 +163,10 @@ def judge_containers(
     by owner (`airvisor.containers.judge_orphan_containers`; another airvisor's live runs read
     from its own store). Items are `airvisor.containers.JudgedContainer`."""
     try:
+        # lazy: the docker SDK may be absent; the reap then says containers were not checked
         from airvisor.containers import judge_orphan_containers
     except ImportError:
         return [], [], "containers not checked: airvisor.containers is not available in this build"
-    from airvisor.reaper._owners import live_runs_of
 
     try:
         report = judge_orphan_containers(set(live_run_ids), dry_run=dry_run, reap_all=reap_all,

@@ -26,6 +26,10 @@ from typing import Any
 
 import psutil
 
+from airvisor.gpu import GPUUnavailable, list_gpus
+from airvisor.profile._schema import Profile
+from airvisor.reaper import PreflightError, prepare_machine
+
 REPORT_SUFFIX = ".json"
 
 
@@ -53,8 +57,6 @@ def _node_profile(profile: Any, gpus: list[int]) -> Any:
 
 
 def _node_gpus() -> list[int]:
-    from airvisor.gpu import GPUUnavailable, list_gpus
-
     try:
         return [g.index for g in list_gpus()]
     except GPUUnavailable:
@@ -62,9 +64,6 @@ def _node_gpus() -> list[int]:
 
 
 def run_node_check(*, run_id: str, report_dir: Path, host: str | None = None) -> dict[str, Any]:
-    from airvisor.profile._schema import Profile
-    from airvisor.reaper import PreflightError, prepare_machine
-
     host = host or socket.gethostname()
     started = time.time()
     job_id = os.environ.get("SLURM_JOB_ID", "")
