@@ -56,9 +56,12 @@ from airvisor.daemon._models import (
     error_responses,
 )
 from airvisor.daemon._profiles import BadProfileRef, load
+from airvisor.daemon._reaping import discover_stale, reap_stale
 from airvisor.daemon._views import detail_of, event_of, summary_of
 from airvisor.daemon.web import install as install_run_page
 from airvisor.engine import RunConflict, UnknownRun
+from airvisor.profile import ProfileError
+from airvisor.stacks import attempt_dir_of, capture_run, read_capture
 from airvisor.store import RunRecord, Store
 from airvisor.view import LogNotFound, LogStream
 
@@ -429,8 +432,6 @@ def create_app(ctx: ApiContext) -> FastAPI:
                   422: "The body does not validate, or the profile (with the overrides) "
                        "does not: `detail` lists each problem and its fix."})})
     def submit_run(ctx: Ctx, body: SubmitIn) -> RunOut:
-        from airvisor.profile import ProfileError
-
         try:
             path = ctx.catalog.resolve(body.profile)
             profile = load(path, body.overrides)
@@ -496,8 +497,6 @@ def create_app(ctx: ApiContext) -> FastAPI:
                        attempt: Annotated[int, PathParam(ge=1, le=1_000_000)]) -> StacksOut:
         """The stacks taken before the stall kill of this attempt, with one verdict per
         process (the text files beside them: <state>/runs/<id>/attempt_N/stacks/)."""
-        from airvisor.stacks import attempt_dir_of, read_capture
-
         _run_or_404(ctx.store, run_id)
         found = read_capture(attempt_dir_of(ctx.store, run_id, attempt))
         if found is None:
@@ -511,8 +510,6 @@ def create_app(ctx: ApiContext) -> FastAPI:
     def live_stacks(ctx: Ctx, run_id: RunId) -> StacksOut:
         """The stacks of every process of a live run now (py-spy pauses each for a few
         milliseconds; the run goes on), bounded to a few seconds; nothing is stored."""
-        from airvisor.stacks import capture_run
-
         run = _run_or_404(ctx.store, run_id)
         if not run.live:
             raise HTTPException(409, f"run {run_id} is {run.state}: no process of it to look at "
@@ -545,28 +542,18 @@ def create_app(ctx: ApiContext) -> FastAPI:
                        gpus=report.gpus)
 
     @app.get("/processes", response_model=ProcessesOut, tags=["machine"],
-             operation_id="processes", responses=error_responses(503))
+             operation_id="processes")
     def processes(ctx: Ctx) -> ProcessesOut:
         """The reaper's dry run: processes it considers stale, and why."""
-        from airvisor.daemon._reaping import discover_stale
-
-        try:
-            found = discover_stale(ctx.service.live_run_ids())
-        except FeatureMissing as err:
-            raise HTTPException(503, str(err)) from err
+        found = discover_stale(ctx.service.live_run_ids())
         return ProcessesOut(processes=[plain(p) for p in found.candidates],
                             blocked=[plain(p) for p in found.blocked], scanned=found.scanned)
 
     @app.post("/reap", response_model=ReapOut, dependencies=[Authorized], tags=["machine"],
-              operation_id="reap", responses=error_responses(503))
+              operation_id="reap")
     def reap(ctx: Ctx, body: ReapIn | None = None) -> ReapOut:
-        from airvisor.daemon._reaping import reap_stale
-
         dry_run = True if body is None else body.dry_run
-        try:
-            report = reap_stale(ctx.service.live_run_ids(), dry_run=dry_run)
-        except FeatureMissing as err:
-            raise HTTPException(503, str(err)) from err
+        report = reap_stale(ctx.service.live_run_ids(), dry_run=dry_run)
         log.info("reap requested", dry_run=dry_run, summary=report.summary)
         return ReapOut(dry_run=dry_run, summary=report.summary, report=plain(report))
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from airvisor.profile._schema import Profile
+from airvisor.daemon._models import PROFILE_REF_RULE, is_profile_ref
+from airvisor.profile import Profile, available_profiles, load_profile
 
 
 class BadProfileRef(Exception):
@@ -31,8 +31,6 @@ class ProfileCatalog:
         self._names: dict[str, Path] = {}
 
     def reload(self) -> dict[str, Path]:
-        from airvisor.profile import available_profiles
-
         names = available_profiles()
         with self._lock:
             self._names = dict(names)
@@ -46,8 +44,6 @@ class ProfileCatalog:
     def resolve(self, ref: str) -> Path:
         """The file `ref` names. The API's schema and its request validation use the same rule
         (`is_profile_ref`), so a reference that passed them fails here only with a 404."""
-        from airvisor.daemon._models import PROFILE_REF_RULE, is_profile_ref
-
         if not is_profile_ref(ref):
             raise BadProfileRef(422, f"{ref!r} is not {PROFILE_REF_RULE}; relative paths mean "
                                      "nothing to the daemon")
@@ -75,6 +71,4 @@ class ProfileCatalog:
 
 def load(path: Path, overrides: dict[str, Any]) -> Profile:
     """airvisor.profile.load_profile; raises its ProfileError (str() lists every problem)."""
-    from airvisor.profile import load_profile
-
     return load_profile(path, overrides)

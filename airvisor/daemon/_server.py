@@ -40,6 +40,7 @@ from airvisor.daemon._discovery import announce, announce_paths, withdraw
 from airvisor.daemon._notify import Notifier, watchdog_interval
 from airvisor.daemon._profiles import ProfileCatalog
 from airvisor.daemon._service import RunService
+from airvisor.engine import RunManager
 from airvisor.store import Store
 
 log = get_logger("airvisor.daemon")
@@ -203,8 +204,6 @@ ServiceFactory = Callable[[Store], RunService]
 
 
 def default_service_factory(store: Store) -> RunService:
-    from airvisor.engine import RunManager
-
     return RunManager(store)
 
 

@@ -42,12 +42,16 @@ from airvisor.policy import (
 )
 from airvisor.primerl import (
     archive_run_dir,
+    prepare_run,
     run_dir_used,
+    run_layout,
     step_from_log_line,
     with_stable_tracker_ids,
 )
 from airvisor.proc import ProcessIdentity, process_alive, terminate_tree
+from airvisor.profile import ProfileError
 from airvisor.profile._schema import Profile
+from airvisor.reaper import prepare_machine as reaper_prepare
 from airvisor.slurm import SlurmRunSupervisor, is_slurm_profile
 from airvisor.store import RunRecord, Store
 
@@ -132,8 +136,6 @@ def default_hooks(manager: RunManager) -> Hooks:
                         own_pids: frozenset[int] = frozenset()) -> str:
         """`own_pids`: the run's processes the next attempt keeps (its kept inference server):
         never reaped."""
-        from airvisor.reaper import prepare_machine as reaper_prepare
-
         def on_log(kind: str, data: dict[str, Any]) -> None:
             if kind == "preflight.waiting":
                 # The run's page and the gpu_wait notification read this event.
@@ -164,6 +166,7 @@ def default_hooks(manager: RunManager) -> Hooks:
         return text
 
     def container_pool(profile: Profile, run_id: str) -> Any:
+        # lazy: the docker SDK only for a run with task containers
         from airvisor.containers import ContainerPool
 
         section = profile.containers
@@ -227,9 +230,6 @@ class RunManager:
         raises ProfileError listing the problems, or RunConflict.
         """
         if profile.resolved is None:
-            from airvisor.primerl import prepare_run
-            from airvisor.profile import ProfileError
-
             prepared = prepare_run(profile)
             if prepared.problems:
                 raise ProfileError(prepared.problems)
@@ -506,8 +506,6 @@ class RunManager:
         starts: refuse, resume (only from a complete checkpoint), or start fresh with the
         earlier files moved aside (archive) or deleted (replace). main's `ckpt.output_dir`
         outside the run directory goes with it."""
-        from airvisor.primerl import run_layout
-
         layout = run_layout(profile) if profile.resolved else None
         dirs = layout.run_dirs() if layout is not None else [run_dir]
         used = [d for d in dirs if run_dir_used(d)]
