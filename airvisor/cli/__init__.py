@@ -4,8 +4,8 @@ registers its commands on `main` (airvisor.cli._main)."""
 from __future__ import annotations
 
 # isort: off
-# `main` first: airvisor.cli._reap still imports it from this package (a known cycle, see
-# tests/test_layering.py); the other command modules import it from airvisor.cli._main.
+# `main` first, then the command modules that register on it (each imports it from
+# airvisor.cli._main, never from this package: no import cycle).
 from airvisor.cli._main import main
 from airvisor.cli import _check, _daemon, _reap, _run, _stacks, _stop
 

@@ -15,9 +15,13 @@ from typing import Any
 
 import click
 
+from airvisor._paths import profile_search_path
 from airvisor.cli._main import main
 from airvisor.cli._plan import render_plan
-from airvisor.profile import Problem, Profile, ProfileError, load_profile
+from airvisor.primerl._facts import merged_toml
+from airvisor.primerl._prepare import prepare_run
+from airvisor.profile import Problem, Profile, ProfileError, available_profiles, load_profile
+from airvisor.profile._configs import deep_merge
 
 EXIT_PROBLEMS = 1
 
@@ -41,8 +45,6 @@ def parse_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
 def preflight_problems(profile: Profile) -> list[Problem]:
     """Everything that stops `profile` from starting here (prime-rl's own validation of its
     config, airvisor's checks, this machine). Empty when the run may start."""
-    from airvisor.primerl._prepare import prepare_run
-
     return prepare_run(profile).problems
 
 
@@ -55,8 +57,6 @@ def _print_problems(ref: str, problems: list[Problem]) -> None:
 
 def _check(ref: str, overrides: dict[str, Any], *, show_config: bool, as_json: bool,
            resume_step: int | None) -> int:
-    from airvisor.primerl._prepare import prepare_run
-
     try:
         profile = load_profile(ref, overrides)
     except ProfileError as err:
@@ -97,6 +97,7 @@ def _check(ref: str, overrides: dict[str, Any], *, show_config: bool, as_json: b
 def _containment() -> str:
     """How a run started from this shell would be contained: cgroups (root, a delegated
     service, the user's systemd manager) or the fallback, with what would enable cgroups."""
+    # lazy: the process layer (cgroups) only for this check, not for every command
     from airvisor.proc import detect_containment
 
     return detect_containment().describe()
@@ -109,14 +110,12 @@ def _task_image_problems(prepared: Any) -> list[Problem]:
     profile: Profile = prepared.profile
     if not profile.containers.enabled:
         return []
+    # lazy: the docker SDK only when the profile runs task containers
     from airvisor.containers._inspect import task_image_problems
 
     resolution = prepared.resolution
     config: dict[str, Any] | None = resolution.rl if resolution is not None else None
     if config is None:
-        from airvisor.primerl._facts import merged_toml
-        from airvisor.profile._configs import deep_merge
-
         try:
             config = deep_merge(merged_toml(profile.prime_rl.args),
                                 dict(profile.prime_rl.overrides))
@@ -162,9 +161,6 @@ def list_profiles(as_json: bool) -> None:
     """List the profiles `check` and `start` find by name, with the file each name means
     (configs/ of the current directory, $AIRVISOR_PROFILES, /etc/airvisor/profiles, then the
     profiles shipped with airvisor; the first one found wins)."""
-    from airvisor._paths import profile_search_path
-    from airvisor.profile import available_profiles
-
     found = available_profiles()
     if as_json:
         click.echo(json.dumps({name: str(path) for name, path in sorted(found.items())},

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from airvisor._paths import database_path
 from airvisor.store import Store
 
 EXIT_OK = 0
@@ -17,8 +18,6 @@ EXIT_STOPPED = 3
 
 def open_store() -> Store:
     """The box's state database; a clear message and EXIT_BAD_INPUT when it cannot be opened."""
-    from airvisor._paths import database_path
-
     path = database_path()
     try:
         return Store(path)
@@ -34,6 +33,7 @@ def daemon_client(use_daemon: bool) -> Any:
     if not use_daemon:
         return None
     try:
+        # lazy: the daemon (FastAPI, the engine) only for the commands that talk to it
         from airvisor.daemon import DaemonClient
     except ImportError:
         return None

@@ -36,6 +36,7 @@ def daemon(host: str, port: int, uds: Path | None, stop_runs: bool, no_auth: boo
     State lives in AIRVISOR_STATE_DIR. SIGTERM/SIGINT stop serving (training keeps running
     unless --stop-runs); SIGHUP re-reads the profile search path.
     """
+    # lazy: the daemon (FastAPI, uvicorn, the engine) only for the daemon commands
     from airvisor.daemon import Daemon, DaemonSettings, DaemonStartError
 
     settings = DaemonSettings(host=host, port=port, uds=uds, stop_runs=stop_runs,
@@ -58,6 +59,7 @@ def daemon(host: str, port: int, uds: Path | None, stop_runs: bool, no_auth: boo
                    "~/.config/systemd/user/airvisor.service with --user).")
 def install_service(user_mode: bool, output: Path | None) -> None:
     """Write a systemd unit that runs this installation's `airvisor daemon`."""
+    # lazy: the daemon (FastAPI, uvicorn, the engine) only for the daemon commands
     from airvisor.daemon import UnitOptions, render_unit, systemctl_commands
     from airvisor.daemon._unit import SYSTEM_UNIT_PATH, user_unit_path, venv_python
 

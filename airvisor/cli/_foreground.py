@@ -39,6 +39,7 @@ from airvisor.cli._common import (
     EXIT_STOPPED,
     open_store,
 )
+from airvisor.policy import RunState
 
 # Ctrl-C forced an exit before the run's end could be recorded (128 + SIGINT, as a shell has).
 EXIT_INTERRUPTED = 130
@@ -134,6 +135,7 @@ class _Output:
 
 def _force_kill(manager: Any, store: Any, run_id: str) -> str:
     """Every process of the run killed now, through the engine's stop path with grace 0."""
+    # lazy: the process layer only when a run is started in the foreground
     from airvisor.proc import ProcessIdentity
 
     comps = [c for c in store.components(run_id) if c.kind == "process" and c.pid]
@@ -151,8 +153,8 @@ def _unfinished_message(run_id: str, state: object) -> str:
 
 
 def run_foreground(profile: Any, mode: str) -> int:
+    # lazy: the engine and the run view only when a run is started in the foreground
     from airvisor.engine import RunConflict, RunManager, StartMode
-    from airvisor.policy import RunState
     from airvisor.view import ProgressView, StoreSource
 
     store = open_store()

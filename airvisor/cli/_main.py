@@ -16,6 +16,7 @@ from airvisor._version import __version__
 @click.pass_context
 def main(ctx: click.Context, log_format: str, verbose: bool) -> None:
     """Supervise prime-rl + MLGym RL runs: start, watch, recover, reap."""
+    # lazy: structlog only once a command runs
     from airvisor._logging import configure_logging
 
     ctx.obj = {"json_logs": log_format == "json", "verbose": verbose}

@@ -30,7 +30,11 @@ from typing import Any
 import click
 import psutil
 
+from airvisor._paths import state_dir
+from airvisor.cli._check import parse_overrides
 from airvisor.cli._main import main
+from airvisor.primerl._prepare import prepare_run
+from airvisor.profile import ProfileError, load_profile
 
 EXIT_FAILED = 1
 DEFAULT_GRACE = 10.0
@@ -38,7 +42,7 @@ DEFAULT_GRACE = 10.0
 
 def live_run_ids() -> set[str]:
     """Runs of this machine's store whose supervisor is still that same process."""
-    from airvisor._paths import state_dir
+    # lazy: the reaper only for the commands that reap
     from airvisor.reaper import live_runs_of
 
     return set(live_runs_of(state_dir()) or ())
@@ -64,6 +68,7 @@ class Seconds(click.ParamType):  # type: ignore[type-arg]
 def _daemon_live_run_ids() -> set[str]:
     """The runs the box's daemon supervises (it may keep another state directory than this
     user's): never stale. A daemon that answers but cannot say is an error, not a guess."""
+    # lazy: the daemon (FastAPI, the engine) only for the commands that talk to it
     from airvisor.daemon._client import DaemonError, daemon_live_run_ids
 
     try:
@@ -80,9 +85,6 @@ def _load_profile(ref: str | None, overrides: tuple[str, ...] = ()) -> Any:
     printed and the profile's own values are used, saying so."""
     if ref is None:
         return None
-    from airvisor.cli._check import parse_overrides
-    from airvisor.primerl._prepare import prepare_run
-    from airvisor.profile import ProfileError, load_profile
 
     try:
         profile = load_profile(ref, parse_overrides(overrides))
@@ -123,6 +125,7 @@ def hint_command(command: str, *, profile_ref: str | None = None,
 
 
 def _context(profile: Any, live: set[str], reap_all: bool = False) -> Any:
+    # lazy: the reaper only for the commands that reap
     from airvisor.reaper import default_context, profile_gpus, profile_ports
 
     if profile is None:
@@ -145,6 +148,7 @@ def _restrict(candidates: list[Any], pids: tuple[int, ...]) -> list[Any]:
 
 def _discover(profile: Any, pids: tuple[int, ...], reap_all: bool = False
               ) -> tuple[list[Any], list[Any], set[str]]:
+    # lazy: the reaper only for the commands that reap
     from airvisor.reaper import discover_all
 
     live = live_run_ids() | _daemon_live_run_ids()
@@ -153,6 +157,7 @@ def _discover(profile: Any, pids: tuple[int, ...], reap_all: bool = False
 
 
 def _print_candidates(candidates: list[Any], blocked: list[Any]) -> None:
+    # lazy: the reaper only for the commands that reap
     from airvisor.reaper import format_candidates
 
     click.echo(format_candidates(candidates))
@@ -218,6 +223,7 @@ def processes_command(profile_ref: str | None, overrides: tuple[str, ...],
 def reap_command(profile_ref: str | None, overrides: tuple[str, ...], pids: tuple[int, ...],
                  dry_run: bool, yes: bool, grace: float, reap_all: bool) -> None:
     """Stop stale training processes (whole trees) and remove what they left behind."""
+    # lazy: the reaper only for the commands that reap
     from airvisor.reaper import (
         find_leftovers,
         judge_containers,
@@ -305,6 +311,7 @@ def _print_kept_leftovers(kept: list[tuple[str, str]]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def gpus_command(as_json: bool) -> None:
     """GPUs through NVML: memory, utilization and the processes holding memory."""
+    # lazy: NVML only for the gpus command
     from airvisor.gpu import GPUUnavailable, format_gpu_table, list_gpus
 
     try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from airvisor.cli._check import parse_overrides
 from airvisor.cli._common import (
     EXIT_BAD_INPUT,
     EXIT_OK,
@@ -23,6 +24,8 @@ from airvisor.cli._common import (
 )
 from airvisor.cli._foreground import run_foreground
 from airvisor.cli._main import main
+from airvisor.primerl import prepare_run
+from airvisor.profile import ProfileError, find_profile, load_profile
 
 PIPE_WIDTH = 160  # columns of `status` written to a file or pipe (no terminal to fit)
 
@@ -35,6 +38,7 @@ def _print(renderable: Any) -> None:
 
         Console(highlight=False).print(renderable)
     else:
+        # lazy: the run view (rich) only for the commands that show a run
         from airvisor.view import to_text
 
         click.echo(to_text(renderable, width=PIPE_WIDTH))
@@ -61,17 +65,12 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
     terminal (SIGHUP) does not stop it: airvisor keeps supervising and writes its output to
     <state dir>/runs/<run id>/foreground.log; `airvisor stop` ends it from any terminal.
     """
-    from airvisor.profile import ProfileError, load_profile
-
     mode = start_mode or "auto"
-    from airvisor.cli._check import parse_overrides
 
     parsed = parse_overrides(overrides)
     client = daemon_client(not foreground)
     if client is not None:
         # The daemon may run with another cwd and search path: send the file we mean.
-        from airvisor.profile import find_profile
-
         try:
             ref = str(find_profile(profile).resolve())
         except ProfileError:
@@ -92,10 +91,10 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
         sys.exit(EXIT_BAD_INPUT)
     options = click.get_current_context().obj or {}
     if not options.get("verbose") and not options.get("json_logs"):
+        # lazy: structlog only once a command runs
         from airvisor._logging import configure_logging
 
         configure_logging(quiet=True)  # the progress view shows every event already
-    from airvisor.primerl import prepare_run
 
     prepared = prepare_run(loaded)
     if prepared.problems:
@@ -113,6 +112,7 @@ def _follow_daemon(client: Any, run_id: str) -> int:
     following, not the run; a daemon that goes away ends the view with a message."""
     import httpx
 
+    # lazy: the daemon (FastAPI, the engine) only for the commands that talk to it
     from airvisor.daemon import DaemonError
     from airvisor.view import ApiSource, ProgressView
 
@@ -150,11 +150,13 @@ def status(run_id: str | None, as_json: bool, local: bool) -> None:
     The same view, text or JSON, whether a daemon answers or the state database is read."""
     from pydantic import ValidationError
 
+    # lazy: the run view (rich) only for the commands that show a run
     from airvisor.view import RunView, build_run_view, find_run, render_run
 
     view: RunView | None = None
     client = daemon_client(not local)
     if client is not None:
+        # lazy: the daemon (FastAPI, the engine) only for the commands that talk to it
         from airvisor.daemon import DaemonError
 
         with client:
@@ -207,6 +209,7 @@ def logs(component: str, follow: bool, lines: int, run_id: str | None, local: bo
             click.echo(f"airvisor: {exc}", err=True)
             sys.exit(EXIT_BAD_INPUT)
         return
+    # lazy: the run view (rich) only for the commands that show a run
     from airvisor.view import LogNotFound, LogStream, find_run
 
     store = open_store()

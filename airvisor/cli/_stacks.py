@@ -21,6 +21,7 @@ COMPONENTS = ("inference", "trainer", "orchestrator", "env-server", "launcher")
 
 
 def _from_daemon(client: Any, run_id: str | None, attempt: int | None) -> Any:
+    # lazy: the daemon client and the stacks subsystem only for the stacks commands
     from airvisor.daemon import DaemonError
     from airvisor.stacks import StackCapture
 
@@ -41,6 +42,7 @@ def _from_daemon(client: Any, run_id: str | None, attempt: int | None) -> Any:
 
 
 def _from_store(run_id: str | None, attempt: int | None) -> Any:
+    # lazy: the stacks subsystem and the run view only for the stacks commands
     from airvisor.stacks import attempt_dir_of, capture_run, read_capture
     from airvisor.view import find_run
 
@@ -78,6 +80,7 @@ def stacks(run_id: str | None, component: str | None, attempt: int | None, summa
     """Print the Python stacks of the current run (or RUN), of every process or of COMPONENT
     (inference, trainer, orchestrator, ...), without stopping it: a verdict line per process
     ("trainer rank 1: blocked in all_reduce (...) under train.py:312"), then its threads."""
+    # lazy: the stacks subsystem only for the stacks commands
     from airvisor.stacks import render_text
 
     if component is None and run_id in COMPONENTS:

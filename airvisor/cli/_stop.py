@@ -17,16 +17,15 @@ from typing import Any
 import click
 import psutil
 
+from airvisor._paths import database_path
 from airvisor.cli._main import main
-from airvisor.policy import Phase
+from airvisor.policy import Phase, StopRoute, decide_stop_route
 from airvisor.store import LIVE_STATES, RunRecord, Store
 
 EXIT_BAD_INPUT = 2
 
 
 def _open_store() -> Store | None:
-    from airvisor._paths import database_path
-
     try:
         return Store(database_path())
     except OSError:
@@ -43,6 +42,7 @@ def _looks_like_daemon(pid: int | None) -> bool:
 
 
 def _client_at(url: str) -> Any:
+    # lazy: the daemon (FastAPI, the engine) only for the commands that talk to it
     from airvisor.daemon import DaemonClient
 
     return DaemonClient.connect(url, timeout=2.0)
@@ -50,6 +50,7 @@ def _client_at(url: str) -> Any:
 
 def _discovered_client() -> Any:
     try:
+        # lazy: the daemon (FastAPI, the engine) only for the commands that talk to it
         from airvisor.daemon import DaemonClient
     except ImportError:
         return None
@@ -71,8 +72,8 @@ def _fail(message: str) -> None:
               help="Wait until every component is down.")
 def stop(run_id: str | None, local: bool, wait: bool) -> None:
     """Stop the current run (or RUN_ID) cleanly, through whoever supervises it."""
+    # lazy: the engine only when a run is stopped without its daemon
     from airvisor.engine import supervisor_alive
-    from airvisor.policy import StopRoute, decide_stop_route
 
     store = _open_store()
     record: RunRecord | None = None
@@ -133,6 +134,7 @@ def _ask_daemon(client: Any, run_id: str, wait: bool) -> None:
 
 def _stop_unsupervised(store: Store, record: RunRecord) -> None:
     """Nobody supervises it: stop its processes directly, by identity and marker."""
+    # lazy: the process layer only when a run is stopped without its daemon
     from airvisor.proc import terminate_tree
 
     comps = [c for c in store.components(record.id) if c.kind == "process" and c.pid]

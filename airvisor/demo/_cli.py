@@ -49,7 +49,7 @@ def _component_help(component: StandinName) -> str:
 
 
 def _runner(name: str) -> Callable[[Sequence[str], DemoVersion], int]:
-    # Imported lazily: each stand-in loads only what it needs, so it starts fast.
+    # lazy: each stand-in loads only what it needs, so it starts fast.
     if name == "rl":
         from airvisor.demo._rl import main as rl_main
 

@@ -27,7 +27,12 @@ from typing import Any
 from airvisor.demo._config import InferenceSettings, parse_args
 from airvisor.demo._faults import claim_fault, has_fired
 from airvisor.demo._log import StandinLogger
-from airvisor.demo._process import Terminated, install_termination_handlers, print_exception_line
+from airvisor.demo._process import (
+    Terminated,
+    install_termination_handlers,
+    print_exception_line,
+    set_title,
+)
 from airvisor.demo._weights import RECORD_PATH, UPDATE_WEIGHTS, WeightCalls
 
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
@@ -204,8 +209,6 @@ def _metrics_text(state: _ServerState) -> str:
 def main(argv: Sequence[str], version: str = "main") -> int:
     settings = parse_args("inference", argv)
     if version == "main":
-        from airvisor.demo._process import set_title
-
         set_title("PRIME-RL::Inference")  # main entrypoints/inference.py:238
     logger = StandinLogger()
     demo = settings.demo

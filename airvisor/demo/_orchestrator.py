@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from airvisor.demo._config import OrchestratorSettings, parse_args
+from airvisor.demo._env_server import wait_until_up
 from airvisor.demo._layout import (
     BROADCAST_MARKER,
     DEFAULT_VERSION,
@@ -53,6 +54,7 @@ from airvisor.demo._steps import (
     save_checkpoint,
     wave,
 )
+from airvisor.demo._trainer import format_time
 from airvisor.demo._weights import send_startup_update
 
 POLL = 0.01
@@ -144,8 +146,6 @@ def _run(settings: OrchestratorSettings, ctx: StepContext, progress: _Progress) 
 
 def _wait_for_env_servers(settings: OrchestratorSettings, logger: StandinLogger) -> None:
     """main: the orchestrator connects to every source's env server, polling until it is up."""
-    from airvisor.demo._env_server import wait_until_up
-
     for split, name, address in settings.env_addresses():
         logger.info(f"Connecting to {split} env server {name} at {address}")
         if not wait_until_up(address, settings.demo.connect_timeout):
@@ -299,8 +299,6 @@ def _report_step(
             f" | Async Level: 1 | Max. Off-Policy Level: 0"
         )
     else:  # main orchestrator.py:879-888
-        from airvisor.demo._trainer import format_time
-
         ctx.logger.success(
             f"Step {step} | {format_time(elapsed):>7} | Reward {reward:.4f} | "
             f"Trainable {settings.batch_size}/{settings.batch_size} (100.0%) | Turns 1.0 | "

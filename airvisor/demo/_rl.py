@@ -34,13 +34,20 @@ from urllib.parse import urlparse
 import psutil
 import tomli_w
 
-from airvisor.demo._config import DemoConfigError, drop_none, load_toml, split_argv
+from airvisor.demo._config import (
+    DemoConfigError,
+    OrchestratorSettings,
+    drop_none,
+    load_toml,
+    split_argv,
+)
 from airvisor.demo._inference import RUN_DIR_ENV
 from airvisor.demo._layout import DemoVersion, list_steps, remove_steps_after
 from airvisor.demo._log import StandinLogger
 from airvisor.demo._process import set_title
 from airvisor.primerl._resolve import EXIT_NO_PRIME_RL, last_json_object
 from airvisor.profile._configs import merge_into
+from airvisor.profile._rlargs import flag_value as parse_flag_value
 
 PRIMERL_PYTHON_ENV = "AIRVISOR_DEMO_PRIMERL_PYTHON"
 RESOLVE_TIMEOUT = 180.0
@@ -99,8 +106,6 @@ def lenient_config(argv: Sequence[str]) -> dict[str, Any]:
             else:
                 value = True
         else:
-            from airvisor.profile._rlargs import flag_value as parse_flag_value
-
             value = parse_flag_value(raw)
         nested: Any = value
         for part in reversed(parts):
@@ -209,8 +214,6 @@ def resolve_main_lenient(config: Mapping[str, Any]) -> Resolved:
 def _lenient_env_servers(orchestrator: Mapping[str, Any]) -> list[dict[str, Any]]:
     """entrypoints/rl.py env_servers + write_subconfigs: one server per source without its own
     serve.address, at the orchestrator's derived address."""
-    from airvisor.demo._config import OrchestratorSettings
-
     settings = OrchestratorSettings.model_validate(drop_none(orchestrator))
     sources = [*settings.train.source, *(settings.eval.source if settings.eval else [])]
     servers = []
