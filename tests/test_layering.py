@@ -208,9 +208,6 @@ LAZY_ANYWHERE_UNDER = ("cli", "demo")
 KNOWN_UNMARKED_LOCAL_IMPORTS: dict[tuple[str, str], str] = {
     # TODO(issue 21): in files other sessions were changing when this check was written; none
     # closes a cycle or is heavy here, so each moves to its module's top.
-    ("engine/_supervisor.py", "airvisor.proc"): "move to the top",
-    ("engine/_supervisor.py", "airvisor.proc._serverhealth"): "move to the top",
-    ("engine/_supervisor.py", "airvisor.stacks"): "move to the top",
     ("view/_logfiles.py", "airvisor.primerl"): "move to the top",
     ("view/_render.py", "airvisor.primerl"): "move to the top",
 }

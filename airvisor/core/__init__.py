@@ -8,8 +8,10 @@ from airvisor.core._events import (
     ComponentExited,
     Event,
     InferenceReady,
+    MemberExited,
     ProbeFailed,
     ProcessEvent,
+    Task,
     TaskDone,
 )
 from airvisor.core._logview import FileIdentity, LogView
@@ -22,9 +24,11 @@ __all__ = [
     "FileIdentity",
     "InferenceReady",
     "LogView",
+    "MemberExited",
     "ProbeFailed",
     "ProcessEvent",
     "SupervisorCore",
+    "Task",
     "TaskDone",
     "recorded_failure",
 ]

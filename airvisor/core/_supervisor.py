@@ -19,7 +19,7 @@ from typing import Any, get_args
 
 from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
-from airvisor.core._events import Command, Event, ProcessEvent, TaskDone
+from airvisor.core._events import Command, Event, ProcessEvent, Task, TaskDone
 from airvisor.core._logview import LogView
 from airvisor.policy import Phase, RestartKind, RestartPolicy, RunState
 from airvisor.policy._event_levels import event_log_level
@@ -37,6 +37,7 @@ from airvisor.policy._transition import (
     EndAttempt,
     Failure,
     GiveUpRun,
+    NoteError,
     ProcessesDown,
     RecordFailure,
     Relaunch,
@@ -71,7 +72,7 @@ class SupervisorCore:
     """One run's phase machine and what it orders, over a backend (the subclass)."""
 
     # Worker tasks a stop waits for (it is carried out when they report).
-    stop_waits_for: frozenset[str] = frozenset()
+    stop_waits_for: frozenset[Task] = frozenset()
 
     def __init__(self, *, run_id: str, profile: Profile, store: Store,
                  post: Callable[[Event], None], hooks: Any,
@@ -90,7 +91,7 @@ class SupervisorCore:
         self.step: int | None = None
         self.last_progress_wall: float | None = None
         self.finished = threading.Event()
-        self._tasks: set[str] = set()
+        self._tasks: set[Task] = set()
         self._failure: Failure | None = None  # payload of RECOVERY_STOPPING / BACKOFF
         self._backoff_until: float | None = None  # payload of BACKOFF
         self._attempt_progress: float | None = None  # monotonic time of the last advance
@@ -237,7 +238,7 @@ class SupervisorCore:
             self._on_terminal()
             self.finished.set()
 
-    def _run_task(self, name: str, job: Callable[[], Any]) -> None:
+    def _run_task(self, name: Task, job: Callable[[], Any]) -> None:
         """Run a blocking job on a worker thread; its outcome comes back as TaskDone."""
         self._tasks.add(name)
         attempt = self.attempt
@@ -304,6 +305,8 @@ class SupervisorCore:
             elif isinstance(effect, GiveUpRun):
                 self.store.update_run(self.run_id, last_error=effect.reason)
                 self._event("gave_up", effect.reason)
+            elif isinstance(effect, NoteError):
+                self.store.update_run(self.run_id, last_error=effect.reason)
         self._set_phase(target)
         for effect in acts:
             if isinstance(effect, StopProcesses):

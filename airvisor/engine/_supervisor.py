@@ -23,9 +23,11 @@ from airvisor.core import (
     Event,
     InferenceReady,
     LogView,
+    MemberExited,
     ProbeFailed,
     ProcessEvent,
     SupervisorCore,
+    Task,
     TaskDone,
     recorded_failure,
 )
@@ -35,7 +37,16 @@ from airvisor.engine._rollouts import RolloutWatcher, event_of
 from airvisor.policy import Phase, StallRule, stalled_for
 from airvisor.policy._rollouts import NeedsPerson
 from airvisor.policy._scope import InferenceHealth, ScopeDecision
-from airvisor.policy._transition import Failure, RecoveryResumed
+from airvisor.policy._transition import (
+    Abort,
+    Failure,
+    Launched,
+    MachineBusy,
+    Preparing,
+    Ready,
+    RecoveryResumed,
+    TakenOver,
+)
 from airvisor.primerl import (
     FINISH_MILESTONES,
     LAUNCHER,
@@ -50,8 +61,11 @@ from airvisor.primerl import (
     run_layout,
 )
 from airvisor.primerl._split import SplitPlan, plan_split, resolve_split, split_of
-from airvisor.proc import ProcessIdentity, launch
+from airvisor.proc import ProcessIdentity, containment, launch
+from airvisor.proc._deathwatch import Death, DeathWatch
+from airvisor.proc._serverhealth import probe_kept_server
 from airvisor.profile._schema import Profile
+from airvisor.stacks import with_stacks_first
 
 log = get_logger("airvisor.engine")
 
@@ -84,8 +98,6 @@ def _pool_status(pool: ContainerPoolLike | None) -> tuple[Any, ...]:
 
 
 def _describe_containment() -> str:
-    from airvisor.proc import containment
-
     return containment().describe()
 
 
@@ -166,6 +178,12 @@ class ProberLike(Protocol):
     def stop(self) -> None: ...
 
 
+class DeathWatchLike(Protocol):
+    def watch(self, key: str, pid: int, create_time: float | None = None) -> bool: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Hooks:
     """The supervisor's I/O beyond process launch, injectable for tests."""
@@ -186,6 +204,9 @@ class Hooks:
     prober: Callable[..., ProberLike] = InferenceProber
     # The components below prime-rl's launcher, by name (launcher mode).
     members: Callable[[int], dict[str, int]] = launcher_members
+    # Watches those members directly (their exit seen at once, issue 22 item 4): called with
+    # the callback a death is reported to (on the watcher's thread).
+    death_watch: Callable[[Callable[[Death], None]], DeathWatchLike] = DeathWatch
     # How this supervisor contains the processes it starts ("cgroup v2 (...)" or "subreaper
     # fallback (...)"), shown in the run's events and so in `airvisor status`.
     containment: Callable[[], str] = field(default=lambda: _describe_containment())
@@ -227,7 +248,7 @@ class RunSupervisor(SupervisorCore):
     exits and the inference server's health. The supervisor core decides; this backend
     launches, stops and watches."""
 
-    stop_waits_for = frozenset({"stop", "preflight"})
+    stop_waits_for = frozenset({Task.STOP, Task.PREFLIGHT})
 
     def __init__(self, *, hooks: Hooks, **core: Any) -> None:
         """`core`: SupervisorCore's arguments (run_id, profile, store, post, clock, wall,
@@ -252,6 +273,7 @@ class RunSupervisor(SupervisorCore):
         self._next_container_check = 0.0
         self._next_member_scan = 0.0
         self._members: dict[str, int] = {}
+        self._death_watch: DeathWatchLike | None = None  # the members' (started at the first)
         self._containment: str | None = None
         self._container_recreates = 0
         # The split (issue 22): this attempt's plan when its inference server runs as its own
@@ -267,6 +289,12 @@ class RunSupervisor(SupervisorCore):
     def _on_terminal(self) -> None:
         for view in self.views.values():
             view.close()
+        self._close_death_watch()
+
+    def _close_death_watch(self) -> None:
+        if self._death_watch is not None:
+            self._death_watch.close()
+            self._death_watch = None
 
     @property
     def members(self) -> dict[str, int]:
@@ -312,8 +340,6 @@ class RunSupervisor(SupervisorCore):
         port = self.profile.inference.port
         if server is None or port is None:
             return False
-        from airvisor.proc._serverhealth import probe_kept_server
-
         try:
             offset = server.log.path.stat().st_size
         except OSError:
@@ -321,7 +347,7 @@ class RunSupervisor(SupervisorCore):
         members = [(server.identity.pid, server.identity.create_time)]
         base_url = inference_base_url(self.profile.inference.host, port)
         log_path = server.log.path
-        self._run_task("scope", lambda: probe_kept_server(
+        self._run_task(Task.SCOPE, lambda: probe_kept_server(
             members=members, base_url=base_url, log_path=log_path, log_offset=offset))
         return True
 
@@ -332,7 +358,7 @@ class RunSupervisor(SupervisorCore):
             self._begin_preflight()
 
     def _begin_preflight(self, *, keep_inference: bool = False) -> None:
-        self._set_phase(Phase.PREFLIGHT)
+        self._decide(Preparing())
         self._backoff_until = None
         profile, run_id = self.profile, self.run_id
         live = self._hooks.live_run_ids() - {run_id}
@@ -383,7 +409,7 @@ class RunSupervisor(SupervisorCore):
                 return prepared
             return _plan_split(prepared, attempt_dir, prl_run_id, names)
 
-        self._run_task("preflight", job)
+        self._run_task(Task.PREFLIGHT, job)
 
     def _launch_attempt(self, prepared: PreparedAttempt,
                         split: SplitPrepared | None = None) -> None:
@@ -435,11 +461,12 @@ class RunSupervisor(SupervisorCore):
         self._notes = set()
         self._members = {}
         self._next_member_scan = 0.0
+        self._close_death_watch()  # the last attempt's members (their deaths are expected)
         metrics = self.layout.metrics_file()
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
         self._rollouts = RolloutWatcher.for_attempt(self.attempt_dir, self.profile,
                                                     clock=self._clock)
-        self._set_phase(Phase.STARTING)
+        self._decide(Launched())
         if plan is not None:
             if kept is None:
                 self._start_component(INFERENCE)
@@ -588,7 +615,7 @@ class RunSupervisor(SupervisorCore):
         waiting = ("orchestrator" not in handles if self.mode == "components"
                    else step is None)
         # The old supervisor died before the server was ready: wait for it again.
-        self._set_phase(Phase.STARTING if waiting else Phase.RUNNING)
+        self._decide(TakenOver(Phase.STARTING if waiting else Phase.RUNNING))
         if self.mode == "components" and "orchestrator" not in handles:
             self._rebuild_specs(resume_step)
         if self.profile.containers.enabled and self._hooks.container_pool is not None:
@@ -626,7 +653,7 @@ class RunSupervisor(SupervisorCore):
                     path.write_text(text)
             return dict(prepared.plan.processes)
 
-        self._run_task("respec", job)
+        self._run_task(Task.RESPEC, job)
 
     def resume_after_boot(self, attempt: int, survivors: dict[str, ComponentHandle],
                           failure: Failure) -> None:
@@ -636,10 +663,7 @@ class RunSupervisor(SupervisorCore):
         self.attempt = attempt
         self.components = survivors
         if failure.kind == "boot" and not self.profile.restart.resume_on_boot:
-            self.store.update_run(self.run_id,
-                                  last_error=f"{failure.reason}; restart.resume_on_boot is off")
-            self._set_phase(Phase.STOPPING_FAILED)
-            self._stop_processes()
+            self._decide(Abort(f"{failure.reason}; restart.resume_on_boot is off"))
             return
         self._decide(RecoveryResumed(failure))
 
@@ -695,13 +719,13 @@ class RunSupervisor(SupervisorCore):
         """Boot takeover of a run that was stopping: finish the stop, end as it was to end."""
         self.attempt = attempt
         self.components = survivors
-        self._set_phase(target)
-        self._stop_processes()
+        self._decide(TakenOver(target))
 
     def detach(self) -> None:
         """Stop watching (the daemon is going away); the components keep running."""
         if self._prober is not None:
             self._prober.stop()
+        self._close_death_watch()
 
     def on_internal_error(self, message: str) -> None:
         """A bug while handling this run: never leave it wedged in a live phase; the attempt
@@ -709,10 +733,7 @@ class RunSupervisor(SupervisorCore):
         if self.phase.terminal or self.phase.stopping or self.phase == Phase.RECOVERY_STOPPING:
             return
         if self.phase in (Phase.PENDING, Phase.TAKEOVER, Phase.BACKOFF):
-            self.store.update_run(self.run_id, last_error=message)
-            self._set_phase(Phase.STOPPING_FAILED if self.phase != Phase.BACKOFF
-                            else Phase.STOPPING_STOPPED)
-            self._stop_processes()
+            self._decide(Abort(message))
             return
         self._fail(message, None)
 
@@ -722,6 +743,8 @@ class RunSupervisor(SupervisorCore):
             return  # an echo of an earlier attempt
         if isinstance(event, ComponentExited):
             self._on_exit(event)
+        elif isinstance(event, MemberExited):
+            self._on_member_exit(event)
         elif isinstance(event, InferenceReady):
             self._on_ready()
         elif isinstance(event, ProbeFailed) and self.phase == Phase.RUNNING:
@@ -750,7 +773,7 @@ class RunSupervisor(SupervisorCore):
             if "orchestrator" not in self._specs:
                 return  # adopted: started once its spec is rebuilt ("respec" task)
             self._start_component("orchestrator")
-        self._set_phase(Phase.RUNNING)
+        self._decide(Ready())
 
     def _on_exit(self, event: ComponentExited) -> None:
         handle = self.components.get(event.component)
@@ -777,6 +800,34 @@ class RunSupervisor(SupervisorCore):
                 self._succeed("trainer and orchestrator finished: run complete")
             return
         self._fail(f"{event.component} {what}", event.component)
+
+    def _on_member_exit(self, event: MemberExited) -> None:
+        """A process prime-rl's launcher started exited. The launcher learns of it in its monitor
+        loop, up to a second later (v0.4 `rl.py:779-786`, main `entrypoints/rl.py:378-399`: a
+        `time.sleep(1)` between looks), and a failure line is read after that: here it is acted
+        on at once. A normal end (its "finished" line, training done, status 0) is left to the
+        launcher, which ends the run."""
+        if self.phase not in (Phase.STARTING, Phase.RUNNING) \
+                or self._members.get(event.member) != event.pid:
+            return
+        self._read_progress(self._clock())  # its last lines may say it finished (or the
+        if self.phase not in (Phase.STARTING, Phase.RUNNING):  # launcher already reported)
+            return
+        finished = FINISH_MILESTONES.get(event.member)
+        if event.returncode == 0 or (finished is not None and finished in self._finished) \
+                or self._training_done():
+            return
+        latency_ms = max(0.0, (self._wall() - event.at) * 1000.0)
+        if event.returncode is not None:
+            reason = f"{event.member} {describe_exit(event.returncode)} (seen at once by airvisor)"
+        else:
+            reason = (f"{event.member} exited (seen at once by airvisor; prime-rl's launcher "
+                      "reaped it, so its status is the launcher's to know)")
+        self._event("member_exited", f"{event.member} (pid {event.pid}) exited: seen at once, "
+                    "before prime-rl's launcher reported it", component=event.member,
+                    pid=event.pid, returncode=event.returncode, seen_at=event.at,
+                    acted_after_ms=round(latency_ms, 3))
+        self._fail(reason, event.member)
 
     def _on_launcher_exit(self, handle: ComponentHandle, returncode: int | None,
                           what: str) -> None:
@@ -806,37 +857,45 @@ class RunSupervisor(SupervisorCore):
 
     def _on_task_done(self, event: TaskDone) -> None:
         self._tasks.discard(event.task)
-        if event.task == "preflight":
-            self._after_preflight(event)
-        elif event.task == "stop":
-            self._after_stop(event)
-        elif event.task == "scope":
-            health = event.result if isinstance(event.result, InferenceHealth) else None
-            self._scope_probed(health)
-        elif event.task == "respec":
-            if self.phase not in (Phase.STARTING, Phase.RUNNING) or \
-                    event.attempt != self.attempt:
-                return
-            if event.error is not None:
-                self._fail(f"cannot rebuild the adopted attempt's launch: {event.error}", None)
-                return
-            self._specs = dict(event.result or {})
-            if self.phase == Phase.STARTING and self._prober is None:
-                self._start_prober()
-        elif event.task == "containers":
-            if self.phase != Phase.RUNNING or event.attempt != self.attempt:
-                return
-            outcome: TaskOutcome | None = event.result
-            changes = list(outcome.summary or []) if outcome is not None else []
-            for change in changes:
-                self._event(getattr(change, "kind", "container"), str(change),
-                            component="containers")
-            if event.error is not None:
-                self._fail(f"task containers: {event.error}", "containers")
-            else:
-                self._record_containers(outcome.containers if outcome is not None else ())
-                if any(getattr(c, "kind", "") == "container_gave_up" for c in changes):
-                    self._fail("a task container could not be recovered", "containers")
+        match event.task:
+            case Task.PREFLIGHT:
+                self._after_preflight(event)
+            case Task.STOP:
+                self._after_stop(event)
+            case Task.SCOPE:
+                health = event.result if isinstance(event.result, InferenceHealth) else None
+                self._scope_probed(health)
+            case Task.RESPEC:
+                self._after_respec(event)
+            case Task.CONTAINERS:
+                self._after_container_check(event)
+            case _:
+                raise AssertionError(f"the box runs no {event.task} task")
+
+    def _after_respec(self, event: TaskDone) -> None:
+        if self.phase not in (Phase.STARTING, Phase.RUNNING) or event.attempt != self.attempt:
+            return
+        if event.error is not None:
+            self._fail(f"cannot rebuild the adopted attempt's launch: {event.error}", None)
+            return
+        self._specs = dict(event.result or {})
+        if self.phase == Phase.STARTING and self._prober is None:
+            self._start_prober()
+
+    def _after_container_check(self, event: TaskDone) -> None:
+        if self.phase != Phase.RUNNING or event.attempt != self.attempt:
+            return
+        outcome = event.result if isinstance(event.result, TaskOutcome) else None
+        changes = list(outcome.summary or []) if outcome is not None else []
+        for change in changes:
+            self._event(getattr(change, "kind", "container"), str(change),
+                        component="containers")
+        if event.error is not None:
+            self._fail(f"task containers: {event.error}", "containers")
+        else:
+            self._record_containers(outcome.containers if outcome is not None else ())
+            if any(getattr(c, "kind", "") == "container_gave_up" for c in changes):
+                self._fail("a task container could not be recovered", "containers")
 
     def _after_preflight(self, event: TaskDone) -> None:
         if self.phase.stopping:
@@ -886,17 +945,11 @@ class RunSupervisor(SupervisorCore):
         crash of the run. Said once per cause (a warning event, `last_error`), then the
         preflight is tried again every restart.backoff_max, uncounted, until it passes or
         the run is stopped."""
-        if self._machine_reason != reason:
-            self._machine_reason = reason
-            self.store.update_run(self.run_id, last_error=reason)
-            self._event("machine_condition", f"waiting for the machine: {reason}; retrying "
-                        f"every {self._machine_retry():g} s (not counted as a crash)",
-                        reason=reason)
-        self._failure = Failure(reason, "machine")
-        # Persisted with the phase: a daemon that starts now goes on waiting.
-        self.store.merge_run_details(self.run_id, recovery={"reason": reason, "kind": "machine"})
-        self._set_phase(Phase.BACKOFF)
-        self._backoff_until = self._clock() + self._machine_retry()
+        new = self._machine_reason != reason
+        self._machine_reason = reason
+        # The wait keeps the scope of the recovery being prepared: a kept server stays kept.
+        self._decide(MachineBusy(reason, self._machine_retry(), new,
+                                 self._scope if self._keep_next else None))
 
     def _machine_retry(self) -> float:
         """How often a waiting run looks again: restart.backoff_max, at most a minute (a
@@ -909,7 +962,7 @@ class RunSupervisor(SupervisorCore):
         """Stop every component tree (but `keep`'s: the kept server) and the containers, on a
         worker thread; the phase says what follows (a restart decision, or the end the stop
         leads to)."""
-        if "stop" in self._tasks:
+        if Task.STOP in self._tasks:
             return  # one stop at a time: the running one ends in the current phase
         self._backoff_until = None
         if keep is None:
@@ -941,14 +994,12 @@ class RunSupervisor(SupervisorCore):
         if self.phase == Phase.RECOVERY_STOPPING and self._failure is not None \
                 and self._failure.kind == "hang":
             # Where each process hung, looked at before the kill (bounded; airvisor.stacks).
-            from airvisor.stacks import with_stacks_first
-
             job = with_stacks_first(job, self.store, run_id, self.attempt, self.attempt_dir)
-        self._run_task("stop", job)
+        self._run_task(Task.STOP, job)
 
     def _stop_rest(self) -> None:
         """Stop prime-rl's `rl` without [inference] (its tree), keep the server."""
-        if "stop" in self._tasks:
+        if Task.STOP in self._tasks:
             return
         if self._kept_server() is None:
             self._stop_processes()  # nothing left to keep: the recovery stops what is there
@@ -1038,7 +1089,7 @@ class RunSupervisor(SupervisorCore):
                     changes = pool.check()
                 return TaskOutcome(changes, _pool_status(pool))
 
-            self._run_task("containers", check)
+            self._run_task(Task.CONTAINERS, check)
 
     def _poll_adopted(self) -> None:
         for handle in self.components.values():
@@ -1089,12 +1140,26 @@ class RunSupervisor(SupervisorCore):
             if self._members.get(name) == pid:
                 continue
             self._members[name] = pid
+            self._watch_member(name, pid)
             log_path = self.layout.log_file(name) if name in VIEWED else None  # type: ignore[arg-type]
             gpus = list(getattr(self.profile.gpus, name, [])) if name in VIEWED else []
             self.store.upsert_component(
                 self.run_id, self.attempt, name, kind="member", state="running", pid=pid,
                 pgid=launcher.pgid, argv=[], gpus=gpus,
                 log_path=str(log_path) if log_path is not None else None, exit_code=None)
+
+    def _watch_member(self, name: str, pid: int) -> None:
+        """Watch a member's exit directly: the report is posted as a MemberExited event, so the
+        main loop wakes for it at once."""
+        if self._death_watch is None:
+            run_id, attempt, post = self.run_id, self.attempt, self._post
+
+            def on_death(death: Death) -> None:  # the watcher's thread: hand it over only
+                post(MemberExited(run_id, attempt, death.key, death.pid, death.returncode,
+                                  death.seen_at))
+
+            self._death_watch = self._hooks.death_watch(on_death)
+        self._death_watch.watch(name, pid)
 
     def _record_containers(self, statuses: tuple[Any, ...]) -> None:
         for status in statuses:

@@ -115,8 +115,55 @@ class RecoveryResumed:
     failure: Failure
 
 
+@dataclass(frozen=True)
+class Preparing:
+    """The next attempt is being prepared (the box's preflight, Slurm's submission): the first
+    one, one after a backoff, or one a new supervisor starts."""
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The attempt's processes were started (or its job submitted)."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The attempt runs: the inference server answers (the box), the job runs (Slurm)."""
+
+
+@dataclass(frozen=True)
+class MachineBusy:
+    """The machine cannot host the next attempt now (a full or read-only disk): not a crash of
+    the run. The run waits `retry` seconds, uncounted, then prepares again, in the scope of the
+    recovery it was preparing (`scope`: a kept inference server stays kept). `new`: a cause not
+    said before (said once, as the run's last error)."""
+
+    reason: str
+    retry: float
+    new: bool
+    scope: ScopeDecision | None = None
+
+
+@dataclass(frozen=True)
+class TakenOver:
+    """A new supervisor takes over an attempt in `phase`: a live attempt it adopts (STARTING
+    until the server or job is seen ready, else RUNNING), or the stop the last supervisor was
+    carrying out (a stopping phase: the stop is finished)."""
+
+    phase: Phase
+
+
+@dataclass(frozen=True)
+class Abort:
+    """The run cannot go on outside a live attempt (restart.resume_on_boot off on a takeover,
+    an internal error while pending, taken over or backing off): what is left is stopped and
+    the run ends failed (stopped, from a backoff: the last attempt already failed)."""
+
+    reason: str
+
+
 Event = (AttemptFailed | TrainingDone | StopAsked | RestartAsked | ProcessesDown | BackoffOver
-         | RecoveryResumed)
+         | RecoveryResumed | Preparing | Launched | Ready | MachineBusy | TakenOver | Abort)
 
 
 # -- effects ----------------------------------------------------------------------------------
@@ -190,12 +237,20 @@ class GiveUpRun:
     reason: str
 
 
+@dataclass(frozen=True)
+class NoteError:
+    """The run's last error (shown by status) is `reason`; no failure is recorded."""
+
+    reason: str
+
+
 Effect = (Say | RecordFailure | RememberRecovery | StopProcesses | EndAttempt | CountRestart
-          | WaitThenRelaunch | Relaunch | GiveUpRun)
+          | WaitThenRelaunch | Relaunch | GiveUpRun | NoteError)
 
 Next = tuple[Phase, tuple[Effect, ...]]
 
 _LIVE = (Phase.STARTING, Phase.RUNNING)
+_STOPPING = (Phase.STOPPING_STOPPED, Phase.STOPPING_FAILED, Phase.STOPPING_SUCCEEDED)
 # Where an attempt is being prepared or runs: the phases a failure of it comes from.
 _ATTEMPT = (Phase.PREFLIGHT, *_LIVE)
 
@@ -239,6 +294,40 @@ def transition(phase: Phase, event: Event) -> Next:
             return phase, ()
         return phase, (Relaunch(event.failure.kind if event.failure else "boot",
                                 keep_inference=_kept(event.scope)),)
+    return _on_attempt_lifecycle(phase, event)
+
+
+def _on_attempt_lifecycle(phase: Phase, event: Event) -> Next:
+    """How an attempt is prepared, started and taken over, and the waits and aborts outside a
+    live attempt."""
+    if isinstance(event, Preparing):
+        if phase not in (Phase.PENDING, Phase.TAKEOVER, Phase.BACKOFF, Phase.PREFLIGHT):
+            return phase, ()
+        return Phase.PREFLIGHT, ()
+    if isinstance(event, Launched):
+        return (Phase.STARTING, ()) if phase == Phase.PREFLIGHT else (phase, ())
+    if isinstance(event, Ready):
+        return (Phase.RUNNING, ()) if phase == Phase.STARTING else (phase, ())
+    if isinstance(event, MachineBusy):
+        if phase != Phase.PREFLIGHT:
+            return phase, ()
+        said: tuple[Effect, ...] = (
+            NoteError(event.reason),
+            Say("machine_condition", f"waiting for the machine: {event.reason}; retrying "
+                f"every {event.retry:g} s (not counted as a crash)",
+                data={"reason": event.reason})) if event.new else ()
+        return Phase.BACKOFF, (*said, RememberRecovery(Failure(event.reason, "machine"),
+                                                        event.scope),
+                               WaitThenRelaunch(event.retry))
+    if isinstance(event, TakenOver):
+        if phase != Phase.TAKEOVER or event.phase not in (*_LIVE, *_STOPPING):
+            return phase, ()
+        return event.phase, ((StopProcesses(),) if event.phase.stopping else ())
+    if isinstance(event, Abort):
+        if phase not in (Phase.PENDING, Phase.TAKEOVER, Phase.BACKOFF):
+            return phase, ()
+        target = Phase.STOPPING_STOPPED if phase == Phase.BACKOFF else Phase.STOPPING_FAILED
+        return target, (NoteError(event.reason), StopProcesses())
     raise TypeError(f"not a run event: {event!r}")
 
 

@@ -808,6 +808,12 @@ CITATIONS: tuple[Citation, ...] = (
              _SRC + 'trainer/rl/train.py', '36e291e05ce5',
              ('set_proc_title("Trainer")',)),
     # airvisor/engine/_supervisor.py
+    # A member's death acted on before the launcher's monitor loop reports it (issue 22).
+    Citation(_ENGINE_SUPERVISOR, "rl.py:779-786", V04, _SRC + "rl.py", "cc9419f1f901",
+             ("while not (stop_events[\"orchestrator\"].is_set() and",)),
+    Citation(_ENGINE_SUPERVISOR, "entrypoints/rl.py:378-399", MAIN,
+             _SRC + "entrypoints/rl.py", "06cfb5a5265d",
+             ("while not (stop_events[\"orchestrator\"].is_set() and",)),
     Citation(_ENGINE_SUPERVISOR, 'rl.py:804-808', V04, _SRC + 'rl.py', 'f210c63e96b7',
              ('logger.success("RL training finished!")',)),
     Citation(_ENGINE_SUPERVISOR, 'entrypoints/rl.py:403-407', MAIN,

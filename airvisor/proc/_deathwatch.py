@@ -11,6 +11,11 @@ polled with psutil every `poll_interval` seconds instead.
 A pid is the process only while its start time matches (pids are reused): a watched pid whose
 start time differs, or that is already gone or a zombie, is reported dead at once.
 `on_death` runs on the watcher's thread: it must only hand the fact over (e.g. post an event).
+
+The exit status of a process that is not our child is its parent's to collect; while it is a
+zombie (not reaped yet) the kernel still shows it in `/proc/<pid>/stat` (field 52, exit_code,
+Linux >= 3.5, proc(5)), and a report carries it then. Once reaped it is None: the parent
+(prime-rl's launcher) says it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import psutil
@@ -37,6 +43,9 @@ class Death:
     pid: int
     seen_at: float  # time.time() when the watcher saw it
     via: Via  # at_watch: it was already gone (or another process) when watch() was called
+    # As subprocess reports it (negative: killed by that signal); None when it could not be read
+    # (reaped by its parent already, or gone before the watch).
+    returncode: int | None = None
 
 
 def pidfd_supported() -> bool:
@@ -51,11 +60,36 @@ def pidfd_supported() -> bool:
     return True
 
 
+def zombie_returncode(pid: int, create_time: float | None = None) -> int | None:
+    """The exit status of `pid` while it is a zombie, as subprocess reports it; None when it is
+    not a zombie (running, reaped, gone) or another process now has the pid."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: fields count after it.
+    fields = text[text.rfind(")") + 2:].split()
+    state, exit_code_field = 0, 52 - 3  # fields[0] is field 3
+    if len(fields) <= exit_code_field or fields[state] != "Z":
+        return None
+    if create_time is not None:
+        try:
+            if abs(psutil.Process(pid).create_time() - create_time) > 0.01:
+                return None
+        except psutil.Error:
+            return None
+    try:
+        return os.waitstatus_to_exitcode(int(fields[exit_code_field]))
+    except ValueError:
+        return None
+
+
 @dataclass
 class _Entry:
     pid: int
     process: psutil.Process | None  # psutil fallback only
     fd: int | None  # pidfd
+    create_time: float | None = None
 
 
 def _same_process(pid: int, create_time: float | None) -> psutil.Process | None:
@@ -117,10 +151,12 @@ class DeathWatch:
         if process is None:
             if fd is not None:
                 os.close(fd)
-            self._on_death(Death(key, pid, time.time(), "at_watch"))
+            self._on_death(Death(key, pid, time.time(), "at_watch",
+                                 zombie_returncode(pid, create_time)))
             return False
         with self._lock:
-            self._entries[key] = _Entry(pid, None if fd is not None else process, fd)
+            self._entries[key] = _Entry(pid, None if fd is not None else process, fd,
+                                        process.create_time())
         self._wake()
         return True
 
@@ -153,9 +189,11 @@ class DeathWatch:
             if self._entries.get(key) is not entry:
                 return  # unwatched or replaced meanwhile
             del self._entries[key]
+        # Read before the pidfd is closed and before anyone is told: the parent may reap it.
+        returncode = zombie_returncode(entry.pid, entry.create_time)
         if entry.fd is not None:
             os.close(entry.fd)
-        self._on_death(Death(key, entry.pid, time.time(), via))
+        self._on_death(Death(key, entry.pid, time.time(), via, returncode))
 
     def _run(self) -> None:
         while not self._closed.is_set():

@@ -22,7 +22,7 @@ from typing import Any
 
 from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
-from airvisor.core import LogView, SupervisorCore, TaskDone, recorded_failure
+from airvisor.core import LogView, SupervisorCore, Task, TaskDone, recorded_failure
 from airvisor.policy import (
     BootAction,
     Failure,
@@ -33,7 +33,14 @@ from airvisor.policy import (
     phase_of_record,
     stalled_for,
 )
-from airvisor.policy._transition import RecoveryResumed
+from airvisor.policy._transition import (
+    Launched,
+    Preparing,
+    Ready,
+    RecoveryResumed,
+    StopAsked,
+    TakenOver,
+)
 from airvisor.primerl import (
     ChildFailure,
     child_failure_from_line,
@@ -100,7 +107,7 @@ class SlurmRunSupervisor(SupervisorCore):
     """A run whose attempts are Slurm jobs. The supervisor core decides; this backend submits,
     polls, cancels and reads the job's logs on the shared filesystem."""
 
-    stop_waits_for = frozenset({"submit", "cancel"})
+    stop_waits_for = frozenset({Task.SUBMIT, Task.CANCEL})
 
     def __init__(self, *, slurm: SlurmClient | None = None,
                  render: Callable[..., JobScript] = render_job_script,
@@ -168,7 +175,7 @@ class SlurmRunSupervisor(SupervisorCore):
         alive = self.job_id is not None and (self.job is None or self.job.phase != "ended")
         if not alive:
             self._processes_down()
-        elif "cancel" not in self._tasks:
+        elif Task.CANCEL not in self._tasks:
             self._cancel()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -225,13 +232,12 @@ class SlurmRunSupervisor(SupervisorCore):
             # The dead daemon was ending the run: finish that (cancel the job if it lives).
             self._event("reattached", f"daemon restarted during a stop: finishing it "
                         f"(job {self.job_id})")
-            self._set_phase(recorded)
-            self._stop_processes()
+            self._decide(TakenOver(recorded))
         else:
             self._reattach_to_job(recorded)
 
     def _reattach_to_job(self, recorded: Phase) -> None:
-        self._set_phase(Phase.RUNNING if recorded == Phase.RUNNING else Phase.STARTING)
+        self._decide(TakenOver(Phase.RUNNING if recorded == Phase.RUNNING else Phase.STARTING))
         self._open_views(catch_up=True)
         self._report_dir = self._report_dir_of(self.attempt)
         self._attempt_max_step = self.step or 0
@@ -251,7 +257,7 @@ class SlurmRunSupervisor(SupervisorCore):
     # -- submission ------------------------------------------------------------------------
     def _submit(self, *, cause: str) -> None:
         self._backoff_until = None
-        self._set_phase(Phase.PREFLIGHT)
+        self._decide(Preparing())
         number = self.attempt + 1
         profile, layout, run_id = self.profile, self.layout, self.run_id
         attempt_dir = self.attempt_dir_of(number)
@@ -282,7 +288,7 @@ class SlurmRunSupervisor(SupervisorCore):
                                   cwd=attempt_dir)
             return Submitted(number, cause, choice, script, job_id, exclusion, note)
 
-        self._run_task("submit", job)
+        self._run_task(Task.SUBMIT, job)
 
     def _on_submitted(self, done: Submitted) -> None:
         if done.complete or done.script is None:
@@ -320,8 +326,7 @@ class SlurmRunSupervisor(SupervisorCore):
         self._child_failure = None
         self._open_views(catch_up=False)
         self._next_poll = 0.0
-        if self.phase == Phase.PREFLIGHT:
-            self._set_phase(Phase.STARTING)
+        self._decide(Launched())
 
     def _open_views(self, *, catch_up: bool) -> None:
         """The job's logs on the shared filesystem. Right after a submission, what the paths
@@ -344,25 +349,31 @@ class SlurmRunSupervisor(SupervisorCore):
     # -- events ----------------------------------------------------------------------------
     def _on_task_done(self, event: TaskDone) -> None:
         self._tasks.discard(event.task)
-        if event.task == "submit":
-            if event.error is not None:
-                if self.phase.stopping:
-                    self._stop_processes()  # nothing was submitted: the stop ends here
+        match event.task:
+            case Task.SUBMIT:
+                self._after_submit(event)
+            case Task.POLL:
+                if event.attempt != self.attempt or self.state.terminal:
                     return
-                # Nothing ever ran (prime-rl refused the config, sbatch refused the first
-                # job): a retry will not heal it.
-                self._fail(f"job submission failed: {event.error}", kind="crash",
-                           hopeless=self.attempt == 0)
-                return
-            self._on_submitted(event.result)
+                self._on_poll(event)
+            case Task.CANCEL:
+                self._on_cancelled(event)
+            case _:
+                raise AssertionError(f"a Slurm run runs no {event.task} task")
+
+    def _after_submit(self, event: TaskDone) -> None:
+        if event.error is not None:
             if self.phase.stopping:
-                self._stop_processes()  # stopped while submitting: cancel what was submitted
-        elif event.task == "poll":
-            if event.attempt != self.attempt or self.state.terminal:
+                self._stop_processes()  # nothing was submitted: the stop ends here
                 return
-            self._on_poll(event)
-        elif event.task == "cancel":
-            self._on_cancelled(event)
+            # Nothing ever ran (prime-rl refused the config, sbatch refused the first job): a
+            # retry will not heal it.
+            self._fail(f"job submission failed: {event.error}", kind="crash",
+                       hopeless=self.attempt == 0)
+            return
+        self._on_submitted(event.result)
+        if self.phase.stopping:
+            self._stop_processes()  # stopped while submitting: cancel what was submitted
 
     # -- watching --------------------------------------------------------------------------
     def _ticking(self) -> bool:
@@ -370,14 +381,14 @@ class SlurmRunSupervisor(SupervisorCore):
 
     def _watch(self, now: float) -> None:
         self._read_progress(now)
-        if now >= self._next_poll and "poll" not in self._tasks and self.job_id is not None:
+        if now >= self._next_poll and Task.POLL not in self._tasks and self.job_id is not None:
             self._next_poll = now + self.poll_interval
             self._poll()
         if self.phase != Phase.RUNNING:
             return
         if self._training_done():
             self._done_at = self._done_at or now
-            if now - self._done_at >= self.finish_grace and "cancel" not in self._tasks:
+            if now - self._done_at >= self.finish_grace and Task.CANCEL not in self._tasks:
                 self._succeed("trainer and orchestrator finished; the job did not end by "
                               "itself (prime-rl's inference nodes keep serving) and is "
                               "cancelled")
@@ -405,7 +416,7 @@ class SlurmRunSupervisor(SupervisorCore):
                 and info.outcome in ("node_fail", "boot_fail") else {}
             return Polled(info, states)
 
-        self._run_task("poll", job)
+        self._run_task(Task.POLL, job)
 
     def _record_job(self, job: JobInfo) -> None:
         before = self.job
@@ -437,7 +448,7 @@ class SlurmRunSupervisor(SupervisorCore):
         self._read_reports()  # at the poll's pace: a glob of the shared filesystem
         if job.phase in ("running", "ending") and self.phase == Phase.STARTING:
             self._running_since = self._clock()
-            self._set_phase(Phase.RUNNING)
+            self._decide(Ready())
         if job.phase != "ended":
             return
         self._read_reports()
@@ -454,7 +465,7 @@ class SlurmRunSupervisor(SupervisorCore):
             self._succeed(decision.reason)  # (the job has ended: nothing to cancel)
             return
         if decision.action == "stopped":
-            self._set_phase(Phase.STOPPING_STOPPED)
+            self._decide(StopAsked(deferred=True))  # (the job is already gone: nothing to stop)
             self._processes_down()
             return
         failed_checks = [host for host, report in self._reports().items()
@@ -505,7 +516,7 @@ class SlurmRunSupervisor(SupervisorCore):
                 info = slurm.job(job_id)
             return info
 
-        self._run_task("cancel", job)
+        self._run_task(Task.CANCEL, job)
 
     def _on_cancelled(self, event: TaskDone) -> None:
         if isinstance(event.result, JobInfo):

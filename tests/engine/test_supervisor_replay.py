@@ -24,6 +24,7 @@ from airvisor.engine._supervisor import FINISH_TIMEOUT, LogView
 from airvisor.policy import RunState
 from airvisor.primerl import LAUNCHER
 from airvisor.proc import ProcessIdentity
+from airvisor.proc._deathwatch import Death
 from airvisor.profile import Profile, load_profile
 from airvisor.store import Store
 
@@ -564,3 +565,93 @@ def test_a_finished_run_leaves_the_managers_memory(replay_factory: Any) -> None:
     assert run is not None and run.state == "succeeded" and r.events("success")
     with pytest.raises(RunConflict, match="has already ended"):
         r.manager.request_stop(r.run_id)
+
+
+class FakeDeathWatch:
+    """The members' death watcher, reported to by hand (the real one: tests/proc)."""
+
+    def __init__(self, on_death: Any) -> None:
+        self.on_death = on_death
+        self.watched: dict[str, int] = {}
+        self.closed = False
+
+    def watch(self, key: str, pid: int, create_time: float | None = None) -> bool:
+        self.watched[key] = pid
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def report(self, key: str, returncode: int | None, pid: int | None = None) -> None:
+        self.on_death(Death(key, self.watched[key] if pid is None else pid, time.time(),
+                            "pidfd", returncode))
+
+
+MEMBERS = {"inference": 880_001, "trainer": 880_002, "orchestrator": 880_003}
+
+
+def running_with_watched_members(replay_factory: Any) -> tuple[Replay, list[FakeDeathWatch]]:
+    r = replay_factory()
+    watchers: list[FakeDeathWatch] = []
+
+    def death_watch(on_death: Any) -> FakeDeathWatch:
+        watchers.append(FakeDeathWatch(on_death))
+        return watchers[-1]
+
+    r.manager.hooks.members = lambda pid: dict(MEMBERS)
+    r.manager.hooks.death_watch = death_watch
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.advance(1)
+    assert len(watchers) == 1 and watchers[0].watched == MEMBERS
+    return r, watchers
+
+
+@pytest.mark.parametrize(("member", "returncode", "lines", "fails", "said"), [
+    # Its parent reaped it first: acted on at once all the same.
+    ("trainer", None, {}, True, "trainer exited (seen at once by airvisor; "),
+    # Still a zombie when seen: its status is known.
+    ("orchestrator", 1, {}, True, "orchestrator exited with status 1 (seen at once"),
+    ("trainer", -9, {}, True, "trainer killed by SIGKILL (seen at once"),
+    # A normal end is the launcher's to act on: status 0, or its own "finished" line.
+    ("trainer", 0, {}, False, None),
+    ("trainer", None, {"trainer": "RL trainer finished!"}, False, None),
+    # The launcher stops its server once training finished.
+    ("inference", -15, {"trainer": "RL trainer finished!",
+                        "orchestrator": "Orchestrator finished."}, False, None),
+])
+def test_a_members_death_is_acted_on_at_once(replay_factory: Any, member: str,
+                                             returncode: int | None, lines: dict[str, str],
+                                             fails: bool, said: str | None) -> None:
+    r, watchers = running_with_watched_members(replay_factory)
+    for source, line in lines.items():
+        r.say(source, line)
+    watchers[0].report(member, returncode)
+    r.settle()
+    failures = r.events("failure")
+    if not fails:
+        assert failures == [] and r.sup.state == RunState.RUNNING
+        return
+    assert r.sup.state == RunState.RECOVERING
+    assert [f.component for f in failures] == [member]
+    assert said is not None and said in failures[0].message
+    seen, = r.events("member_exited")
+    assert seen.data["pid"] == MEMBERS[member] and seen.data["returncode"] == returncode
+
+
+def test_a_death_of_another_pid_or_an_earlier_attempt_is_not_the_members(
+        replay_factory: Any) -> None:
+    r, watchers = running_with_watched_members(replay_factory)
+    watchers[0].report("trainer", 1, pid=12345)  # not the pid recorded for the member
+    r.settle()
+    assert r.events("failure") == []
+    # A relaunch closes the last attempt's watcher; a late report from it is an echo.
+    r.current(LAUNCHER).say("Error: Trainer failed with exit code 1")
+    r.advance(1)
+    r.settle()
+    r.advance(60)
+    r.settle(RunState.STARTING)
+    assert r.sup.attempt == 2 and watchers[0].closed
+    watchers[0].report("orchestrator", 1)
+    r.settle()
+    assert len(r.events("failure")) == 1 and r.sup.state == RunState.STARTING

@@ -8,13 +8,19 @@ import pytest
 from airvisor.policy import Phase, RestartPolicy
 from airvisor.policy._scope import ScopeDecision
 from airvisor.policy._transition import (
+    Abort,
     AttemptFailed,
     BackoffOver,
     CountRestart,
     EndAttempt,
     Failure,
     GiveUpRun,
+    Launched,
+    MachineBusy,
+    NoteError,
+    Preparing,
     ProcessesDown,
+    Ready,
     RecordFailure,
     RecoveryResumed,
     Relaunch,
@@ -23,6 +29,7 @@ from airvisor.policy._transition import (
     Say,
     StopAsked,
     StopProcesses,
+    TakenOver,
     TrainingDone,
     WaitThenRelaunch,
     transition,
@@ -34,6 +41,8 @@ OPERATOR = Failure("restart requested", "operator")
 POLICY = RestartPolicy(max_restarts=3, window=600.0, backoff_initial=2.0, backoff_factor=2.0,
                        backoff_max=60.0)
 NOW = 10_000.0
+KEPT = ScopeDecision("keep_inference", "kept", "trainer crashed; the inference server is "
+                                               "healthy and is kept")
 
 
 def kinds(effects: tuple[object, ...]) -> list[str]:
@@ -97,6 +106,42 @@ def kinds(effects: tuple[object, ...]) -> list[str]:
     # A new supervisor finishes a recovery it found begun: nothing recorded again.
     (Phase.TAKEOVER, RecoveryResumed(CRASH), Phase.RECOVERY_STOPPING,
      [RememberRecovery(CRASH), StopProcesses()]),
+    # An attempt's life: prepared (first, after a backoff, by a new supervisor), launched, ready.
+    (Phase.PENDING, Preparing(), Phase.PREFLIGHT, []),
+    (Phase.BACKOFF, Preparing(), Phase.PREFLIGHT, []),
+    (Phase.TAKEOVER, Preparing(), Phase.PREFLIGHT, []),
+    (Phase.RUNNING, Preparing(), Phase.RUNNING, []),
+    (Phase.STOPPING_STOPPED, Preparing(), Phase.STOPPING_STOPPED, []),
+    (Phase.PREFLIGHT, Launched(), Phase.STARTING, []),
+    # A stop that came while preparing is not undone by the launch it raced with.
+    (Phase.STOPPING_STOPPED, Launched(), Phase.STOPPING_STOPPED, []),
+    (Phase.STARTING, Ready(), Phase.RUNNING, []),
+    (Phase.RECOVERY_STOPPING, Ready(), Phase.RECOVERY_STOPPING, []),
+    # A full disk: the run waits (said once per cause), uncounted, then prepares again.
+    (Phase.PREFLIGHT, MachineBusy("disk full", 60.0, new=True), Phase.BACKOFF,
+     [NoteError("disk full"),
+      Say("machine_condition", "waiting for the machine: disk full; retrying every 60 s "
+          "(not counted as a crash)", data={"reason": "disk full"}),
+      RememberRecovery(Failure("disk full", "machine")), WaitThenRelaunch(60.0)]),
+    (Phase.PREFLIGHT, MachineBusy("disk full", 60.0, new=False), Phase.BACKOFF,
+     [RememberRecovery(Failure("disk full", "machine")), WaitThenRelaunch(60.0)]),
+    (Phase.RUNNING, MachineBusy("disk full", 60.0, new=True), Phase.RUNNING, []),
+    # Waiting while preparing the rest against a kept server: the server stays kept.
+    (Phase.PREFLIGHT, MachineBusy("disk full", 60.0, new=False, scope=KEPT), Phase.BACKOFF,
+     [RememberRecovery(Failure("disk full", "machine"), KEPT), WaitThenRelaunch(60.0)]),
+    # A new supervisor: adopts a live attempt, or finishes the stop it found under way.
+    (Phase.TAKEOVER, TakenOver(Phase.STARTING), Phase.STARTING, []),
+    (Phase.TAKEOVER, TakenOver(Phase.RUNNING), Phase.RUNNING, []),
+    (Phase.TAKEOVER, TakenOver(Phase.STOPPING_SUCCEEDED), Phase.STOPPING_SUCCEEDED,
+     [StopProcesses()]),
+    (Phase.TAKEOVER, TakenOver(Phase.BACKOFF), Phase.TAKEOVER, []),
+    (Phase.RUNNING, TakenOver(Phase.STARTING), Phase.RUNNING, []),
+    # Outside a live attempt a run that cannot go on is stopped and ends failed (stopped, from
+    # a backoff); a live attempt's errors are failures of it (AttemptFailed).
+    (Phase.TAKEOVER, Abort("boot; restart.resume_on_boot is off"), Phase.STOPPING_FAILED,
+     [NoteError("boot; restart.resume_on_boot is off"), StopProcesses()]),
+    (Phase.BACKOFF, Abort("bug"), Phase.STOPPING_STOPPED, [NoteError("bug"), StopProcesses()]),
+    (Phase.RUNNING, Abort("bug"), Phase.RUNNING, []),
 ])
 def test_transition_table(phase: Phase, event: object, expected_phase: Phase,
                           expected: list[object]) -> None:
@@ -162,7 +207,9 @@ def test_every_phase_a_transition_reaches_is_an_allowed_edge() -> None:
         AttemptFailed(CRASH), AttemptFailed(CRASH, hopeless=True), TrainingDone("done"),
         StopAsked(), StopAsked(deferred=True), RestartAsked(), BackoffOver(CRASH),
         RecoveryResumed(CRASH), ProcessesDown(CRASH, POLICY, (), 0, NOW),
-        ProcessesDown(CRASH, POLICY, (NOW - 3, NOW - 2, NOW - 1), 3, NOW)]
+        ProcessesDown(CRASH, POLICY, (NOW - 3, NOW - 2, NOW - 1), 3, NOW),
+        Preparing(), Launched(), Ready(), MachineBusy("disk full", 1.0, new=True),
+        Abort("bug"), *(TakenOver(target) for target in Phase)]
     for phase in Phase:
         for event in events:
             target, _ = transition(phase, event)  # type: ignore[arg-type]
@@ -171,8 +218,6 @@ def test_every_phase_a_transition_reaches_is_an_allowed_edge() -> None:
 
 
 # -- recovery scope (issue 22) -----------------------------------------------------------------
-KEPT = ScopeDecision("keep_inference", "kept", "trainer crashed; the inference server is "
-                                               "healthy and is kept")
 FULL = ScopeDecision("full", "unsupported", "trainer crashed; the inference server cannot be "
                                             "kept for this run: nccl_weight_broadcast: NCCL")
 INFERENCE_DOWN = ScopeDecision("full", "inference_failed", "inference crashed")
@@ -262,3 +307,23 @@ def test_a_failed_preflight_keeps_nothing() -> None:
     remembered = effects[1]
     assert isinstance(remembered, RememberRecovery) and remembered.scope is not None
     assert remembered.scope.scope == "full"
+
+
+def test_no_backend_sets_a_phase_itself() -> None:
+    """Every phase change is a decision of `transition`: `_set_phase` is called only where the
+    supervisor core carries a decision out (`_decide`)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "airvisor"
+    callers = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr == "_set_phase":
+                    callers.append(f"{path.relative_to(package)}:{function.name}")
+    assert callers == ["core/_supervisor.py:_decide"]

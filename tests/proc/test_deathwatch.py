@@ -58,7 +58,9 @@ def test_a_child_killed_is_reported_once(watch: Any, procs: Any) -> None:
     assert (death.key, death.pid) == ("trainer", child.pid)
     assert death.via == ("pidfd" if watcher.uses_pidfd else "psutil")
     assert watcher.watched() == []
-    # Seen without being reaped: its parent (this test) still gets the exit status.
+    # Seen while a zombie: the report carries its exit status, read without reaping it...
+    assert death.returncode == -signal.SIGKILL
+    # ...and its parent (this test) still gets the exit status.
     assert child.wait(timeout=BOUND) == -signal.SIGKILL
     assert deaths.empty()
 
@@ -77,6 +79,40 @@ def test_a_grandchild_not_ours_is_reported(watch: Any, procs: Any) -> None:
     psutil.Process(grandchild).kill()
     assert deaths.get(timeout=BOUND).pid == grandchild
     assert parent.wait(timeout=BOUND) == 0
+
+
+def test_the_exit_status_of_a_process_not_ours_while_its_parent_has_not_reaped_it(
+        watch: Any, procs: Any) -> None:
+    # The parent stops (as prime-rl's launcher between two looks) and the grandchild exits 3:
+    # the report says 3. Once the parent reaps it, the status is the parent's alone (None).
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; p = subprocess.Popen([sys.executable, "
+         "'-c', 'import sys; sys.stdin.readline(); sys.exit(3)'], stdin=subprocess.PIPE); "
+         "print(p.pid, flush=True); sys.stdin.readline(); p.stdin.close(); p.wait()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    procs.append(parent)
+    assert parent.stdout is not None and parent.stdin is not None
+    grandchild = int(parent.stdout.readline())
+    watcher, deaths = watch
+    assert watcher.watch("trainer", grandchild, psutil.Process(grandchild).create_time())
+    parent.send_signal(signal.SIGSTOP)  # it cannot reap while stopped
+    try:
+        # The grandchild waits on its stdin, a pipe: a line written into it through /proc
+        # lets it exit while its parent is stopped.
+        with open(f"/proc/{grandchild}/fd/0", "w") as stdin:
+            stdin.write("go\n")
+        death = deaths.get(timeout=BOUND)
+        assert (death.pid, death.returncode) == (grandchild, 3)
+    finally:
+        parent.send_signal(signal.SIGCONT)
+    parent.stdin.write("done\n")
+    parent.stdin.close()
+    assert parent.wait(timeout=BOUND) == 0
+    gone = sleeper(procs)
+    gone.kill()
+    gone.wait(timeout=BOUND)  # reaped: nothing left to read
+    assert not watcher.watch("reaped", gone.pid)
+    assert deaths.get(timeout=BOUND).returncode is None
 
 
 def test_several_each_reported_in_turn(watch: Any, procs: Any) -> None:

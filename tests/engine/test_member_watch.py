@@ -1,0 +1,61 @@
+"""A member's death seen at once (issue 22, item 4), over real processes: prime-rl's own `rl` of
+both versions with the stand-ins as its programs. prime-rl's launcher is stopped (SIGSTOP) before
+the trainer is killed, so only airvisor's own watch of the member can see the death: the failure
+must name the trainer and its status (read while it is an unreaped zombie), and the run recovers.
+
+Every wait is for a condition (bounded by BOUND, a bound on a stuck run, never a timing claim)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+import psutil
+import pytest
+
+from airvisor.policy import RunState
+from airvisor.primerl import LAUNCHER
+
+from .conftest import Harness
+from .test_kept_inference import (
+    drive,
+    profile_of,
+    running_attempt,
+    start,
+    stop_and_check_nothing_left,
+)
+
+
+@pytest.mark.parametrize("version", ["0.4", "main"])
+def test_a_killed_trainer_is_seen_without_prime_rls_launcher(harness: Harness,
+                                                             version: str) -> None:
+    profile = profile_of(harness, version)
+    run_id, sup = start(harness, profile)
+    drive(harness, "a running attempt with its trainer found",
+          lambda: running_attempt(harness, sup, 1, step=2) and "trainer" in sup.members)
+    launcher = next(c for c in harness.store.components(run_id, 1) if c.name == LAUNCHER)
+    assert launcher.pid is not None
+    trainer = sup.members["trainer"]
+    # The trainer's parent (prime-rl's launcher, or what it started the trainer under) is
+    # stopped: it can neither reap the trainer nor report it.
+    parent = psutil.Process(trainer).ppid()
+    assert parent == launcher.pid or launcher.pid in [
+        p.pid for p in psutil.Process(parent).parents()]
+    os.kill(parent, signal.SIGSTOP)
+    try:
+        os.kill(trainer, signal.SIGKILL)
+        failure = drive(harness, "the trainer's failure",
+                        lambda: next(iter(harness.events(run_id, "failure")), None))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(parent, signal.SIGCONT)
+    assert failure.component == "trainer"
+    assert "trainer killed by SIGKILL (seen at once by airvisor)" in failure.message
+    seen, = harness.events(run_id, "member_exited")
+    assert (seen.data["pid"], seen.data["returncode"]) == (trainer, -signal.SIGKILL)
+    # The recovery goes on as for any trainer failure: the next attempt trains.
+    drive(harness, "the next attempt training", lambda: running_attempt(harness, sup, 2, step=1))
+    assert len(harness.events(run_id, "failure")) == 1
+    assert sup.state == RunState.RUNNING
+    stop_and_check_nothing_left(harness, run_id, sup)
