@@ -6,8 +6,15 @@ with the demo stand-ins as the programs it starts; the inference stand-in's `sta
 stands for the model load a real server pays at each start. The bench waits for step 3, SIGKILLs
 the trainer (found in the rest's tree), and times the kill -> the trainer's next `Step` line
 seen by airvisor (the run's step advancing in the next attempt), with backoff 0 so only the
-recovery itself is measured. Usage:
-`.venv/bin/python bench/kept_inference_bench.py [--startup-delay 10] [--kills 3]`.
+recovery itself is measured.
+
+`--real-vllm` makes the inference process a real vLLM (the CPU build and tiny model of the test
+venv, scripts/setup_vllm_cpu.sh) instead of the stand-in, so the full restart pays a real server
+start: the prime-rl folder's `inference` (and `uv run inference`) becomes
+bench/_vllm_inference.py, which execs vLLM's OpenAI server on the config's port under the
+config's model name; the trainer and orchestrator stay stand-ins. Usage:
+`.venv/bin/python bench/kept_inference_bench.py [--startup-delay 10] [--kills 3]`
+`.venv/bin/python bench/kept_inference_bench.py --real-vllm [--kills 2]`.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airvisor.engine import RunManager
@@ -32,26 +41,80 @@ from airvisor.store import Store
 from tests.engine.conftest import demo_profile_dict, write_profile
 
 BOUND = 300.0
+REAL_VLLM_BOUND = 900.0  # a CPU vLLM start on two busy cores: 30 to 90 s, more when cold
+VLLM_VENV = Path(os.environ.get("AIRVISOR_VLLM_VENV", "/opt/airvisor-test/vllm-venv"))
+WRAPPER = Path(__file__).resolve().with_name("_vllm_inference.py")
 
 
-def drive(manager: RunManager, check: Any, what: str) -> Any:
-    deadline = time.monotonic() + BOUND
+def drive(manager: RunManager, check: Any, what: str, bound: float = BOUND) -> Any:
+    deadline = time.monotonic() + bound
     while time.monotonic() < deadline:
         manager.tick(0.02)
         value = check()
         if value:
             return value
-    raise SystemExit(f"no {what} within {BOUND:g} s")
+    raise SystemExit(f"no {what} within {bound:g} s")
 
 
-def one_run(tmp: Path, scope: str, startup_delay: float, kills: int) -> list[float]:
+def _script(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def install_real_vllm(prime_rl_venv: Path, vllm_venv: Path) -> None:
+    """Make the inference program of tests/launchers.py's prime-rl folder a real vLLM: its
+    `bin/inference` (airvisor's split starts it) and `uv run inference` (v0.4's `rl` starts
+    that, rl.py:613); every other `uv run` program stays the demo stand-in."""
+    bin_dir = prime_rl_venv / "bin"
+    inference = bin_dir / "inference"
+    _script(inference, "#!/bin/sh\n# bench: prime-rl's `inference` over a real vLLM (CPU)\n"
+            f'exec "{sys.executable}" "{WRAPPER}" --vllm-venv "{vllm_venv}" "$@"\n')
+    standin = f'"{sys.executable}" -m airvisor.demo --prime-rl 0.4'
+    _script(bin_dir / "uv", "#!/bin/sh\n# bench: `uv run <program>` (tests/launchers.py), "
+            "inference a real vLLM\n"
+            '[ "$1" = run ] && shift\n'
+            f'[ "$1" = inference ] && shift && exec "{inference}" "$@"\n'
+            f'exec {standin} "$@"\n')
+
+
+def inference_pid(sup: RunSupervisor) -> int | None:
+    """The inference server's pid: the split's own component, else the member found in
+    prime-rl's launcher's tree (a full `rl`), else the process listening on its port (the
+    --real-vllm wrapper execs vLLM, whose command line names no `inference` for airvisor's
+    member matching to find)."""
+    handle = sup.components.get("inference")
+    if handle is not None and not handle.exited:
+        return int(handle.identity.pid)
+    member = sup.members.get("inference")
+    if member is not None:
+        return member
+    port = sup.profile.inference.port
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            return conn.pid
+    return None
+
+
+def one_run(tmp: Path, scope: str, startup_delay: float, kills: int,
+            vllm_venv: Path | None = None) -> list[float]:
+    # A real server's start is minutes, not the stand-in's delay: every wait is sized for it
+    # (the orchestrator stand-in waits `connect_timeout` for /health at its start).
+    grace = 600.0 if vllm_venv is not None else startup_delay + 60
     data = demo_profile_dict(
         tmp / "run", version="0.4", rl={"max_steps": 100000},
-        demo={"inference": {"startup_delay": startup_delay}, "trainer": {"step_time": 0.2}},
+        demo={"inference": {"startup_delay": startup_delay}, "trainer": {"step_time": 0.2},
+              "orchestrator": {"connect_timeout": grace}},
         restart={"scope": scope, "backoff_initial": 0, "backoff_max": 0, "max_restarts": 100,
                  # (a second kept recovery within the window would escalate: each kill apart)
-                 "window": 1},
-        health={"ready_timeout": startup_delay + 60, "first_step_grace": startup_delay + 60})
+                 "window": 1,
+                 # vLLM's API server and engine stop cleanly on SIGTERM in about a second; the
+                 # stand-ins' 1 s grace could SIGKILL them and leave /dev/shm segments behind,
+                 # so a real server gets the profile's default grace.
+                 **({"stop_grace": 30.0} if vllm_venv is not None else {})},
+        health={"ready_timeout": grace, "first_step_grace": grace})
+    if vllm_venv is not None:
+        install_real_vllm(Path(data["prime_rl"]["venv"]), vllm_venv)
+    bound = REAL_VLLM_BOUND if vllm_venv is not None else BOUND
     profile = load_profile(write_profile(tmp / "profile.toml", data))
     store = Store(tmp / "state" / "airvisor.sqlite3")
     manager = RunManager(store)
@@ -63,15 +126,19 @@ def one_run(tmp: Path, scope: str, startup_delay: float, kills: int) -> list[flo
     try:
         for n in range(1, kills + 1):
             drive(manager, lambda n=n: sup.attempt == n and sup.state == RunState.RUNNING
-                  and (sup.step or 0) >= 3 and sup.members.get("trainer"), "a training step")
+                  and (sup.step or 0) >= 3 and sup.members.get("trainer"), "a training step",
+                  bound)
             pid = sup.members["trainer"]
+            server_before = inference_pid(sup)
             killed = time.monotonic()
             os.kill(pid, signal.SIGKILL)
             # The next attempt's first step line past its resume step (airvisor's own record
             # of progress: `_attempt_progress` is set when one is read).
             drive(manager, lambda n=n: sup.attempt == n + 1
-                  and sup._attempt_progress is not None, "the next step line")
+                  and sup._attempt_progress is not None, "the next step line", bound)
             times.append(time.monotonic() - killed)
+            print(f"  {scope}: kill {n}: {times[-1]:.2f} s; inference pid {server_before} -> "
+                  f"{inference_pid(sup)}", flush=True)
     except SystemExit:
         for event in store.events(run_id)[-15:]:
             print(f"    {event.kind} {event.component} {event.message[:160]}")
@@ -87,11 +154,20 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--startup-delay", type=float, default=10.0)
     parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--real-vllm", nargs="?", type=Path, const=VLLM_VENV, default=None,
+                        metavar="VLLM_VENV",
+                        help="a real CPU vLLM as the inference process (the venv of "
+                             f"scripts/setup_vllm_cpu.sh, default {VLLM_VENV}); "
+                             "--startup-delay is then unused")
     args = parser.parse_args()
+    if args.real_vllm is not None and not (args.real_vllm / "tiny-model").is_dir():
+        raise SystemExit(f"no vLLM venv with a tiny model at {args.real_vllm}: "
+                         "scripts/setup_vllm_cpu.sh builds it")
     results: dict[str, list[float]] = {}
     for scope in ("auto", "all"):
         with tempfile.TemporaryDirectory() as tmp:
-            results[scope] = one_run(Path(tmp), scope, args.startup_delay, args.kills)
+            results[scope] = one_run(Path(tmp), scope, args.startup_delay, args.kills,
+                                     args.real_vllm)
     for scope, values in results.items():
         name = "kept (restart.scope = auto)" if scope == "auto" else "full (restart.scope = all)"
         print(f"{name}: kill -> next Step line median {statistics.median(values):.2f} s, "
