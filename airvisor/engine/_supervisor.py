@@ -73,7 +73,10 @@ PROCESS_ORDER = ("inference", "trainer", "orchestrator")
 INFERENCE = "inference"  # the kept server's component name in the split (issue 22)
 VIEWED = ("inference", "trainer", "orchestrator")
 FINISH_TIMEOUT = 150.0  # seconds for the launcher to exit once training has finished
-MEMBER_SCAN_INTERVAL = 2.0  # seconds between looks into the launcher's tree
+# Seconds between looks into the launcher's tree (its descendants in the process table: a few
+# ms) until the members are found: a member's death is seen at once only once it is found, and
+# a short run's members may live for a second only.
+MEMBER_SCAN_INTERVAL = 0.25
 MEMBER_RESCAN_INTERVAL = 60.0  # once inference, trainer and orchestrator are found
 ADOPT_CATCH_UP_LINES = 200  # of each log's end, read when a live attempt is adopted
 

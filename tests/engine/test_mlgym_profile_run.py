@@ -71,8 +71,9 @@ def shipped_mlgym_profile(tmp: Path) -> Any:
         "demo": {"inference": {"startup_delay": 0.3},
                  "trainer": {"step_time": 0.1, "crash_at_step": 5},
                  "orchestrator": {"step_time": 0.05}},
-        "health": {"ready_timeout": 60, "probe_interval": 0.5, "stall_timeout": 10,
-                   "first_step_grace": 60},
+        # (Patient enough that a loaded CI machine's slow step is never taken for a hang.)
+        "health": {"ready_timeout": 120, "probe_interval": 0.5, "stall_timeout": 60,
+                   "first_step_grace": 120},
         "checkpoint.size_gib": 0,
         "restart": {"max_restarts": 3, "window": 600, "backoff_initial": 0.2,
                     "backoff_max": 1, "stop_grace": 2},
@@ -97,10 +98,11 @@ def test_the_shipped_mlgym_profile_runs_through_a_crash_and_a_resume(
         members |= set(supervisor.members)
         containers |= {c.name for c in harness.store.components(record.id)
                        if c.kind == "container" and c.state == "running"}
-    assert supervisor.state == RunState.SUCCEEDED, "\n".join(
-        f"{e.kind} {e.component or ''}: {e.message}" for e in harness.store.events(record.id))
+    said = "\n".join(f"{e.kind} {e.component or ''}: {e.message}"
+                     for e in harness.store.events(record.id))
+    assert supervisor.state == RunState.SUCCEEDED, said
     attempts = harness.store.attempts(record.id)
-    assert [a["resume_step"] for a in attempts] == [None, 4]
+    assert [a["resume_step"] for a in attempts] == [None, 4], said
     failure = harness.events(record.id, "failure")[0]
     assert failure.component == "trainer"
     run = harness.store.get_run(record.id)

@@ -105,11 +105,20 @@ def main() -> None:
     result["kept"] = {c.pid: [c.kind, c.reason] for c in found.blocked}
     report = reap(found.candidates, grace=2.0, leftovers=False)
     result["summary"] = report.summary
-    result["alive_after"] = [p.pid for p in tree if p.is_running()
-                             and p.status() != psutil.STATUS_ZOMBIE]
+    # What was found went too (processes the server started after the snapshot included).
+    reaped = tree + [p for c in found.candidates if (p := _process(c.pid)) is not None]
+    result["alive_after"] = sorted({p.pid for p in reaped if p.is_running()
+                                    and p.status() != psutil.STATUS_ZOMBIE})
     result["bystander_alive"] = planting.pid_alive(bystander.pid)
     bystander.kill()
     print(json.dumps(result))
+
+
+def _process(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
 
 
 if __name__ == "__main__":
