@@ -205,12 +205,7 @@ LAZY_MARK = "lazy:"
 LAZY_ANYWHERE_UNDER = ("cli", "demo")
 
 # (file under airvisor/, module imported) -> why it is still local without a comment.
-KNOWN_UNMARKED_LOCAL_IMPORTS: dict[tuple[str, str], str] = {
-    # TODO(issue 21): in files other sessions were changing when this check was written; none
-    # closes a cycle or is heavy here, so each moves to its module's top.
-    ("view/_logfiles.py", "airvisor.primerl"): "move to the top",
-    ("view/_render.py", "airvisor.primerl"): "move to the top",
-}
+KNOWN_UNMARKED_LOCAL_IMPORTS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from airvisor._logging import get_logger
+from airvisor.primerl import layout_for
 from airvisor.store import RunRecord, Store
 
 log = get_logger("airvisor.view")
@@ -31,8 +32,6 @@ def layout_sources(profile: dict[str, Any]) -> tuple[Path | None, dict[str, Path
     if not isinstance(resolved, dict) or not isinstance(version, str):
         return None
     try:
-        from airvisor.primerl import layout_for
-
         layout = layout_for(version, resolved)
         logs = {name: layout.log_file(name) for name in LAYOUT_LOGS}
         return layout.metrics_file(), {k: v for k, v in logs.items() if v is not None}

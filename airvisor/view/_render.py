@@ -16,6 +16,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from airvisor.primerl import strip_ansi
 from airvisor.reaper import format_age
 from airvisor.view._model import AttemptView, EventView, RunView
 
@@ -61,8 +62,6 @@ def _state(state: str) -> Text:
 
 
 def _strip_ansi(line: str) -> str:
-    from airvisor.primerl import strip_ansi
-
     return strip_ansi(line)
 
 
