@@ -209,8 +209,10 @@ def resolve_profile(
     resume_step: int | None = None,
     scratch: Path,
     environ: Mapping[str, str] | None = None,
+    split: bool = False,
 ) -> Resolution:
-    """Resolve the run's exact `rl` command line with prime-rl's own code.
+    """Resolve the run's exact `rl` command line with prime-rl's own code (`split`: with the
+    halves a run that keeps its inference server starts, primerl/_split.py).
 
     Writes the overrides file into `scratch` (a temporary or the attempt's directory).
     Raises ResolveError with located problems when prime-rl refuses the config.
@@ -225,7 +227,7 @@ def resolve_profile(
     return resolve(
         version=section.version, python=python,
         args=rl_args(profile, overrides_file, resume_step), cwd=Path(cwd),
-        environ={**environ, **base_environment(profile, environ)}, where=where)
+        environ={**environ, **base_environment(profile, environ)}, where=where, split=split)
 
 
 def write_overrides(profile: Profile, directory: Path) -> Path | None:

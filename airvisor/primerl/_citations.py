@@ -618,6 +618,13 @@ CITATIONS: tuple[Citation, ...] = (
     Citation(_RESOLVER, 'rl.py:620', V04, _SRC + 'rl.py', '76aa7e30151b',
              ('env={**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str,',)),
     # docs/benchmarks.md
+    Citation(_BENCHMARKS, "inference/vllm/server.py:68-82", V04,
+             _SRC + "inference/vllm/server.py", "480c9da67065",
+             ("@router.post(\"/update_weights\")",)),
+    Citation(_BENCHMARKS, "utils/client.py:221-224,246-249", V04, _SRC + "utils/client.py",
+             "370b831f881a",
+             ("The route /update_weights does not exist. Skipping weight update.",
+              "The route /reload_weights does not exist. Skipping weight reload.")),
     Citation(_BENCHMARKS, "rl.py:539-552,779-786", V04, _SRC + "rl.py", "630fe65ddb7e",
              ("def monitor_process(process: Popen, stop_event: Event,",
               "while not (stop_events[\"orchestrator\"].is_set() and")),

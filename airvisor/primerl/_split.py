@@ -42,11 +42,10 @@ from airvisor.primerl._adapters import (
     LaunchSpec,
     attempt_environment,
     base_environment,
-    rl_args,
+    resolve_profile,
     script,
-    write_overrides,
 )
-from airvisor.primerl._resolve import Resolution, prime_rl_python, resolve
+from airvisor.primerl._resolve import Resolution
 from airvisor.profile._schema import Profile
 
 RefusalCode = Literal[
@@ -170,17 +169,8 @@ def resolve_split(profile: Profile, *, resume_step: int | None, scratch: Path,
                   environ: Mapping[str, str] | None = None) -> Resolution:
     """`_adapters.resolve_profile` with the halves: the same `rl` argument list (the user's,
     airvisor's overrides, the resume step), resolved by prime-rl with `--split`."""
-    environ = dict(os.environ if environ is None else environ)
-    overrides_file = write_overrides(profile, scratch)
-    section = profile.prime_rl
-    python = prime_rl_python(python=section.python, venv=section.venv,
-                             command_prefix=section.command_prefix)
-    cwd = section.workdir or (profile.source.parent if profile.source else Path.cwd())
-    where = f"{profile.source or 'profile'} [prime_rl] args"
-    return resolve(version=section.version, python=python,
-                   args=rl_args(profile, overrides_file, resume_step), cwd=Path(cwd),
-                   environ={**environ, **base_environment(profile, environ)}, where=where,
-                   split=True)
+    return resolve_profile(profile, resume_step=resume_step, scratch=scratch, environ=environ,
+                           split=True)
 
 
 def _reach(host: str | None) -> str:
