@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, get_args
 
@@ -148,9 +148,17 @@ class SupervisorCore:
     def _on_terminal(self) -> None:
         """The run ended: let go of what this supervisor holds open."""
 
-    def _on_task_done(self, event: TaskDone) -> None:
-        """A worker task reported (discard it from `_tasks`, then act on its result)."""
+    def _task_handlers(self) -> Mapping[Task, Callable[[TaskDone], None]]:
+        """What acts on each kind of worker task this backend runs, when it reports."""
         raise NotImplementedError
+
+    def _on_task_done(self, event: TaskDone) -> None:
+        """A worker task reported: it no longer runs, and its handler acts on the result."""
+        self._tasks.discard(event.task)
+        handler = self._task_handlers().get(event.task)
+        if handler is None:
+            raise AssertionError(f"{type(self).__name__} runs no {event.task} task")
+        handler(event)
 
     def _on_process_event(self, event: ProcessEvent) -> None:
         """An event from the attempt's processes (an exit, the inference server's health)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -858,22 +858,13 @@ class RunSupervisor(SupervisorCore):
         else:
             self._fail(f"prime-rl's launcher {what}", LAUNCHER)
 
-    def _on_task_done(self, event: TaskDone) -> None:
-        self._tasks.discard(event.task)
-        match event.task:
-            case Task.PREFLIGHT:
-                self._after_preflight(event)
-            case Task.STOP:
-                self._after_stop(event)
-            case Task.SCOPE:
-                health = event.result if isinstance(event.result, InferenceHealth) else None
-                self._scope_probed(health)
-            case Task.RESPEC:
-                self._after_respec(event)
-            case Task.CONTAINERS:
-                self._after_container_check(event)
-            case _:
-                raise AssertionError(f"the box runs no {event.task} task")
+    def _task_handlers(self) -> Mapping[Task, Callable[[TaskDone], None]]:
+        return {Task.PREFLIGHT: self._after_preflight, Task.STOP: self._after_stop,
+                Task.SCOPE: self._after_scope_probe, Task.RESPEC: self._after_respec,
+                Task.CONTAINERS: self._after_container_check}
+
+    def _after_scope_probe(self, event: TaskDone) -> None:
+        self._scope_probed(event.result if isinstance(event.result, InferenceHealth) else None)
 
     def _after_respec(self, event: TaskDone) -> None:
         if self.phase not in (Phase.STARTING, Phase.RUNNING) or event.attempt != self.attempt:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -347,19 +347,13 @@ class SlurmRunSupervisor(SupervisorCore):
                                     skip_existing=False)
 
     # -- events ----------------------------------------------------------------------------
-    def _on_task_done(self, event: TaskDone) -> None:
-        self._tasks.discard(event.task)
-        match event.task:
-            case Task.SUBMIT:
-                self._after_submit(event)
-            case Task.POLL:
-                if event.attempt != self.attempt or self.state.terminal:
-                    return
-                self._on_poll(event)
-            case Task.CANCEL:
-                self._on_cancelled(event)
-            case _:
-                raise AssertionError(f"a Slurm run runs no {event.task} task")
+    def _task_handlers(self) -> Mapping[Task, Callable[[TaskDone], None]]:
+        return {Task.SUBMIT: self._after_submit, Task.POLL: self._after_poll,
+                Task.CANCEL: self._on_cancelled}
+
+    def _after_poll(self, event: TaskDone) -> None:
+        if event.attempt == self.attempt and not self.state.terminal:
+            self._on_poll(event)
 
     def _after_submit(self, event: TaskDone) -> None:
         if event.error is not None:
