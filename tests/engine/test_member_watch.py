@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from pathlib import Path
 
 import psutil
 import pytest
@@ -25,6 +26,18 @@ from .test_kept_inference import (
     start,
     stop_and_check_nothing_left,
 )
+
+
+def all_threads_stopped(pid: int) -> bool:
+    """Every thread of `pid` is in the stopped state (`T` in its /proc stat, proc(5))."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        states.append(text[text.rfind(")") + 2:].split()[0])
+    return bool(states) and all(state == "T" for state in states)
 
 
 @pytest.mark.parametrize("version", ["0.4", "main"])
@@ -44,6 +57,9 @@ def test_a_killed_trainer_is_seen_without_prime_rls_launcher(harness: Harness,
         p.pid for p in psutil.Process(parent).parents()]
     os.kill(parent, signal.SIGSTOP)
     try:
+        # A stop takes effect as each thread leaves the kernel: its monitor thread, blocked in
+        # waitpid, could still reap the trainer until every thread shows it is stopped.
+        drive(harness, "the trainer's parent stopped", lambda: all_threads_stopped(parent))
         os.kill(trainer, signal.SIGKILL)
         failure = drive(harness, "the trainer's failure",
                         lambda: next(iter(harness.events(run_id, "failure")), None))
