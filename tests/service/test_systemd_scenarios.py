@@ -452,12 +452,20 @@ def test_a_stop_accepted_by_a_stuck_daemon_is_carried_out_by_the_next(box: Box) 
 
 
 def test_a_run_finished_while_the_daemon_was_stopped_stays_finished(box: Box) -> None:
-    box.out(f"cd / && {AIRVISOR} start {box.profile} {' '.join(SHORT_RUN)}")
+    # Steps slow enough that the run is far from its end when its training is held below.
+    box.out(f"cd / && {AIRVISOR} start {box.profile} {' '.join(SHORT_RUN)} "
+            "--set demo.trainer.step_time=2")
     wait_for("the short run's second step", lambda: (box.status().get("step") or 0) >= 2,
              timeout=240)
+    # Training is held (SIGSTOP) while the daemon stops: otherwise a short run may end, seen by
+    # the daemon, before `systemctl stop` is done, and this scenario would not happen.
+    pattern = TRAINING_PATTERN[box.version]
+    box.run(f"pkill -STOP -f '{pattern}'")
     run = box.status()
+    assert run["state"] == "running", run
     box.run("systemctl stop airvisor", timeout=120)
-    # Training keeps running unsupervised; root's commands read the service's state dir.
+    box.run(f"pkill -CONT -f '{pattern}'")
+    # Training goes on unsupervised; root's commands read the service's state dir.
     shown = box.run(f"{AIRVISOR} status", check=False)
     assert run["id"] in shown.stdout and "no runs yet" not in shown.stdout, shown
     wait_for("training to end on its own", lambda: not box.pgrep(TRAINING_PATTERN[box.version]),
