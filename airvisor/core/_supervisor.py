@@ -29,6 +29,7 @@ from airvisor.policy._scope import (
     ScopeDecision,
     ScopeRecord,
     decide_scope,
+    probing,
 )
 from airvisor.policy._transition import (
     AttemptFailed,
@@ -44,6 +45,7 @@ from airvisor.policy._transition import (
     RememberRecovery,
     RestartAsked,
     Say,
+    ScopeSettled,
     StopAsked,
     StopProcesses,
     TrainingDone,
@@ -102,8 +104,10 @@ class SupervisorCore:
         self._notes: set[str] = set()  # one-off events already recorded in this attempt
         self._machine_reason: str | None = None  # the machine condition last said
         self._scope: ScopeDecision | None = None  # the recovery's scope (with `_failure`)
-        # A failure whose scope waits for the kept server's health probe (a worker task).
+        # A failure whose scope waits for the kept server's health probe (a worker task),
+        # while the rest stops; and that stop's end, held until the probe reports.
         self._scope_pending: Failure | None = None
+        self._down_held = False
 
     # -- what a backend provides -------------------------------------------------------------
     def _stop_processes(self) -> None:
@@ -135,6 +139,10 @@ class SupervisorCore:
     def _probe_kept_server(self, failure: Failure) -> bool:
         """Start probing the kept server's health on a worker (reported to
         `_scope_probed`); False when there is no server to probe."""
+        return False
+
+    def _inference_left(self) -> bool:
+        """The last stop spared the kept inference server and it still runs."""
         return False
 
     def _failure_details(self, failure: Failure) -> dict[str, Any]:
@@ -345,26 +353,28 @@ class SupervisorCore:
         """This attempt failed: record why, then recover (unless the run is already ending).
         A crash or hang of a live attempt gets its recovery's scope first: where it depends on
         the kept server's health, that is probed on a worker and the failure decided when it
-        reports (later failures of the attempt meanwhile are the same failure's echoes)."""
+        reports. The rest stops in either scope, so its stop begins at once, sparing the server
+        until the probe settles the scope (`policy.probing`)."""
         failure = Failure(reason, kind, component)
         if hopeless or kind not in ("crash", "hang") \
                 or self.phase not in (Phase.STARTING, Phase.RUNNING):
             self._decide(AttemptFailed(failure, hopeless=hopeless))
             return
-        if self._scope_pending is not None:
-            return
         scope = self._decide_scope(failure, None)
         if scope.reason == "health_unknown" and self._probe_kept_server(failure):
             self._scope_pending = failure
-            return
+            scope = probing(scope)
         self._decide(AttemptFailed(failure, scope=scope))
 
     def _scope_probed(self, health: InferenceHealth | None) -> None:
-        """The kept server's health after the failure: decide the recovery now."""
+        """The kept server's health after the failure: settle the recovery's scope, then act
+        on the end of the rest's stop if it came first."""
         failure, self._scope_pending = self._scope_pending, None
-        if failure is None or self.phase not in (Phase.STARTING, Phase.RUNNING):
-            return  # the run ended or was stopped meanwhile: that stop stops everything
-        self._decide(AttemptFailed(failure, scope=self._decide_scope(failure, health)))
+        if failure is not None:
+            self._decide(ScopeSettled(failure, self._decide_scope(failure, health)))
+        if self._down_held:
+            self._down_held = False
+            self._processes_down()
 
     def _decide_scope(self, failure: Failure, health: InferenceHealth | None) -> ScopeDecision:
         """`policy.decide_scope` over what this run knows: the failed component, the refusals,
@@ -389,12 +399,17 @@ class SupervisorCore:
         self._decide(RestartAsked(scope=self._scope if self.phase == Phase.BACKOFF else None))
 
     def _processes_down(self) -> None:
-        """The stop the phase asked for is done: end the run, or decide the restart."""
+        """The stop the phase asked for is done: end the run, or decide the restart (once
+        the recovery's scope is settled: held until the server's probe reports)."""
+        if self._scope_pending is not None and self.phase == Phase.RECOVERY_STOPPING:
+            self._down_held = True
+            return
         history = self.store.restart_history(self.run_id)
         self._decide(ProcessesDown(
             failure=self._failure, policy=self._restart_policy(),
             counted_restarts=tuple(r.at for r in history if r.counted),
-            restarts=len(history), now=self._wall(), scope=self._scope))
+            restarts=len(history), now=self._wall(), scope=self._scope,
+            inference_left=self._inference_left()))
 
     def _tick_backoff(self, now: float) -> None:
         if (self._backoff_until is None or now >= self._backoff_until) and self._may_relaunch():

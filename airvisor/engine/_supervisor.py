@@ -60,7 +60,13 @@ from airvisor.primerl import (
     prepare_run,
     run_layout,
 )
-from airvisor.primerl._split import SplitPlan, plan_split, resolve_split, split_of
+from airvisor.primerl._split import (
+    SplitPlan,
+    component_keep_refusals,
+    plan_split,
+    resolve_split,
+    split_of,
+)
 from airvisor.proc import ProcessIdentity, containment, launch
 from airvisor.proc._deathwatch import Death, DeathWatch
 from airvisor.proc._serverhealth import probe_kept_server
@@ -323,17 +329,19 @@ class RunSupervisor(SupervisorCore):
         return self.mode == "launcher" and INFERENCE in self.components
 
     def _kept_server(self) -> ComponentHandle | None:
+        """The inference server, running as its own process (the split, or component mode),
+        and alive: what a recovery may keep."""
         handle = self.components.get(INFERENCE)
-        if handle is None or handle.exited or not self.split:
+        if handle is None or handle.exited:
             return None
         return handle
+
+    def _inference_left(self) -> bool:
+        return self._kept_server() is not None
 
     def _scope_refusals(self) -> tuple[str, ...]:
         if self.split:
             return ()
-        if self.mode != "launcher":
-            return ("component_mode: airvisor starts v0.4's processes itself; the split is of "
-                    "prime-rl's `rl`",)
         return self._split_refusals
 
     def _probe_kept_server(self, failure: Failure) -> bool:
@@ -442,9 +450,14 @@ class RunSupervisor(SupervisorCore):
             self._event("containment", f"processes contained by {self._containment}",
                         mode=self._containment.split(" ", 1)[0])
         plan = split.plan if split is not None else None
-        self._split_refusals = split.refusals if split is not None and plan is None else (
-            () if plan is not None else ("not_resolved: the split was not asked for "
-                                         f"(restart.scope = {self.profile.restart.scope!r})",))
+        if self.mode == "components":
+            # airvisor starts the server itself: kept unless prime-rl's settings forbid it.
+            self._split_refusals = tuple(
+                str(r) for r in component_keep_refusals(prepared.plan.resolution))
+        else:
+            self._split_refusals = split.refusals if split is not None and plan is None else (
+                () if plan is not None else ("not_resolved: the split was not asked for "
+                                             f"(restart.scope = {self.profile.restart.scope!r})",))
         self._split = plan
         if plan is not None:
             self._prl_run_id = split.prl_run_id if split is not None else None
@@ -489,9 +502,11 @@ class RunSupervisor(SupervisorCore):
                     lambda name=name: layout.log_file(name))  # type: ignore[misc]
         else:
             # The trainer loads its model while the inference server starts; the orchestrator
-            # starts only once the server answers /health and /v1/models.
+            # starts only once the server answers /health and /v1/models (a kept one at once).
+            if kept is not None:
+                self._carry_kept_server(kept)
             for name in ("inference", "trainer"):
-                if name in self._specs:
+                if name in self._specs and name not in self.components:
                     self._start_component(name)
         self._start_prober()
         self._record_containers(prepared.containers)
@@ -501,7 +516,9 @@ class RunSupervisor(SupervisorCore):
         """The attempt record says how this attempt came to be launched: the recovery's scope
         and why (`airvisor status`, the API, the page), and whether its server runs apart."""
         details: dict[str, Any] = {"split": self._split is not None,
-                                   "prl_run_id": self._prl_run_id}
+                                   "prl_run_id": self._prl_run_id,
+                                   # why its server cannot be kept (a new daemon reads them)
+                                   "keep_refusals": list(self._split_refusals)}
         if self.attempt > 1 or scope is not None:
             if kept is not None:
                 reason, detail = "kept", scope.detail if scope is not None else ""
@@ -527,9 +544,13 @@ class RunSupervisor(SupervisorCore):
             argv=list(kept.argv), gpus=list(kept.gpus), log_path=str(kept.log.path),
             exit_code=None)
         self._event("inference_kept", f"inference server kept (pid {kept.identity.pid}, "
-                    f"started in attempt {kept.since}): only prime-rl's rl without [inference] "
-                    "is relaunched", component=INFERENCE, pid=kept.identity.pid,
+                    f"started in attempt {kept.since}): only {self._rest_name()} "
+                    "relaunched", component=INFERENCE, pid=kept.identity.pid,
                     since=kept.since)
+
+    def _rest_name(self) -> str:
+        return ("prime-rl's rl without [inference] is" if self.mode == "launcher"
+                else "the trainer and orchestrator are")
 
     def _repoint_earlier_logs(self, earlier: int, kept: tuple[tuple[Path, Path], ...]) -> None:
         """The earlier attempt's components name log paths this launch rewrites (v0.4's
@@ -593,7 +614,7 @@ class RunSupervisor(SupervisorCore):
         launch (component mode: the orchestrator, once inference is ready)."""
         self.attempt = attempt
         self.components = handles
-        if self.split:
+        if INFERENCE in handles:  # its own process (the split, or component mode)
             kept_from = self._restore_split(attempt)
             handles[INFERENCE].since = kept_from or attempt
         self.step = step
@@ -707,12 +728,16 @@ class RunSupervisor(SupervisorCore):
         return None
 
     def _restore_split(self, attempt: int) -> int | None:
-        """What the split of an adopted attempt needs again: main's shared PRL_RUN_ID; returns
-        the attempt that started its kept server (None: this one)."""
+        """What an adopted attempt whose server runs apart needs again: main's shared
+        PRL_RUN_ID, why its server cannot be kept (if so); returns the attempt that started
+        its kept server (None: this one)."""
         for row in self.store.attempts(self.run_id):
             if row.get("number") == attempt:
                 details = row.get("details") or {}
                 self._prl_run_id = details.get("prl_run_id")
+                refusals = details.get("keep_refusals")
+                if isinstance(refusals, list):
+                    self._split_refusals = tuple(str(r) for r in refusals)
                 kept_from = details.get("inference_kept_from")
                 return kept_from if isinstance(kept_from, int) else None
         return None
@@ -914,7 +939,8 @@ class RunSupervisor(SupervisorCore):
             prepared = event.result
         if prepared.summary:
             self._event("preflight", f"preflight: {prepared.summary}")
-        if self._keep_next and (split is None or split.plan is None) and not prepared.complete:
+        if self._keep_next and self.mode == "launcher" \
+                and (split is None or split.plan is None) and not prepared.complete:
             # The rest cannot be planned apart from the kept server any more (prime-rl now
             # refuses the split): a failure of this preflight, whose full stop takes the kept
             # server too, then a full relaunch.

@@ -42,6 +42,7 @@ ScopeReason = Literal[
     "inference_unhealthy",  # /health or /v1/models does not answer 200
     "inference_log_error",  # an error in its log since the failure
     "repeated",  # a kept-scope recovery within the window did not cure the run
+    "probing",  # not settled yet: the rest stops while the server's health is probed
 ]
 # What can be relaunched without the server (prime-rl's `rl` without [inference] starts them).
 KEEPABLE: frozenset[str] = frozenset({"trainer", "orchestrator", "env_server"})
@@ -79,6 +80,22 @@ class ScopeDecision:
     @property
     def keep_inference(self) -> bool:
         return self.scope == "keep_inference"
+
+    @property
+    def settled(self) -> bool:
+        """Decided on the server's health (or without needing it); False while it is probed."""
+        return self.reason != "probing"
+
+
+def probing(unknown: ScopeDecision) -> ScopeDecision:
+    """The scope while the kept server's health is probed (`unknown`: `decide_scope` without
+    it, "health_unknown"). The rest must stop in either scope, so its stop begins at once (a
+    death is acted on within milliseconds, not after the probe's HTTP round trips); the server
+    is spared until the probe settles the scope: kept if healthy, stopped too if not."""
+    detail = unknown.detail.removesuffix("; the inference server's health is unknown")
+    return ScopeDecision("keep_inference", "probing",
+                         f"{detail}; the rest is stopped at once while the inference server's "
+                         "health is probed: it is kept only if healthy")
 
 
 def _full(reason: ScopeReason, detail: str) -> ScopeDecision:
@@ -134,8 +151,9 @@ def decide_scope(
                                  f"kept the inference server (within restart.window = "
                                  f"{window:g} s): everything is restarted")
     return ScopeDecision("keep_inference", "kept",
-                         f"{what}; the inference server is healthy and is kept: only prime-rl's "
-                         "rl without [inference] is relaunched")
+                         f"{what}; the inference server is healthy and is kept: only the rest "
+                         "(prime-rl's rl without [inference], or v0.4's trainer and "
+                         "orchestrator in component mode) is relaunched")
 
 
 def _colon(detail: str) -> str:

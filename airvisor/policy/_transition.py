@@ -6,13 +6,17 @@ Typed events in, typed effects out; the supervisor core carries the effects out 
 backend (stop the process trees or cancel the job, launch or submit). No clock, no store, no
 threads here: everything a decision needs is in the event, so tests replay histories as tables.
 
-A recovery has a scope (issue 22), decided before the stop by `policy._scope.decide_scope` from
-facts the backend gathers (the kept server's health is probed on a worker first) and handed in
-with the failure: "keep_inference" stops and relaunches only prime-rl's `rl` without
-[inference] against the kept server; "full" (or no scope given: the decision was never asked,
-as for an operator's restart or a recovery a new daemon resumes) stops and relaunches
-everything. The scope rides with the recovery (`RememberRecovery`, `ProcessesDown`,
-`BackoffOver`) so the relaunch matches the stop.
+A recovery has a scope (issue 22), decided by `policy._scope.decide_scope` from facts the
+backend gathers and handed in with the failure: "keep_inference" stops and relaunches only the
+rest (prime-rl's `rl` without [inference], or v0.4's trainer and orchestrator) against the kept
+server; "full" (or no scope given: the decision was never asked, as for an operator's restart or
+a recovery a new daemon resumes) stops and relaunches everything. Where the scope depends on the
+kept server's health, the failure comes with the "probing" scope: the rest's stop begins at once
+(it stops in either scope) while a worker probes the server, and `ScopeSettled` brings the
+decision before the stop's end is acted on. A stop that spared the server says so
+(`ProcessesDown.inference_left`): unless the settled scope keeps it, the server is stopped next.
+The scope rides with the recovery (`RememberRecovery`, `ProcessesDown`, `BackoffOver`) so the
+relaunch matches the stop.
 """
 
 from __future__ import annotations
@@ -92,10 +96,24 @@ class ProcessesDown:
     restarts: int
     now: float
     scope: ScopeDecision | None = None  # the recovery's, as remembered
+    # The stop spared the kept inference server and it still runs: unless the recovery keeps
+    # it (a settled keep_inference scope), it is stopped before anything else is decided.
+    inference_left: bool = False
 
 
 def _kept(scope: ScopeDecision | None) -> bool:
-    return scope is not None and scope.keep_inference
+    """The recovery keeps the server: a settled keep_inference scope (a probing one only
+    spares it until the probe reports)."""
+    return scope is not None and scope.keep_inference and scope.settled
+
+
+@dataclass(frozen=True)
+class ScopeSettled:
+    """The kept server's health probe reported while the rest stops: the recovery's scope, by
+    `decide_scope` with the health."""
+
+    failure: Failure
+    scope: ScopeDecision
 
 
 @dataclass(frozen=True)
@@ -162,8 +180,9 @@ class Abort:
     reason: str
 
 
-Event = (AttemptFailed | TrainingDone | StopAsked | RestartAsked | ProcessesDown | BackoffOver
-         | RecoveryResumed | Preparing | Launched | Ready | MachineBusy | TakenOver | Abort)
+Event = (AttemptFailed | TrainingDone | StopAsked | RestartAsked | ProcessesDown | ScopeSettled
+         | BackoffOver | RecoveryResumed | Preparing | Launched | Ready | MachineBusy | TakenOver
+         | Abort)
 
 
 # -- effects ----------------------------------------------------------------------------------
@@ -283,6 +302,11 @@ def transition(phase: Phase, event: Event) -> Next:
                                       "relaunching now"),
                            Relaunch("operator", keep_inference=_kept(event.scope)))
         return phase, (*said, Say("restart_ignored", f"nothing to restart: the run is {phase}"))
+    if isinstance(event, ScopeSettled):
+        if phase != Phase.RECOVERY_STOPPING:
+            return phase, ()  # (a stop or the run's end came first: everything stops)
+        return phase, (RememberRecovery(event.failure, event.scope),
+                       _scope_said(event.failure, event.scope))
     if isinstance(event, ProcessesDown):
         return _on_processes_down(phase, event)
     if isinstance(event, RecoveryResumed):
@@ -341,20 +365,34 @@ def _on_failure(phase: Phase, event: AttemptFailed) -> Next:
     scope = event.scope
     if scope is None:
         return Phase.RECOVERY_STOPPING, (record, RememberRecovery(failure), StopProcesses())
-    kept = _kept(scope) and phase in _LIVE  # (a failed preflight has nothing running to keep)
-    if not kept and scope.keep_inference:
+    if phase not in _LIVE and scope.keep_inference:  # a failed preflight: nothing runs
         scope = ScopeDecision("full", "health_unknown", f"{failure.reason}; no attempt ran, "
                                                         "so no server is known healthy")
-    said = Say("recovery_scope", f"recovery scope: "
-               f"{'keep the inference server' if kept else 'restart everything'} "
+    if not scope.settled:
+        said = Say("recovery_scope_probe", f"recovery begun: {scope.detail}", failure.component,
+                   data={"scope": scope.scope, "scope_reason": scope.reason,
+                         "detail": scope.detail})
+    else:
+        said = _scope_said(failure, scope)
+    return Phase.RECOVERY_STOPPING, (record, RememberRecovery(failure, scope), said,
+                                     StopProcesses(keep_inference=scope.keep_inference))
+
+
+def _scope_said(failure: Failure, scope: ScopeDecision) -> Say:
+    return Say("recovery_scope", f"recovery scope: "
+               f"{'keep the inference server' if _kept(scope) else 'restart everything'} "
                f"({scope.reason}): {scope.detail}", failure.component,
                data={"scope": scope.scope, "scope_reason": scope.reason,
                      "detail": scope.detail})
-    return Phase.RECOVERY_STOPPING, (record, RememberRecovery(failure, scope), said,
-                                     StopProcesses(keep_inference=kept))
 
 
 def _on_processes_down(phase: Phase, event: ProcessesDown) -> Next:
+    if event.inference_left and (phase.stopping or (phase == Phase.RECOVERY_STOPPING
+                                                    and not _kept(event.scope))):
+        # The stop spared the server, but the run is ending (a stop asked meanwhile) or the
+        # recovery does not keep it (the probe found it unhealthy): it goes too, then the
+        # next ProcessesDown decides.
+        return phase, (StopProcesses(),)
     if phase.stopping:
         target = phase.stop_target
         ended: tuple[Effect, ...] = () if target == Phase.FAILED else (
@@ -367,7 +405,7 @@ def _on_processes_down(phase: Phase, event: ProcessesDown) -> Next:
     decision = decide_restart(event.policy, list(event.counted_restarts) if counted else [],
                               event.now)
     if isinstance(decision, GiveUp):
-        if _kept(event.scope):
+        if event.inference_left:
             # Only the rest is down: the kept server goes too before the run ends failed (the
             # next ProcessesDown, in the full scope, gives up again and ends it).
             full = ScopeDecision("full", "repeated", f"{decision.reason}: the kept inference "

@@ -127,8 +127,13 @@ def prepare_run(
         f"<container-{i + 1}>" for i in range(profile.containers.count)]
     with tempfile.TemporaryDirectory(prefix="airvisor-plan-") as scratch:
         try:
+            # Component mode: with the split's refusals too (whether its inference server may
+            # be kept across a recovery, primerl/_split.py component_keep_refusals).
+            keepable = (profile.prime_rl.mode == "components"
+                        and profile.restart.scope == "auto")
             resolution = resolve_profile(profile, resume_step=resume_step,
-                                         scratch=Path(scratch), environ=environ)
+                                         scratch=Path(scratch), environ=environ,
+                                         split=keepable)
         except ResolveError as exc:
             return PreparedRun(profile, None, None, exc.problems)
     bound = bind(profile, resolution)

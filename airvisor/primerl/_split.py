@@ -165,6 +165,15 @@ def split_of(resolution: Resolution, *, mode: str = "launcher") -> Split:
                  tuple(refusals))
 
 
+def component_keep_refusals(resolution: Resolution) -> tuple[Refusal, ...]:
+    """Why a component-mode run (airvisor starts v0.4's three processes itself) cannot keep its
+    inference server across a recovery: the refusals prime-rl's split derivation gives (NCCL
+    weight broadcast, an orchestrator client elsewhere, no server; `resolve(split=True)`),
+    but `rest_differs`, which concerns `rl` relaunched without [inference]: component mode
+    relaunches the full config's own trainer and orchestrator sub-configs."""
+    return tuple(r for r in split_of(resolution).refusals if r.code != "rest_differs")
+
+
 def resolve_split(profile: Profile, *, resume_step: int | None, scratch: Path,
                   environ: Mapping[str, str] | None = None) -> Resolution:
     """`_adapters.resolve_profile` with the halves: the same `rl` argument list (the user's,

@@ -65,8 +65,9 @@ class AttemptView(_View):
     # typed here so `airvisor status`, the API and the page show the same thing.
     scope: str | None = Field(
         default=None, description="How the recovery that launched it was scoped: "
-        "\"keep_inference\" (the inference server was kept; only prime-rl's rl without "
-        "[inference] was relaunched) or \"full\"; None for a first attempt.")
+        "\"keep_inference\" (the inference server was kept; only the rest, prime-rl's rl "
+        "without [inference] or v0.4's trainer and orchestrator, was relaunched) or \"full\"; "
+        "None for a first attempt.")
     scope_reason: str | None = Field(
         default=None, description="The policy's reason for that scope, e.g. kept, repeated, "
         "inference_failed, setting_all, unsupported (or the restart's cause: operator, boot).")

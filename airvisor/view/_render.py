@@ -181,7 +181,7 @@ def _components(run: RunView) -> Table:
 
 def scope_cell(attempt: AttemptView) -> str:
     """How the recovery that launched an attempt was scoped (issue 22): `kept inference`
-    (only prime-rl's rl without [inference] relaunched) or `full`, with the policy's reason;
+    (only the rest relaunched against the kept server) or `full`, with the policy's reason;
     "-" for a first attempt."""
     if attempt.scope is None:
         return "-"

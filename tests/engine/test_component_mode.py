@@ -7,16 +7,24 @@ and recovers a trainer crash from the newest complete checkpoint."""
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
+from airvisor.demo._weights import UPDATE_WEIGHTS, fetch_calls
+from airvisor.engine._supervisor import RunSupervisor
 from airvisor.policy import RunState
 from airvisor.primerl import prepare_attempt, prepare_run, run_layout
+from airvisor.proc import processes_with_marker
 
 from ..primerl.test_layout import v04_full_step
 from .conftest import Harness
 
+BOUND = 120.0  # a bound on a stuck run, never a timing claim
 V04_PYTHON = Path(os.environ.get("AIRVISOR_PRIMERL_V04_VENV",
                                  "/opt/airvisor-test/primerl-v0.4")) / "bin" / "python"
 
@@ -30,8 +38,9 @@ def prime_rl_python() -> str:
 
 def test_component_mode_starts_each_process_as_v04s_launcher_does(
         harness: Harness, prime_rl_python: str) -> None:
+    # restart.scope = "all": each attempt starts all three (the kept scope has its own test).
     profile = harness.profile(prime_rl={"mode": "components", "python": [prime_rl_python]},
-                              launcher="prime-rl",
+                              launcher="prime-rl", restart={"scope": "all"},
                               demo={"trainer": {"step_time": 0.1, "crash_at_step": 5}})
     run_id = harness.run(profile)
     assert harness.state(run_id) == RunState.SUCCEEDED
@@ -92,3 +101,57 @@ def test_component_mode_cleans_exactly_as_v04s_launcher_before_each_launch(
     # The launcher-mode path leaves all of it to prime-rl's own `rl`.
     assert layout.launch_clean(clean=False, resume_step=None, broadcast_type="filesystem") \
         == ([], [])
+
+
+def test_component_mode_keeps_the_server_across_a_trainer_crash(
+        harness: Harness, prime_rl_python: str) -> None:
+    """Issue 22 item 3: in component mode a trainer crash relaunches only the trainer and the
+    orchestrator (after v0.4's own clean), against the same inference process; the relaunched
+    orchestrator puts the resumed step's weights into it."""
+    profile = harness.profile(prime_rl={"mode": "components", "python": [prime_rl_python]},
+                              launcher="prime-rl", rl={"max_steps": 1000},
+                              demo={"trainer": {"step_time": 0.1, "crash_at_step": 5}})
+    record = harness.manager.submit(profile)
+    harness.run_ids.append(record.id)
+    sup = harness.manager.supervisor(record.id)
+    assert isinstance(sup, RunSupervisor)
+    run_id = record.id
+
+    def drive(what: str, check: Callable[[], Any]) -> Any:
+        deadline = time.monotonic() + BOUND
+        while time.monotonic() < deadline:
+            harness.manager.tick(0.1)
+            if value := check():
+                return value
+        raise AssertionError(f"no {what} within {BOUND:g} s")
+
+    drive("the second attempt training", lambda: sup.attempt == 2
+          and sup.state == RunState.RUNNING and (sup.step or 0) >= 6)
+
+    def server(attempt: int) -> tuple[int | None, float | None]:
+        comp = next(c for c in harness.store.components(run_id, attempt)
+                    if c.name == "inference")
+        return comp.pid, comp.create_time
+
+    assert server(2) == server(1) and server(1)[0] is not None
+    assert psutil.Process(server(1)[0]).create_time() == server(1)[1]
+    started = [e.component for e in harness.events(run_id, "component_started")]
+    assert started == ["inference", "trainer", "orchestrator", "trainer", "orchestrator"]
+    attempts = {a["number"]: a for a in harness.store.attempts(run_id)}
+    second = attempts[2]["details"]
+    assert second["scope"] == "keep_inference" and second["scope_reason"] == "kept"
+    assert second["inference_kept_from"] == 1 and second["keep_refusals"] == []
+    resume = attempts[2]["resume_step"]
+    assert resume is not None
+    port = sup.profile.inference.port
+
+    def resumed_update() -> Any:
+        return next((c for c in fetch_calls(f"http://127.0.0.1:{port}")
+                     if c.route == UPDATE_WEIGHTS and c.at >= attempts[2]["started_at"]), None)
+
+    update = drive("the relaunched orchestrator's weight update", resumed_update)
+    assert update.weight_dir is not None and f"step_{resume}" in update.weight_dir
+    harness.manager.request_stop(run_id)
+    drive("the stopped run", lambda: sup.state.terminal)
+    assert sup.state == RunState.STOPPED
+    assert processes_with_marker(run_id) == []

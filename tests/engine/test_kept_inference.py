@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -239,3 +240,72 @@ def test_a_new_daemon_adopts_the_kept_server(harness: Harness, when: str) -> Non
     assert psutil.Process(kept[0]).create_time() == kept[1]
     assert details(harness, run_id, 2)["scope"] == "keep_inference"
     stop_and_check_nothing_left(harness, run_id, sup)
+
+
+# -- the rest stops at once while the server's health is probed (issue 22, item 4) ------------
+def kinds_in_order(h: Harness, run_id: str, wanted: set[str]) -> list[tuple[str, Any]]:
+    return [(e.kind, e) for e in h.store.events(run_id) if e.kind in wanted]
+
+
+def test_an_unhealthy_server_is_stopped_after_the_rest(harness: Harness) -> None:
+    """The trainer dies while the kept server does not answer (SIGSTOPped: its tree alive, its
+    /health silent): the failure is recorded and the rest's stop begun before the probe's
+    verdict; the verdict (unhealthy) then stops the server too, and everything restarts."""
+    profile = profile_of(harness, "0.4")
+    run_id, sup = start(harness, profile)
+    drive(harness, "attempt 1 training with its trainer found",
+          lambda: running_attempt(harness, sup, 1, step=2) and trainer_pid(sup))
+    first = server(harness, run_id, 1)
+    trainer = trainer_pid(sup)
+    assert trainer is not None
+    os.kill(first[0], signal.SIGSTOP)
+    os.kill(trainer, signal.SIGKILL)
+    drive(harness, "the second attempt running", lambda: running_attempt(harness, sup, 2))
+    wanted = {"failure", "recovery_scope_probe", "recovery_scope", "stopped_components"}
+    order = [kind for kind, _ in kinds_in_order(harness, run_id, wanted)]
+    # The failure is recorded and the rest's stop begun without waiting for the verdict (the
+    # probe waits out the HTTP timeouts of a silent server); the rest's stop and the verdict
+    # may end in either order; the server's own stop follows the verdict.
+    assert order[:2] == ["failure", "recovery_scope_probe"]
+    assert sorted(order[2:]) == ["recovery_scope", "stopped_components", "stopped_components"]
+    assert order[-1] == "stopped_components"
+    verdict = harness.events(run_id, "recovery_scope")[0].data
+    assert verdict["scope"] == "full" and verdict["scope_reason"] == "inference_unhealthy"
+    second = details(harness, run_id, 2)
+    assert second["scope"] == "full" and second["scope_reason"] == "inference_unhealthy"
+    assert server(harness, run_id, 2) != first
+    assert not psutil.pid_exists(first[0]) or psutil.Process(first[0]).create_time() != first[1]
+    stop_and_check_nothing_left(harness, run_id, sup)
+
+
+def test_a_stop_asked_while_the_rest_stops_stops_the_server_too(harness: Harness) -> None:
+    """A stop that arrives while only the rest is being stopped (a kept-scope recovery): the
+    kept server goes too, and the run ends stopped with nothing left. The rest's stop is held
+    (a gate in the stop hook) until the stop request has been handled."""
+    entered, release = threading.Event(), threading.Event()
+    real_stop_tree = harness.manager.hooks.stop_tree
+
+    def gated_stop_tree(*args: Any, **kwargs: Any) -> str:
+        if kwargs.get("sweep") is False:  # the rest's stop (the kept server spared)
+            entered.set()
+            release.wait(BOUND)
+        return str(real_stop_tree(*args, **kwargs))
+
+    harness.manager.hooks.stop_tree = gated_stop_tree
+    profile = profile_of(harness, "0.4")
+    run_id, sup = start(harness, profile)
+    drive(harness, "attempt 1 training with its trainer found",
+          lambda: running_attempt(harness, sup, 1, step=2) and trainer_pid(sup))
+    kept = server(harness, run_id, 1)
+    trainer = trainer_pid(sup)
+    assert trainer is not None
+    os.kill(trainer, signal.SIGKILL)
+    drive(harness, "the rest's stop", entered.is_set)
+    harness.manager.request_stop(run_id)
+    drive(harness, "the stop request handled", lambda: sup.state == RunState.STOPPING)
+    release.set()
+    drive(harness, "stopped run", lambda: sup.state.terminal)
+    assert sup.state == RunState.STOPPED
+    assert not psutil.pid_exists(kept[0]) or psutil.Process(kept[0]).create_time() != kept[1]
+    assert processes_with_marker(run_id) == []
+    assert len(harness.events(run_id, "stopped_components")) == 2

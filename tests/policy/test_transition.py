@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from airvisor.policy import Phase, RestartPolicy
-from airvisor.policy._scope import ScopeDecision
+from airvisor.policy._scope import ScopeDecision, probing
 from airvisor.policy._transition import (
     Abort,
     AttemptFailed,
@@ -27,6 +27,7 @@ from airvisor.policy._transition import (
     RememberRecovery,
     RestartAsked,
     Say,
+    ScopeSettled,
     StopAsked,
     StopProcesses,
     TakenOver,
@@ -208,8 +209,10 @@ def test_every_phase_a_transition_reaches_is_an_allowed_edge() -> None:
         StopAsked(), StopAsked(deferred=True), RestartAsked(), BackoffOver(CRASH),
         RecoveryResumed(CRASH), ProcessesDown(CRASH, POLICY, (), 0, NOW),
         ProcessesDown(CRASH, POLICY, (NOW - 3, NOW - 2, NOW - 1), 3, NOW),
-        Preparing(), Launched(), Ready(), MachineBusy("disk full", 1.0, new=True),
-        Abort("bug"), *(TakenOver(target) for target in Phase)]
+        ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=KEPT, inference_left=True),
+        ScopeSettled(CRASH, KEPT), Preparing(), Launched(), Ready(),
+        MachineBusy("disk full", 1.0, new=True), Abort("bug"),
+        *(TakenOver(target) for target in Phase)]
     for phase in Phase:
         for event in events:
             target, _ = transition(phase, event)  # type: ignore[arg-type]
@@ -288,8 +291,8 @@ def test_giving_up_after_a_kept_stop_stops_the_kept_server_first() -> None:
     """The crash-loop limit reached with only the rest down: the server is stopped too (a
     full stop), then the run fails once that stop reports."""
     loop = (NOW - 30, NOW - 20, NOW - 10)
-    phase, effects = transition(Phase.RECOVERY_STOPPING,
-                                ProcessesDown(CRASH, POLICY, loop, 3, NOW, scope=KEPT))
+    phase, effects = transition(Phase.RECOVERY_STOPPING, ProcessesDown(
+        CRASH, POLICY, loop, 3, NOW, scope=KEPT, inference_left=True))
     assert phase == Phase.RECOVERY_STOPPING
     assert kinds(effects) == ["RememberRecovery", "Say", "StopProcesses"]
     remembered, _, stop = effects
@@ -327,3 +330,65 @@ def test_no_backend_sets_a_phase_itself() -> None:
                         and node.func.attr == "_set_phase":
                     callers.append(f"{path.relative_to(package)}:{function.name}")
     assert callers == ["core/_supervisor.py:_decide"]
+
+
+# -- the rest stops at once while the kept server is probed (issue 22, item 4) ------------------
+PROBING = probing(ScopeDecision("full", "health_unknown", "trainer crashed; the inference "
+                                                          "server's health is unknown"))
+UNHEALTHY = ScopeDecision("full", "inference_unhealthy", "trainer crashed; the inference "
+                                                         "server does not answer")
+
+
+def test_the_probing_scope_spares_the_server_but_keeps_nothing_yet() -> None:
+    assert PROBING.keep_inference and not PROBING.settled
+    assert PROBING.detail == ("trainer crashed; the rest is stopped at once while the inference "
+                              "server's health is probed: it is kept only if healthy")
+    phase, effects = transition(Phase.RUNNING, AttemptFailed(CRASH, scope=PROBING))
+    assert phase == Phase.RECOVERY_STOPPING
+    record, remember, said, stop = effects
+    assert record == RecordFailure(CRASH, end_attempt=True)
+    assert remember == RememberRecovery(CRASH, PROBING)
+    assert isinstance(said, Say) and said.kind == "recovery_scope_probe"
+    assert stop == StopProcesses(keep_inference=True)  # at once: no wait for the probe
+
+
+@pytest.mark.parametrize(("phase", "event", "expected_phase", "expected"), [
+    # The probe settles the scope while the rest stops: remembered and said, nothing acted on.
+    (Phase.RECOVERY_STOPPING, ScopeSettled(CRASH, KEPT), Phase.RECOVERY_STOPPING,
+     [RememberRecovery(CRASH, KEPT), scope_said(KEPT, True)]),
+    (Phase.RECOVERY_STOPPING, ScopeSettled(CRASH, UNHEALTHY), Phase.RECOVERY_STOPPING,
+     [RememberRecovery(CRASH, UNHEALTHY), scope_said(UNHEALTHY, False)]),
+    # A stop or the run's end came first: the settled scope changes nothing.
+    (Phase.STOPPING_STOPPED, ScopeSettled(CRASH, KEPT), Phase.STOPPING_STOPPED, []),
+    (Phase.FAILED, ScopeSettled(CRASH, KEPT), Phase.FAILED, []),
+    # The rest is down and the server was spared, but the recovery does not keep it: it is
+    # stopped before the restart is decided.
+    (Phase.RECOVERY_STOPPING, ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=UNHEALTHY,
+                                            inference_left=True),
+     Phase.RECOVERY_STOPPING, [StopProcesses()]),
+    # An unsettled scope never keeps the server (the core holds the stop's end until the
+    # probe reports; were it not held, the server would go rather than be kept unproven).
+    (Phase.RECOVERY_STOPPING, ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=PROBING,
+                                            inference_left=True),
+     Phase.RECOVERY_STOPPING, [StopProcesses()]),
+    # A stop asked while only the rest was being stopped: the server goes too, then the run
+    # ends stopped (the next ProcessesDown).
+    (Phase.STOPPING_STOPPED, ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=KEPT,
+                                           inference_left=True),
+     Phase.STOPPING_STOPPED, [StopProcesses()]),
+    (Phase.STOPPING_STOPPED, ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=KEPT),
+     Phase.STOPPED, [EndAttempt("stopped")]),
+    # The server left running and kept: the rest's relaunch is scheduled as before.
+    (Phase.RECOVERY_STOPPING, ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=KEPT,
+                                            inference_left=True),
+     Phase.BACKOFF, [CountRestart(CRASH, True, NOW), WaitThenRelaunch(2.0),
+                     Say("restart_scheduled", "relaunching the rest against the kept inference "
+                         "server in 2.0 s after a crash (restart 1; 1 of "
+                         "restart.max_restarts = 3 within 600 s)",
+                         data={"delay": 2.0, "restart_kind": "crash", "counted": True,
+                               "scope": "keep_inference", "scope_reason": "kept"})]),
+])
+def test_settling_the_scope_and_the_spared_server(phase: Phase, event: object,
+                                                  expected_phase: Phase,
+                                                  expected: list[object]) -> None:
+    assert transition(phase, event) == (expected_phase, tuple(expected))  # type: ignore[arg-type]

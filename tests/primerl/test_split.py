@@ -19,6 +19,7 @@ from airvisor.primerl._facts import RunFacts, Version
 from airvisor.primerl._resolve import Resolution, resolve
 from airvisor.primerl._split import (
     SplitRefused,
+    component_keep_refusals,
     plan_split,
     resolve_split,
     split_of,
@@ -145,3 +146,22 @@ def test_the_rest_gets_the_environment_the_full_rl_would(
     launcher_env = full.processes[LAUNCHER].env
     for name in (profile.containers.env_var, "AIRVISOR_EPISODE_LOG"):
         assert plan.rest.env[name] == launcher_env[name], name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("broadcast", "refused"), [("filesystem", []),
+                                                    ("nccl", ["nccl_weight_broadcast"])])
+def test_component_mode_keeps_the_server_unless_prime_rl_settings_forbid(
+        primerl_python: Callable[[str], Path], tmp_path: Path, broadcast: str,
+        refused: list[str]) -> None:
+    """Component mode (v0.4): prime-rl's own split derivation says whether a recovery may keep
+    the server; `rest_differs` (about `rl` without [inference]) does not concern it."""
+    profile = profile_for(tmp_path, "0.4", primerl_python("0.4"),
+                          weight_broadcast={"type": broadcast})  # v0.4 rl.py:404-414
+    resolution = resolve_split(profile, resume_step=None, scratch=tmp_path / "scratch")
+    assert [r.code for r in component_keep_refusals(resolution)] == refused
+    with_rest_refused = Resolution(
+        source="prime-rl", facts=resolution.facts,
+        split={"inference": None, "rest": None,
+               "refusals": [{"code": "rest_differs", "detail": "trainer.x"}]})
+    assert component_keep_refusals(with_rest_refused) == ()
