@@ -5,8 +5,10 @@ then its failure line read by airvisor).
 
 One run per mode over prime-rl v0.4's own `rl` launcher (the test venv's, tests/launchers.py) with
 the demo stand-ins as the programs it starts; the trainer is SIGKILLed at step 3 of each attempt.
-The time is from the kill to the main loop's handling of the failure (the "failure" event's
-record, timed by the store's wall clock against the kill's). Usage:
+The times are from the kill to the main loop's handling of the death (`member_exited`) and of
+the failure (the "failure" event's record), timed by the store's wall clock against the kill's,
+and to the stop's first call (the manager's `stop_tree` hook, timed by
+bench/_recovery_timeline.py's RecoveryClock: where the SIGTERMs begin). Usage:
 `.venv/bin/python bench/member_death_bench.py [--kills 5]`.
 """
 
@@ -26,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _recovery_timeline import drive
+from _recovery_timeline import RecoveryClock, drive
 
 from airvisor.engine import RunManager
 from airvisor.engine._supervisor import RunSupervisor
@@ -53,7 +55,7 @@ class NoDeathWatch:
 
 
 def one_run(tmp: Path, watched: bool, kills: int
-            ) -> tuple[list[float], list[float | None], list[str]]:
+            ) -> tuple[list[float], list[float | None], list[float], list[str]]:
     data = demo_profile_dict(
         tmp / "run", version="0.4", rl={"max_steps": 100000},
         demo={"trainer": {"step_time": 0.2}},
@@ -64,11 +66,14 @@ def one_run(tmp: Path, watched: bool, kills: int
     manager.hooks.prepare_machine = lambda *a, **k: "reaper skipped in the bench"
     if not watched:
         manager.hooks.death_watch = NoDeathWatch
+    clock = RecoveryClock()
+    clock.install(manager)
     run_id = manager.submit(profile).id
     sup = manager.supervisor(run_id)
     assert isinstance(sup, RunSupervisor)
     times: list[float] = []
     handled: list[float | None] = []  # kill -> the main loop's `member_exited` record
+    stops: list[float] = []  # kill -> the stop's first call
     messages: list[str] = []
     try:
         def failures() -> list[Any]:
@@ -93,9 +98,14 @@ def one_run(tmp: Path, watched: bool, kills: int
             handled.append(seen[0].at - killed if seen else None)
             times.append(failure.at - killed)
             messages.append(failure.message)
+
+            def stop_begun(since: float = killed) -> list[float]:
+                return [s.start for s in clock.between(since, time.time()) if s.name == "stop"]
+
+            stops.append(drive(manager, stop_begun, "the stop", tick=TICK)[0] - killed)
     finally:
         manager.shutdown(stop_runs=True, timeout=60)
-    return times, handled, messages
+    return times, handled, stops, messages
 
 
 def main() -> int:
@@ -104,7 +114,7 @@ def main() -> int:
     args = parser.parse_args()
     for watched in (True, False):
         with tempfile.TemporaryDirectory() as tmp:
-            times, handled, messages = one_run(Path(tmp), watched, args.kills)
+            times, handled, stops, messages = one_run(Path(tmp), watched, args.kills)
         name = "members watched (pidfd)" if watched else "launcher's report only"
         seen = [h for h in handled if h is not None]
         if seen:
@@ -112,8 +122,9 @@ def main() -> int:
                   f"{statistics.median(seen) * 1000:.1f} ms, max {max(seen) * 1000:.1f} ms "
                   f"(n={len(seen)})")
         print(f"{name}: kill -> failure recorded median {statistics.median(times) * 1000:.1f} "
-              f"ms, max {max(times) * 1000:.1f} ms (n={len(times)}); first: {messages[0]!r}",
-              flush=True)
+              f"ms, max {max(times) * 1000:.1f} ms (n={len(times)}); first: {messages[0]!r}")
+        print(f"{name}: kill -> stop begun median {statistics.median(stops) * 1000:.1f} ms, "
+              f"max {max(stops) * 1000:.1f} ms (n={len(stops)})", flush=True)
     return 0
 
 
