@@ -138,7 +138,11 @@ def _plan_split(prepared: PreparedAttempt, attempt_dir: Path,
     """The attempt's two halves, derived by prime-rl (`resolve_split`), their files written;
     or the refusals (the attempt then runs exactly as before: the one `rl`)."""
     profile = prepared.profile
-    resolution = resolve_split(profile, resume_step=prepared.choice.step, scratch=attempt_dir)
+    assert prepared.plan is not None
+    resolution = prepared.plan.resolution  # resolved with the halves (`prepare_attempt`)
+    if resolution.split is None:
+        resolution = resolve_split(profile, resume_step=prepared.choice.step,
+                                   scratch=attempt_dir)
     split = split_of(resolution, mode=profile.prime_rl.mode)
     if not split.supported:
         return SplitPrepared(prepared, None, tuple(str(r) for r in split.refusals)
@@ -376,6 +380,9 @@ class RunSupervisor(SupervisorCore):
         kept = self._kept_server() if keep_inference else None
         self._keep_next = kept is not None
         want_split = profile.prime_rl.mode == "launcher" and profile.restart.scope == "auto"
+        # Component mode keeps its own server unless prime-rl's split derivation refuses:
+        # both are resolved with the halves, in the attempt's one run of prime-rl's resolver.
+        with_halves = profile.restart.scope == "auto"
         prl_run_id = self._prl_run_id if kept is not None else None
         machine_profile = profile
         own: frozenset[int] = frozenset()
@@ -407,7 +414,7 @@ class RunSupervisor(SupervisorCore):
             try:
                 prepared = prepare_attempt(profile, layout, number=number,
                                            attempt_dir=attempt_dir, container_names=names,
-                                           summary=summary)
+                                           summary=summary, split=with_halves)
             except AttemptError as exc:
                 if not exc.machine:
                     raise

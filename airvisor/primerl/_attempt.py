@@ -68,7 +68,7 @@ def archive_run_dir(run_dir: Path, why: str) -> Path:
 
 def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
                     attempt_dir: Path, container_names: list[str],
-                    summary: str) -> PreparedAttempt:
+                    summary: str, split: bool = False) -> PreparedAttempt:
     """Choose the resume step on disk, resolve the exact command line with prime-rl (so what
     prime-rl validated is what runs), and write the attempt's files. Blocking: a worker thread
     runs it. The machine is checked again as `start` checked it (prime-rl's command still
@@ -76,7 +76,7 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
     since is named as the reason instead of surfacing as a crash of the next attempt."""
     def prepared_or_raise(step: int | None) -> Any:
         prepared = prepare_run(profile, resume_step=step, attempt_dir=attempt_dir,
-                               container_names=container_names)
+                               container_names=container_names, split=split)
         if prepared.problems or prepared.plan is None:
             raise AttemptError("; ".join(str(p) for p in prepared.problems)
                                or "the attempt could not be planned",

@@ -117,9 +117,12 @@ def prepare_run(
     container_names: Sequence[str] | None = None,
     environ: Mapping[str, str] | None = None,
     machine: bool = True,
+    split: bool = False,
 ) -> PreparedRun:
     """Resolve with prime-rl, bind, check, plan. Writes only into a temporary directory
-    (or `attempt_dir`, when given, for the attempt's own files)."""
+    (or `attempt_dir`, when given, for the attempt's own files). `split`: the resolution
+    carries the two halves of the run too (primerl/_split.py), in the same run of prime-rl's
+    resolver."""
     problems = _args_problems(profile) + _resume_step_problems(profile, resume_step)
     if problems:
         return PreparedRun(profile, None, None, problems)
@@ -127,13 +130,8 @@ def prepare_run(
         f"<container-{i + 1}>" for i in range(profile.containers.count)]
     with tempfile.TemporaryDirectory(prefix="airvisor-plan-") as scratch:
         try:
-            # Component mode: with the split's refusals too (whether its inference server may
-            # be kept across a recovery, primerl/_split.py component_keep_refusals).
-            keepable = (profile.prime_rl.mode == "components"
-                        and profile.restart.scope == "auto")
             resolution = resolve_profile(profile, resume_step=resume_step,
-                                         scratch=Path(scratch), environ=environ,
-                                         split=keepable)
+                                         scratch=Path(scratch), environ=environ, split=split)
         except ResolveError as exc:
             return PreparedRun(profile, None, None, exc.problems)
     bound = bind(profile, resolution)
