@@ -3,8 +3,9 @@ inference server vs restarting everything.
 
 One run per scope, over prime-rl v0.4's own `rl` launcher (the test venv's, tests/launchers.py)
 with the demo stand-ins as the programs it starts; the inference stand-in's `startup_delay`
-stands for the model load a real server pays at each start. The bench waits for step 3, SIGKILLs
-the trainer (found in the rest's tree), and times the kill -> the trainer's next `Step` line
+stands for the model load a real server pays at each start. The bench waits for step 3 (and
+`restart.window` + 1 s after the last relaunch), SIGKILLs the trainer (found in the rest's
+tree), and times the kill -> the trainer's next `Step` line
 seen by airvisor (the run's step advancing in the next attempt), with backoff 0 so only the
 recovery itself is measured. Each recovery is also broken into its timeline
 (bench/_recovery_timeline.py): kill -> failure recorded -> the rest stopped -> the preflight
@@ -49,6 +50,9 @@ BOUND = 300.0
 REAL_VLLM_BOUND = 900.0  # a CPU vLLM start on two busy cores: 30 to 90 s, more when cold
 VLLM_VENV = Path(os.environ.get("AIRVISOR_VLLM_VENV", "/opt/airvisor-test/vllm-venv"))
 WRAPPER = Path(__file__).resolve().with_name("_vllm_inference.py")
+# restart.window: a kept recovery within this many seconds of the last one escalates to a full
+# restart (policy/_scope.py "repeated"); the kills are spaced further apart (_kills).
+WINDOW = 1.0
 
 
 def _script(path: Path, text: str) -> None:
@@ -101,7 +105,7 @@ def one_run(tmp: Path, scope: str, startup_delay: float, kills: int,
               "orchestrator": {"connect_timeout": grace}},
         restart={"scope": scope, "backoff_initial": 0, "backoff_max": 0, "max_restarts": 100,
                  # (a second kept recovery within the window would escalate: each kill apart)
-                 "window": 1,
+                 "window": WINDOW,
                  # vLLM's API server and engine stop cleanly on SIGTERM in about a second; the
                  # stand-ins' 1 s grace could SIGKILL them and leave /dev/shm segments behind,
                  # so a real server gets the profile's default grace.
@@ -138,12 +142,16 @@ def one_run(tmp: Path, scope: str, startup_delay: float, kills: int,
 
 def _kills(manager: RunManager, sup: RunSupervisor, store: Store, clock: RecoveryClock,
            scope: str, kills: int, bound: float) -> list[Recovery]:
-    """SIGKILL the trainer at step >= 3 of attempts 1..kills; each recovery's timeline."""
+    """SIGKILL the trainer at step >= 3 of attempts 1..kills, and over `WINDOW` + 1 s after
+    the last relaunch (a resumed run's step is past 3 at its first line, and a kept recovery
+    under 2 s would otherwise be judged a repeat: a full restart); each recovery's timeline."""
     recoveries: list[Recovery] = []
+    relaunched = 0.0  # wall clock
     for n in range(1, kills + 1):
-        def training(n: int = n) -> bool:
+        def training(n: int = n, since: float = relaunched) -> bool:
             return bool(sup.attempt == n and sup.state == RunState.RUNNING
-                        and (sup.step or 0) >= 3 and sup.members.get("trainer"))
+                        and (sup.step or 0) >= 3 and sup.members.get("trainer")
+                        and time.time() - since > WINDOW + 1.0)
 
         def next_step(n: int = n) -> bool:
             return sup.attempt == n + 1 and sup._attempt_progress is not None
@@ -162,9 +170,14 @@ def _kills(manager: RunManager, sup: RunSupervisor, store: Store, clock: Recover
         recovery = recovery_of(store, sup.run_id, after_id, killed, time.time(), clock)
         recoveries.append(recovery)
         marks = recovery.marks
+        relaunched = killed + marks.get(LAUNCHED, recovery.total)
+        used = store.attempts(sup.run_id)[-1]["details"].get("scope")
         print(f"  {scope}: kill {n}: {recovery.total:.2f} s (rest launched at "
-              f"{marks.get(LAUNCHED, float('nan')):.2f} s); inference pid {server_before} -> "
-              f"{inference_pid(sup)}", flush=True)
+              f"{marks.get(LAUNCHED, float('nan')):.2f} s), scope {used}; inference pid "
+              f"{server_before} -> {inference_pid(sup)}", flush=True)
+        if scope == "auto" and used != "keep_inference":
+            print(f"  WARNING: recovery {n} of the kept run was {used}: its numbers are not a "
+                  "kept recovery's", flush=True)
     return recoveries
 
 
