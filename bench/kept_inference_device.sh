@@ -26,7 +26,10 @@ prepare() {
                 typing_extensions; do
         cp -r "$site/$name"* "$DIR/site/"  # the package and its dist-info
     done
-    cp -r .venv/lib/python3.11/site-packages/structlog* "$DIR/site/"  # pure Python
+    # pure Python: structlog, and httpx with its dependencies (the kept server's probe)
+    for name in structlog httpx httpcore h11 anyio idna certifi; do
+        cp -r .venv/lib/python3.11/site-packages/"$name"* "$DIR/site/"
+    done
     (cd "$site" && tar cf - --exclude=pip --exclude='pip-*' --exclude='*.pth' \
         --exclude=__pycache__ .) | (cd "$DIR/prl04-site" && tar xf -)
     cp -r "$src" "$DIR/prime-rl-src"
