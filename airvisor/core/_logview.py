@@ -49,12 +49,18 @@ class LogView:
     earlier file is kept open meanwhile, so its inode cannot be reused by a new file."""
 
     def __init__(self, locate: Callable[[], Path | None], *, from_end: bool = False,
-                 skip_existing: bool = True) -> None:
+                 skip_existing: bool = True, written_since: float | None = None) -> None:
         """`from_end`: an adopted attempt's log, whose lines before now the last supervisor
-        read; `skip_existing=False`: the file there now is already this attempt's (a Slurm
-        job's logs when a new daemon re-attaches to it), read from its start."""
+        read (a file that appears only later is read from its start: nobody read it);
+        `written_since`: with `from_end`, the adopted attempt's start (wall time): a file last
+        written before it is an earlier attempt's (main's `logs/latest` before the adopted
+        launch created its own `attempt_N`), not read; `skip_existing=False`: the file there
+        now is already this attempt's (a Slurm job's logs when a new daemon re-attaches to
+        it), read from its start."""
         self._locate = locate
         self._from_end = from_end
+        self._written_since = written_since
+        self._first_look = True
         self.tail: LogTail | None = None
         self._earlier: FileIdentity | None = None
         self._pin: Any = None
@@ -77,11 +83,21 @@ class LogView:
 
     def read_new_lines(self) -> list[str]:
         if self.tail is None:
+            first, self._first_look = self._first_look, False
             path = self._locate()
             if path is None or not path.exists():
                 return []
             if self._earlier is not None and self._earlier.same_file(path):
                 return []  # still the previous attempt's file
+            if self._written_since is not None and _written_before(path, self._written_since):
+                return []  # an earlier attempt's file (an adopted launch's own comes later)
             self.close()
-            self.tail = LogTail(path, from_end=self._from_end)
+            self.tail = LogTail(path, from_end=self._from_end and first)
         return self.tail.read_new_lines()  # (a truncated file is read again from its start)
+
+
+def _written_before(path: Path, moment: float) -> bool:
+    try:
+        return path.stat().st_mtime < moment
+    except OSError:
+        return True  # (gone meanwhile: looked for again at the next read)

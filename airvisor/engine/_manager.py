@@ -416,8 +416,14 @@ class RunManager:
                 run, "the daemon restarted during recovery"))
         elif action == BootAction.ADOPT:
             refresh_adopted(self.store, run)  # step and progress time, before any answer
-            supervisor.adopt(run.attempt, handles, _step_from_logs(supervisor, handles, run.step),
-                             resume_step=run.resume_step)
+            # The run's step may be an earlier attempt's (the step before a crash): only the
+            # attempt's own Step lines say whether it has begun training.
+            began = next((a.get("started_at") for a in self.store.attempts(run.id)
+                          if a.get("number") == run.attempt), None)
+            own = _step_from_logs(supervisor, handles, began)
+            known = max((s for s in (run.step, own) if s is not None), default=None)
+            supervisor.adopt(run.attempt, handles, known, resume_step=run.resume_step,
+                             attempt_step=own)
             pids = ", ".join(str(h.identity.pid) for h in handles.values())
             self.store.add_event(run.id, "adopted", f"adopted live run: "
                                  f"{', '.join(sorted(handles))} (pids {pids})")
@@ -551,15 +557,24 @@ def profile_resumes(supervisor: RunSupervisor) -> bool:
 
 
 def _step_from_logs(supervisor: RunSupervisor, handles: dict[str, ComponentHandle],
-                    known: int | None) -> int | None:
-    """Catch up on the logs written while no supervisor read them."""
-    step = known
+                    began: float | None) -> int | None:
+    """The newest step the attempt's trainer log shows (written while no supervisor read it);
+    None when it shows none yet. A log last written before the attempt `began` (wall time) is
+    an earlier attempt's (main names the attempt's log directory only once its `rl` runs)."""
+    step: int | None = None
     trainer = handles.get("trainer")
     path = trainer.log.path if trainer is not None else (
         supervisor.layout.log_file("trainer") if supervisor.layout is not None else None)
-    if path is not None:
-        for line in LogTail(path).read_new_lines():
-            found = step_from_log_line(line)
-            if found is not None:
-                step = max(step or 0, found)
+    if path is None:
+        return None
+    try:
+        written = path.stat().st_mtime
+    except OSError:
+        return None
+    if began is not None and written < began:
+        return None
+    for line in LogTail(path).read_new_lines():
+        found = step_from_log_line(line)
+        if found is not None:
+            step = max(step or 0, found)
     return step

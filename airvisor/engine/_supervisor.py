@@ -615,7 +615,7 @@ class RunSupervisor(SupervisorCore):
 
     # -- boot takeover (the manager decides which, from the recorded phase) -------------------
     def adopt(self, attempt: int, handles: dict[str, ComponentHandle], step: int | None,
-              *, resume_step: int | None = None) -> None:
+              *, resume_step: int | None = None, attempt_step: int | None = None) -> None:
         """Take over a live attempt from an earlier supervisor (no restart): its processes, its
         logs from where they are now, its prober and containers, and what it still needs to
         launch (component mode: the orchestrator, once inference is ready)."""
@@ -626,10 +626,11 @@ class RunSupervisor(SupervisorCore):
             handles[INFERENCE].since = kept_from or attempt
         self.step = step
         self._attempt_started = self._clock()
-        # No step seen yet: the attempt keeps its first-step grace (from now), not the stall
-        # timeout a step in progress gets.
-        self._attempt_progress = self._clock() if step is not None else None
-        self._attempt_max_step = step or 0
+        # No step of this attempt seen yet (`attempt_step`: its own log's; `step` may be an
+        # earlier attempt's): it keeps its first-step grace (from now), not the stall timeout
+        # a step in progress gets.
+        self._attempt_progress = self._clock() if attempt_step is not None else None
+        self._attempt_max_step = max(attempt_step or 0, resume_step or 0)
         layout = self.layout
         metrics = layout.metrics_file() if layout is not None else None
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
@@ -639,8 +640,11 @@ class RunSupervisor(SupervisorCore):
         if self.mode == "launcher" and layout is not None:
             # The split: the server's log is its own component's (not the launcher's file).
             viewed = [n for n in VIEWED if not (self.split and n == INFERENCE)]
+            began = next((a.get("started_at") for a in self.store.attempts(self.run_id)
+                          if a.get("number") == attempt), None)
             self.views = {name: LogView(lambda name=name: layout.log_file(name),  # type: ignore[misc]
-                                        from_end=True) for name in viewed}
+                                        from_end=True, written_since=began)
+                          for name in viewed}
             logs += [path for name in viewed if (path := layout.log_file(name)) is not None]  # type: ignore[arg-type]
         self._catch_up_milestones(logs)
         waiting = ("orchestrator" not in handles if self.mode == "components"

@@ -130,8 +130,8 @@ def test_the_server_is_kept_across_a_failure_of_the_rest(harness: Harness, versi
     stop_and_check_nothing_left(harness, run_id, sup)
 
 
-def test_the_server_is_kept_across_a_trainer_hang(harness: Harness) -> None:
-    profile = profile_of(harness, "0.4", demo={"trainer": {"hang_at_step": 5}})
+def test_the_server_is_kept_across_a_trainer_hang(harness: Harness, version: str) -> None:
+    profile = profile_of(harness, version, demo={"trainer": {"hang_at_step": 5}})
     run_id, sup = start(harness, profile)
     drive(harness, "the first attempt running", lambda: running_attempt(harness, sup, 1))
     kept = server(harness, run_id, 1)
@@ -160,8 +160,9 @@ def trainer_pid(sup: RunSupervisor) -> int | None:
     return sup.members.get("trainer")
 
 
-def test_a_second_failure_within_the_window_restarts_everything(harness: Harness) -> None:
-    profile = profile_of(harness, "0.4")
+def test_a_second_failure_within_the_window_restarts_everything(harness: Harness,
+                                                                version: str) -> None:
+    profile = profile_of(harness, version)
     run_id, sup = start(harness, profile)
     for attempt in (1, 2):
         drive(harness, f"attempt {attempt} training with its trainer found",
@@ -218,12 +219,13 @@ def new_daemon(h: Harness, run_id: str) -> tuple[RunManager, RunSupervisor]:
 
 
 @pytest.mark.parametrize("when", ["after", "during"])
-def test_a_new_daemon_adopts_the_kept_server(harness: Harness, when: str) -> None:
+def test_a_new_daemon_adopts_the_kept_server(harness: Harness, when: str,
+                                             version: str) -> None:
     """`after`: the daemon dies once the rest runs again against the kept server: the next
     adopts both. `during`: it dies while the rest is stopped (the backoff, made long): the next
     relaunches the rest against the same server."""
     backoff = 0.2 if when == "after" else 30.0
-    profile = profile_of(harness, "0.4", demo={"trainer": {"crash_at_step": 5}},
+    profile = profile_of(harness, version, demo={"trainer": {"crash_at_step": 5}},
                          restart={"backoff_initial": backoff, "backoff_max": backoff})
     run_id, sup = start(harness, profile)
     drive(harness, "the first attempt running", lambda: running_attempt(harness, sup, 1))
