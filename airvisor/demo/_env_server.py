@@ -51,6 +51,10 @@ def main(argv: Sequence[str], version: str = "main") -> int:
     logger = StandinLogger()
     install_termination_handlers(ignore_sigterm=False, on_ignored=lambda: None)
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # As the real env server's ZMQ socket binds: libzmq's TCP listener sets SO_REUSEADDR before
+    # bind (tcp_listener, set_address), so the closed connections an earlier server left in
+    # TIME_WAIT on the port never block a relaunch; a server still listening on it does.
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         server.bind((host, port))
         server.listen()
