@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 import types
 import uuid
@@ -27,6 +28,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BeforeValidator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -141,6 +143,21 @@ Authorized = Depends(_require_token)
 RunId = Annotated[str, PathParam(pattern=RUN_ID_PATTERN, description="A run id.")]
 ComponentName = Annotated[str, PathParam(pattern=COMPONENT_PATTERN,
                                          description="A component of the run.")]
+
+
+def _integer_text(value: Any) -> Any:
+    """An integer query or path parameter as its text must be one: pydantic's lax int also
+    takes a float's text with a zero fraction ("0.0"), which the schema (`type: integer`)
+    rejects (a contract fuzzer found `after=0.0` answered 200)."""
+    if isinstance(value, str) and not INTEGER_TEXT.fullmatch(value):
+        raise ValueError("not an integer")
+    return value
+
+
+INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+# After the Query/Path in each Annotated: placed before, FastAPI writes the bounds into the
+# OpenAPI schema as pydantic's `ge`/`le` instead of `minimum`/`maximum`.
+IntegerText = BeforeValidator(_integer_text)
 
 
 def _run_links(run_id: str, component: str | None = None) -> dict[str, Any]:
@@ -420,7 +437,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
 
     @app.get("/runs", response_model=list[RunSummaryOut], tags=["runs"], operation_id="list_runs",
              responses={200: _run_links("$response.body#/0/id")})
-    def list_runs(ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+    def list_runs(ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000), IntegerText] = 50
                   ) -> list[RunSummaryOut]:
         return [summary_of(r) for r in ctx.store.list_runs(limit=limit)]
 
@@ -457,9 +474,10 @@ def create_app(ctx: ApiContext) -> FastAPI:
              operation_id="run_events", responses=error_responses(404, notes={404: NO_RUN}))
     def run_events(
         ctx: Ctx, run_id: RunId,
-        after: Annotated[int, Query(ge=0, le=2**62, description="Only events with a larger id.")
-                         ] = 0,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+        after: Annotated[int,
+                         Query(ge=0, le=2**62, description="Only events with a larger id."),
+                         IntegerText] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000), IntegerText] = 1000,
     ) -> list[EventOut]:
         _run_or_404(ctx.store, run_id)
         return [event_of(e) for e in ctx.store.events(run_id, after_id=after, limit=limit)]
@@ -474,10 +492,13 @@ def create_app(ctx: ApiContext) -> FastAPI:
                           "recorded for it yet."})})
     def run_logs(
         ctx: Ctx, run_id: RunId, component: ComponentName,
-        tail: Annotated[int, Query(ge=0, le=100_000, description="Lines from the end.")] = 200,
+        tail: Annotated[int,
+                        Query(ge=0, le=100_000, description="Lines from the end."),
+                        IntegerText] = 200,
         follow: Annotated[bool, Query(description="Keep streaming new lines.")] = False,
         attempt: Annotated[int | None, Query(ge=0, le=1_000_000,
-                                             description="Default: the current attempt.")] = None,
+                                             description="Default: the current attempt."),
+                           IntegerText] = None,
     ) -> Response:
         run = _run_or_404(ctx.store, run_id)
         try:
@@ -494,7 +515,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
                  404: "No such run, or no stacks stored for that attempt (they are taken "
                       "when the stall rule fires; POST /runs/{run_id}/stacks looks now)."}))
     def attempt_stacks(ctx: Ctx, run_id: RunId,
-                       attempt: Annotated[int, PathParam(ge=1, le=1_000_000)]) -> StacksOut:
+                       attempt: Annotated[int, PathParam(ge=1, le=1_000_000), IntegerText]
+                       ) -> StacksOut:
         """The stacks taken before the stall kill of this attempt, with one verdict per
         process (the text files beside them: <state>/runs/<id>/attempt_N/stacks/)."""
         _run_or_404(ctx.store, run_id)

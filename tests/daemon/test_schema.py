@@ -334,6 +334,18 @@ def test_a_repeated_query_parameter_is_refused(api: Api) -> None:
     assert httpx.get(f"{api.url}/runs?limit=1&x=1&x=2").status_code == 200
 
 
+def test_an_integer_parameter_must_be_written_as_one(api: Api) -> None:
+    """pydantic's lax int would take a float's text ("0.0"); the schema says integer (a fuzz run
+    of schemathesis found `after=0.0` answered 200)."""
+    run_id = httpx.get(f"{api.url}/runs?limit=1").json()
+    for query in ("after=0.0", "after=1e2", "after=%200", "limit=5.0"):
+        refused = assert_error_out(httpx.get(f"{api.url}/runs/nope-1/events?{query}"), 422)
+        assert refused["errors"][0]["loc"] == ["query", query.split("=")[0]], query
+    assert_error_out(httpx.get(f"{api.url}/runs?limit=2.0"), 422)
+    assert httpx.get(f"{api.url}/runs?limit=2").status_code == 200
+    assert isinstance(run_id, list)
+
+
 def test_only_list_typed_query_parameters_may_repeat() -> None:
     from typing import Annotated
 
