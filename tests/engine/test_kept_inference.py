@@ -245,6 +245,18 @@ def test_a_new_daemon_adopts_the_kept_server(harness: Harness, when: str,
 
 
 # -- the rest stops at once while the server's health is probed (issue 22, item 4) ------------
+def training_with_trainer(h: Harness, version: str = "0.4"
+                          ) -> tuple[str, RunSupervisor, tuple[int, float], int]:
+    """A split run in its first attempt, training, with its trainer found: (run id, supervisor,
+    the server's (pid, start time), the trainer's pid)."""
+    run_id, sup = start(h, profile_of(h, version))
+    drive(h, "attempt 1 training with its trainer found",
+          lambda: running_attempt(h, sup, 1, step=2) and trainer_pid(sup))
+    trainer = trainer_pid(sup)
+    assert trainer is not None
+    return run_id, sup, server(h, run_id, 1), trainer
+
+
 def kinds_in_order(h: Harness, run_id: str, wanted: set[str]) -> list[tuple[str, Any]]:
     return [(e.kind, e) for e in h.store.events(run_id) if e.kind in wanted]
 
@@ -253,13 +265,7 @@ def test_an_unhealthy_server_is_stopped_after_the_rest(harness: Harness) -> None
     """The trainer dies while the kept server does not answer (SIGSTOPped: its tree alive, its
     /health silent): the failure is recorded and the rest's stop begun before the probe's
     verdict; the verdict (unhealthy) then stops the server too, and everything restarts."""
-    profile = profile_of(harness, "0.4")
-    run_id, sup = start(harness, profile)
-    drive(harness, "attempt 1 training with its trainer found",
-          lambda: running_attempt(harness, sup, 1, step=2) and trainer_pid(sup))
-    first = server(harness, run_id, 1)
-    trainer = trainer_pid(sup)
-    assert trainer is not None
+    run_id, sup, first, trainer = training_with_trainer(harness)
     os.kill(first[0], signal.SIGSTOP)
     os.kill(trainer, signal.SIGKILL)
     drive(harness, "the second attempt running", lambda: running_attempt(harness, sup, 2))
@@ -294,13 +300,7 @@ def test_a_stop_asked_while_the_rest_stops_stops_the_server_too(harness: Harness
         return str(real_stop_tree(*args, **kwargs))
 
     harness.manager.hooks.stop_tree = gated_stop_tree
-    profile = profile_of(harness, "0.4")
-    run_id, sup = start(harness, profile)
-    drive(harness, "attempt 1 training with its trainer found",
-          lambda: running_attempt(harness, sup, 1, step=2) and trainer_pid(sup))
-    kept = server(harness, run_id, 1)
-    trainer = trainer_pid(sup)
-    assert trainer is not None
+    run_id, sup, kept, trainer = training_with_trainer(harness)
     os.kill(trainer, signal.SIGKILL)
     drive(harness, "the rest's stop", entered.is_set)
     harness.manager.request_stop(run_id)
