@@ -89,14 +89,15 @@ class LogView:
                 return []
             if self._earlier is not None and self._earlier.same_file(path):
                 return []  # still the previous attempt's file
-            if self._written_since is not None and _written_before(path, self._written_since):
+            if self._written_since is not None and written_before(path, self._written_since):
                 return []  # an earlier attempt's file (an adopted launch's own comes later)
             self.close()
             self.tail = LogTail(path, from_end=self._from_end and first)
         return self.tail.read_new_lines()  # (a truncated file is read again from its start)
 
 
-def _written_before(path: Path, moment: float) -> bool:
+def written_before(path: Path, moment: float) -> bool:
+    """`path` was last written before `moment` (wall time), or is gone."""
     try:
         return path.stat().st_mtime < moment
     except OSError:

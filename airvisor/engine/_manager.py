@@ -24,6 +24,7 @@ import psutil
 from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
 from airvisor.core import Command, Event, recorded_failure
+from airvisor.core._logview import written_before
 from airvisor.engine._supervisor import ComponentHandle, Hooks, RunSupervisor
 from airvisor.engine._takeover import (
     finish_if_completed,
@@ -423,7 +424,7 @@ class RunManager:
             own = _step_from_logs(supervisor, handles, began)
             known = max((s for s in (run.step, own) if s is not None), default=None)
             supervisor.adopt(run.attempt, handles, known, resume_step=run.resume_step,
-                             attempt_step=own)
+                             attempt_step=own, began=began)
             pids = ", ".join(str(h.identity.pid) for h in handles.values())
             self.store.add_event(run.id, "adopted", f"adopted live run: "
                                  f"{', '.join(sorted(handles))} (pids {pids})")
@@ -565,13 +566,8 @@ def _step_from_logs(supervisor: RunSupervisor, handles: dict[str, ComponentHandl
     trainer = handles.get("trainer")
     path = trainer.log.path if trainer is not None else (
         supervisor.layout.log_file("trainer") if supervisor.layout is not None else None)
-    if path is None:
-        return None
-    try:
-        written = path.stat().st_mtime
-    except OSError:
-        return None
-    if began is not None and written < began:
+    if path is None or not path.exists() or (began is not None
+                                              and written_before(path, began)):
         return None
     for line in LogTail(path).read_new_lines():
         found = step_from_log_line(line)

@@ -615,10 +615,12 @@ class RunSupervisor(SupervisorCore):
 
     # -- boot takeover (the manager decides which, from the recorded phase) -------------------
     def adopt(self, attempt: int, handles: dict[str, ComponentHandle], step: int | None,
-              *, resume_step: int | None = None, attempt_step: int | None = None) -> None:
+              *, resume_step: int | None = None, attempt_step: int | None = None,
+              began: float | None = None) -> None:
         """Take over a live attempt from an earlier supervisor (no restart): its processes, its
         logs from where they are now, its prober and containers, and what it still needs to
-        launch (component mode: the orchestrator, once inference is ready)."""
+        launch (component mode: the orchestrator, once inference is ready). `began`: the
+        attempt's start (wall time): a log last written before it is an earlier attempt's."""
         self.attempt = attempt
         self.components = handles
         if INFERENCE in handles:  # its own process (the split, or component mode)
@@ -640,8 +642,6 @@ class RunSupervisor(SupervisorCore):
         if self.mode == "launcher" and layout is not None:
             # The split: the server's log is its own component's (not the launcher's file).
             viewed = [n for n in VIEWED if not (self.split and n == INFERENCE)]
-            began = next((a.get("started_at") for a in self.store.attempts(self.run_id)
-                          if a.get("number") == attempt), None)
             self.views = {name: LogView(lambda name=name: layout.log_file(name),  # type: ignore[misc]
                                         from_end=True, written_since=began)
                           for name in viewed}
