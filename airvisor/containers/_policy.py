@@ -36,7 +36,10 @@ ATTEMPT_LABEL = "airvisor.attempt"
 # Docker's container-name grammar: [a-zA-Z0-9][a-zA-Z0-9_.-]+
 _NAME_INVALID = re.compile(r"[^a-zA-Z0-9_.-]+")
 _RUN_NAME_MAX = 40
-_SHORT_ID_LEN = 8
+# A run id as new_run_id (engine/_manager.py) makes it: `<run name>-<YYYYmmdd-HHMMSS>-<4 hex>`.
+# The name prefix is the same for every run of a profile, so only what follows it tells two runs
+# apart (two airvisors running one profile on one Docker engine).
+_RUN_ID_UNIQUE_PART = re.compile(r"-(\d{8}-\d{6}-[0-9a-f]{4})$")
 
 
 def sanitize_name_part(text: str, *, fallback: str) -> str:
@@ -46,10 +49,22 @@ def sanitize_name_part(text: str, *, fallback: str) -> str:
     return cleaned or fallback
 
 
+def run_id_unique_part(run_id: str) -> str:
+    """What tells this run apart from every other run of its name: the stamp and random suffix
+    of a run id new_run_id made; any other run id whole (never shortened: a prefix of it may be
+    shared), reduced to Docker's name charset."""
+    match = _RUN_ID_UNIQUE_PART.search(run_id)
+    if match is not None:
+        return match.group(1)
+    return sanitize_name_part(run_id, fallback="x")
+
+
 def container_name(run_name: str, run_id: str, index: int) -> str:
+    """`airvisor-<run name>-<the run id's unique part>-mlgym-<index>`: readable (the run's name
+    and start time), and unique per run, so two runs of one profile (two users, two state dirs)
+    on one Docker engine never claim the same name."""
     name_part = sanitize_name_part(run_name, fallback="run")[:_RUN_NAME_MAX].rstrip("-_.") or "run"
-    id_part = sanitize_name_part(run_id, fallback="x")[:_SHORT_ID_LEN].rstrip("-_.") or "x"
-    return f"airvisor-{name_part}-{id_part}-{COMPONENT}-{index}"
+    return f"airvisor-{name_part}-{run_id_unique_part(run_id)}-{COMPONENT}-{index}"
 
 
 def container_labels(

@@ -23,6 +23,7 @@ from airvisor.containers._policy import (
     parse_memory,
 )
 from airvisor.containers._types import ContainerFacts, ProbeResult
+from airvisor.engine._manager import new_run_id
 from airvisor.profile._schema import ContainerSection, Mount, Profile
 
 DOCKER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
@@ -37,8 +38,29 @@ def facts(state: str = "running", **kw: object) -> ContainerFacts:
     return ContainerFacts(**values)  # type: ignore[arg-type]
 
 
-def test_name_is_derived_from_run_name_and_short_run_id() -> None:
-    assert container_name("demo", "0123456789abcdef", 2) == "airvisor-demo-01234567-mlgym-2"
+@pytest.mark.parametrize(("run_name", "run_id", "index", "expected"), [
+    # A run id new_run_id made: its stamp and random suffix, not its name prefix.
+    ("demo", "demo-20261128-112833-3fa9", 2, "airvisor-demo-20261128-112833-3fa9-mlgym-2"),
+    ("My run/1", "My-run-1-20261128-112833-00b1", 0,
+     "airvisor-My-run-1-20261128-112833-00b1-mlgym-0"),
+    # Any other run id whole: a prefix of it may be shared by another run.
+    ("demo", "0123456789abcdef", 2, "airvisor-demo-0123456789abcdef-mlgym-2"),
+    ("demo", "demo-20261128-3fa9", 0, "airvisor-demo-demo-20261128-3fa9-mlgym-0"),
+])
+def test_name_is_the_run_name_and_the_run_ids_unique_part(
+    run_name: str, run_id: str, index: int, expected: str,
+) -> None:
+    assert container_name(run_name, run_id, index) == expected
+
+
+def test_runs_of_one_name_get_different_names_from_the_engines_run_ids() -> None:
+    """The run ids the manager makes begin with the run name; the names still differ by run."""
+    ids: set[str] = set()
+    while len(ids) < 2:  # two ids of one second may (1 in 65536) draw the same suffix
+        ids.add(new_run_id("demo"))
+    first, second = sorted(ids)
+    assert container_name("demo", first, 0) != container_name("demo", second, 0)
+    assert container_name("demo", first, 0).startswith("airvisor-demo-")
 
 
 def test_name_replaces_characters_docker_refuses() -> None:

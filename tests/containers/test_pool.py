@@ -18,6 +18,7 @@ from airvisor.containers import (
     judge_orphan_containers,
     reap_orphan_containers,
 )
+from airvisor.engine._manager import new_run_id
 from airvisor.profile._schema import ContainerSection, Mount
 
 pytestmark = pytest.mark.docker
@@ -49,7 +50,7 @@ def test_pool_comes_up_named_and_labelled_from_the_run(
     statuses = pool.up()
 
     assert pool.names == [
-        f"airvisor-demo-run-1-{run_id[:8]}-mlgym-0", f"airvisor-demo-run-1-{run_id[:8]}-mlgym-1"]
+        f"airvisor-demo-run-1-{run_id}-mlgym-0", f"airvisor-demo-run-1-{run_id}-mlgym-1"]
     assert [(s.name, s.index, s.state, s.health, s.restarts) for s in statuses] == [
         (pool.names[0], 0, "running", "healthy", 0), (pool.names[1], 1, "running", "healthy", 0)]
     for index, name in enumerate(pool.names):
@@ -383,4 +384,33 @@ def test_two_state_directories_each_reaper_leaves_the_others_containers_alone(
     # B's reaper removes B's own, and never looks at A's name space.
     assert [s.name for s in reap_orphan_containers(
         set(), dry_run=False, client=docker_client, state_dir=dir_b)] == pool_b.names
+    assert containers_of(docker_client, run_b) == []
+
+
+def test_two_runs_of_one_profile_from_two_state_directories_run_side_by_side(
+    make_pool: PoolFactory, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """Two airvisors (two users' state dirs) start the same profile (one run name) on one
+    engine with run ids as the manager makes them: both come up at once, each under its own
+    names, and each one's down() removes only its own containers."""
+    ids: set[str] = set()
+    while len(ids) < 2:  # two ids of one second may (1 in 65536) draw the same suffix
+        ids.add(new_run_id("demo"))
+    run_a, run_b = sorted(ids)
+    pool_a = make_pool(run_id=run_a, run_name="demo", owner=str(tmp_path / "state-a"))
+    pool_b = make_pool(run_id=run_b, run_name="demo", owner=str(tmp_path / "state-b"))
+    assert set(pool_a.names).isdisjoint(pool_b.names)
+    assert all(name.startswith("airvisor-demo-") for name in pool_a.names + pool_b.names)
+
+    statuses_a, statuses_b = pool_a.up(attempt=1), pool_b.up(attempt=1)
+    assert [(s.state, s.health) for s in statuses_a + statuses_b] == [
+        ("running", "healthy"), ("running", "healthy")]
+    assert [c.name for c in containers_of(docker_client, run_a)] == pool_a.names
+    assert [c.name for c in containers_of(docker_client, run_b)] == pool_b.names
+
+    pool_a.down()
+    assert containers_of(docker_client, run_a) == []
+    assert [c.status for c in containers_of(docker_client, run_b)] == ["running"]
+    assert pool_b.check() == []  # still healthy: nothing recreated
+    pool_b.down()
     assert containers_of(docker_client, run_b) == []
