@@ -296,8 +296,11 @@ def _derived_key_problems(raw: dict[str, Any], locator: KeyLocator,
 
 
 def load_profile(ref: str | Path, overrides: Mapping[str, Any] | None = None) -> Profile:
-    """Load, override and validate a profile; raises ProfileError listing every problem."""
-    overrides = dict(overrides or {})
+    """Load, override and validate a profile; raises ProfileError listing every problem.
+
+    The caller's `overrides` are never changed: a table-valued override is copied before it
+    goes into the profile, where a later, deeper override writes into it."""
+    overrides = copy.deepcopy(dict(overrides or {}))
     path = find_profile(ref)
     document = read_toml(path, what="profile")
     if not isinstance(document, TomlDocument):
