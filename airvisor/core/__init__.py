@@ -15,9 +15,15 @@ from airvisor.core._events import (
     TaskDone,
 )
 from airvisor.core._logview import FileIdentity, LogView
-from airvisor.core._supervisor import SupervisorCore, recorded_failure
+from airvisor.core._supervisor import (
+    Background,
+    SupervisorCore,
+    recorded_failure,
+    run_on_thread,
+)
 
 __all__ = [
+    "Background",
     "Command",
     "ComponentExited",
     "Event",
@@ -31,4 +37,5 @@ __all__ = [
     "Task",
     "TaskDone",
     "recorded_failure",
+    "run_on_thread",
 ]

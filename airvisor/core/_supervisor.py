@@ -69,6 +69,16 @@ log = get_logger("airvisor.engine")
 
 LAST_LINES = 15  # of the failed component's log, kept with a failure event
 
+# Runs a blocking job off the main loop: (name, job). What every supervisor uses unless told
+# otherwise; the deterministic simulation (airvisor.sim) passes its own, which runs each job
+# when its schedule says (so the world, not the OS scheduler, owns every interleaving).
+Background = Callable[[str, Callable[[], None]], None]
+
+
+def run_on_thread(name: str, job: Callable[[], None]) -> None:
+    """The real runner: a daemon thread (a worker never keeps the daemon from exiting)."""
+    threading.Thread(target=job, name=name, daemon=True).start()
+
 
 class SupervisorCore:
     """One run's phase machine and what it orders, over a backend (the subclass)."""
@@ -79,7 +89,8 @@ class SupervisorCore:
     def __init__(self, *, run_id: str, profile: Profile, store: Store,
                  post: Callable[[Event], None], hooks: Any,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time, phase: Phase = Phase.PENDING) -> None:
+                 wall: Callable[[], float] = time.time, phase: Phase = Phase.PENDING,
+                 background: Background = run_on_thread) -> None:
         self.run_id = run_id
         self.profile = profile
         self.store = store
@@ -87,6 +98,7 @@ class SupervisorCore:
         self._hooks = hooks
         self._clock = clock
         self._wall = wall
+        self._background = background
         self.layout: RunLayout | None = run_layout(profile) if profile.resolved else None
         self.phase = phase
         self.attempt = 0
@@ -268,7 +280,7 @@ class SupervisorCore:
                 return
             self._post(TaskDone(self.run_id, attempt, name, result=result))
 
-        threading.Thread(target=work, name=f"{name}-{self.run_id}", daemon=True).start()
+        self._background(f"{name}-{self.run_id}", work)
 
     def _restart_policy(self) -> RestartPolicy:
         r = self.profile.restart

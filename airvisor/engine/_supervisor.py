@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from airvisor._logfile import LogTail, tail_lines
 from airvisor._logging import get_logger
 from airvisor.core import (
+    Background,
     ComponentExited,
     Event,
     InferenceReady,
@@ -30,6 +31,7 @@ from airvisor.core import (
     Task,
     TaskDone,
     recorded_failure,
+    run_on_thread,
 )
 from airvisor.engine._members import launcher_members
 from airvisor.engine._probe import InferenceProber, inference_base_url
@@ -223,6 +225,9 @@ class Hooks:
     # How this supervisor contains the processes it starts ("cgroup v2 (...)" or "subreaper
     # fallback (...)"), shown in the run's events and so in `airvisor status`.
     containment: Callable[[], str] = field(default=lambda: _describe_containment())
+    # Runs a blocking job off the main loop (worker tasks, the wait for a component's exit):
+    # a daemon thread; the deterministic simulation (airvisor.sim) runs each when it chooses.
+    background: Background = run_on_thread
 
 
 @dataclass
@@ -266,7 +271,7 @@ class RunSupervisor(SupervisorCore):
     def __init__(self, *, hooks: Hooks, **core: Any) -> None:
         """`core`: SupervisorCore's arguments (run_id, profile, store, post, clock, wall,
         phase)."""
-        super().__init__(hooks=hooks, **core)
+        super().__init__(hooks=hooks, background=hooks.background, **core)
         self._hooks: Hooks = hooks
         self.run_dir = Path(self.profile.run.output_dir or ".")
         self.views: dict[str, LogView] = {}
@@ -611,7 +616,7 @@ class RunSupervisor(SupervisorCore):
             code = launched.wait()
             self._post(ComponentExited(self.run_id, attempt, name, code, self._wall()))
 
-        threading.Thread(target=wait_for_exit, name=f"wait-{name}", daemon=True).start()
+        self._background(f"wait-{name}-{self.run_id}", wait_for_exit)
 
     # -- boot takeover (the manager decides which, from the recorded phase) -------------------
     def adopt(self, attempt: int, handles: dict[str, ComponentHandle], step: int | None,
