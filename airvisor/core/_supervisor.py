@@ -286,7 +286,7 @@ class SupervisorCore:
         r = self.profile.restart
         return RestartPolicy(max_restarts=r.max_restarts, window=r.window,
                              backoff_initial=r.backoff_initial, backoff_factor=r.backoff_factor,
-                             backoff_max=r.backoff_max)
+                             backoff_max=r.backoff_max, immediate_first=r.immediate_first)
 
     def _training_finished(self) -> bool:
         """The logs say training ended: trainer and orchestrator both said so, or prime-rl's

@@ -20,6 +20,9 @@ class RestartPolicy:
     backoff_initial: float
     backoff_factor: float
     backoff_max: float
+    # The first restart within `window` relaunches at once (the backoff begins with the
+    # second): a one-off crash costs no wait, a crash loop still backs off (issue 30 item 4).
+    immediate_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,11 @@ def decide_restart(policy: RestartPolicy, restart_times: Sequence[float],
             f"crash loop: {len(recent)} restarts within {policy.window:g} s "
             f"(restart.max_restarts = {policy.max_restarts})"
         )
+    earlier = len(recent)
+    if policy.immediate_first:
+        if not recent:
+            return Restart(delay=0.0, recent_restarts=0)
+        earlier -= 1
     delay = backoff_delay(policy.backoff_initial, policy.backoff_factor, policy.backoff_max,
-                          len(recent))
+                          earlier)
     return Restart(delay=delay, recent_restarts=len(recent))

@@ -43,6 +43,10 @@ class Failure:
     reason: str
     kind: RestartKind  # crash | hang | operator | boot | machine: only crashes and hangs count
     component: str | None = None
+    # False: the exit was seen without its status (prime-rl's launcher reaped the process
+    # first); the launcher's own "... failed with exit code N" line completes it
+    # (`ExitStatusRead`).
+    status_known: bool = True
 
 
 # -- events -----------------------------------------------------------------------------------
@@ -117,6 +121,19 @@ class ScopeSettled:
 
 
 @dataclass(frozen=True)
+class ExitStatusRead:
+    """prime-rl's launcher named a child's exit status ("Trainer failed with exit code N")
+    after the failure was recorded without it (the launcher reaped the child before airvisor
+    could read the status): the recovery's failure gets it. `failure` and `scope`: the
+    recovery's, as remembered."""
+
+    failure: Failure | None
+    component: str
+    code: str
+    scope: ScopeDecision | None = None
+
+
+@dataclass(frozen=True)
 class BackoffOver:
     """The backoff's deadline passed."""
 
@@ -181,8 +198,8 @@ class Abort:
 
 
 Event = (AttemptFailed | TrainingDone | StopAsked | RestartAsked | ProcessesDown | ScopeSettled
-         | BackoffOver | RecoveryResumed | Preparing | Launched | Ready | MachineBusy | TakenOver
-         | Abort)
+         | ExitStatusRead | BackoffOver | RecoveryResumed | Preparing | Launched | Ready
+         | MachineBusy | TakenOver | Abort)
 
 
 # -- effects ----------------------------------------------------------------------------------
@@ -203,6 +220,14 @@ class RecordFailure:
 
     failure: Failure
     end_attempt: bool
+
+
+@dataclass(frozen=True)
+class AmendFailure:
+    """The failure already recorded is now known better (its exit status): the run's last error
+    and the failed attempt's reason say so."""
+
+    failure: Failure
 
 
 @dataclass(frozen=True)
@@ -263,8 +288,8 @@ class NoteError:
     reason: str
 
 
-Effect = (Say | RecordFailure | RememberRecovery | StopProcesses | EndAttempt | CountRestart
-          | WaitThenRelaunch | Relaunch | GiveUpRun | NoteError)
+Effect = (Say | RecordFailure | AmendFailure | RememberRecovery | StopProcesses | EndAttempt
+          | CountRestart | WaitThenRelaunch | Relaunch | GiveUpRun | NoteError)
 
 Next = tuple[Phase, tuple[Effect, ...]]
 
@@ -309,6 +334,8 @@ def transition(phase: Phase, event: Event) -> Next:
                        _scope_said(event.failure, event.scope))
     if isinstance(event, ProcessesDown):
         return _on_processes_down(phase, event)
+    if isinstance(event, ExitStatusRead):
+        return _on_exit_status(phase, event)
     if isinstance(event, RecoveryResumed):
         if phase not in (Phase.TAKEOVER, *_ATTEMPT):
             return phase, ()
@@ -319,6 +346,23 @@ def transition(phase: Phase, event: Event) -> Next:
         return phase, (Relaunch(event.failure.kind if event.failure else "boot",
                                 keep_inference=_kept(event.scope)),)
     return _on_attempt_lifecycle(phase, event)
+
+
+def _on_exit_status(phase: Phase, event: ExitStatusRead) -> Next:
+    """The status of the exit the recovery is for, read after the failure was recorded: only
+    for that failure (its component, its status unknown), while its recovery is under way."""
+    failure = event.failure
+    if phase not in (Phase.RECOVERY_STOPPING, Phase.BACKOFF) or failure is None \
+            or failure.status_known or failure.component != event.component:
+        return phase, ()
+    known = Failure(f"{event.component} exited with status {event.code} (seen at once by "
+                    "airvisor; the status from prime-rl's launcher, which reaped it)",
+                    failure.kind, failure.component)
+    return phase, (AmendFailure(known), RememberRecovery(known, event.scope),
+                   Say("failure_status", f"{event.component} exited with status {event.code}"
+                       " (prime-rl's launcher's line): the failure recorded without its "
+                       "status now has it", event.component,
+                       data={"exit_code": event.code, "reason": known.reason}))
 
 
 def _on_attempt_lifecycle(phase: Phase, event: Event) -> Next:
@@ -422,10 +466,15 @@ def _on_processes_down(phase: Phase, event: ProcessesDown) -> Next:
              else "not counted toward the crash-loop limit")
     kept = _kept(event.scope)
     what = "restarting" if not kept else "relaunching the rest against the kept inference server"
+    when = (f"in {decision.delay:.1f} s" if decision.delay > 0
+            else "now (the first restart within restart.window waits no backoff)")
+    # No backoff: the relaunch is ordered with the decision, not left to the next tick.
+    go: Effect = (WaitThenRelaunch(decision.delay) if decision.delay > 0
+                  else Relaunch(failure.kind, keep_inference=kept))
     return Phase.BACKOFF, (
         CountRestart(failure, counted, event.now),
-        WaitThenRelaunch(decision.delay),
-        Say("restart_scheduled", f"{what} in {decision.delay:.1f} s after a {failure.kind} "
+        go,
+        Say("restart_scheduled", f"{what} {when} after a {failure.kind} "
             f"(restart {event.restarts + 1}; {limit})",
             data={"delay": decision.delay, "restart_kind": failure.kind, "counted": counted,
                   **({"scope": event.scope.scope, "scope_reason": event.scope.reason}

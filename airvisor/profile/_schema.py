@@ -122,6 +122,10 @@ class RestartSection(_Section):
     backoff_initial: float = Field(default=5.0, ge=0)
     backoff_factor: float = Field(default=2.0, ge=1)
     backoff_max: float = Field(default=300.0, ge=0)
+    # The first restart within `window` is at once (no backoff_initial wait: a one-off crash
+    # of a week-long run costs nothing more than its recovery); the backoff starts with the
+    # second. Off: every restart waits, backoff_initial first.
+    immediate_first: bool = True
     stop_grace: float = Field(default=30.0, ge=0)  # SIGTERM -> SIGKILL
     resume_on_boot: bool = True
     # What a recovery restarts (issue 22): "auto" keeps a healthy inference server when only

@@ -83,8 +83,11 @@ def demo_profile_dict(out: Path, *, rl: dict[str, Any] | None = None, version: s
         "health": {"ready_timeout": 20, "probe_interval": 0.5, "probe_failures": 3,
                    "stall_timeout": 3, "first_step_grace": 15},
         "checkpoint": {"size_gib": 0},
+        # (immediate_first off: these tests replay the backoff's waits; its own tests turn it
+        # on.)
         "restart": {"max_restarts": 3, "window": 120, "backoff_initial": 0.2,
-                    "backoff_factor": 2, "backoff_max": 1, "stop_grace": 1},
+                    "backoff_factor": 2, "backoff_max": 1, "stop_grace": 1,
+                    "immediate_first": False},
         # Other developers' demo stand-ins run on this machine: never reap in these tests.
         "reaper": {"enabled": False},
     }

@@ -189,3 +189,17 @@ def test_main_members_are_found_by_their_titles_env_server_included(harness: Har
     while not supervisor.state.terminal and time.monotonic() < deadline + 30:
         harness.manager.tick(0.1)
     assert supervisor.state == RunState.STOPPED
+
+
+def test_the_first_crash_relaunches_without_a_backoff(harness: Harness, version: str) -> None:
+    """restart.immediate_first (the default): the first restart within restart.window is
+    ordered with the decision, no backoff_initial wait (set long here: a wait would show)."""
+    profile = harness.profile(version=version,
+                              restart={"immediate_first": True, "backoff_initial": 3600},
+                              demo={"trainer": {"crash_at_step": 5, "exit_code": 3}})
+    run_id = harness.run(profile)
+    assert harness.state(run_id) == RunState.SUCCEEDED
+    scheduled = harness.events(run_id, "restart_scheduled")
+    assert len(scheduled) == 1 and scheduled[0].data["delay"] == 0.0
+    assert " now (the first restart within restart.window" in scheduled[0].message
+    assert resume_steps(harness, run_id) == [None, 4]

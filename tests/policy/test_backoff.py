@@ -53,3 +53,26 @@ def test_the_one_backoff_formula(initial: float, factor: float, maximum: float, 
                                  delay: float) -> None:
     """Restarts and webhook retries both wait `backoff_delay`."""
     assert backoff_delay(initial, factor, maximum, earlier) == delay
+
+
+IMMEDIATE = RestartPolicy(max_restarts=3, window=100.0, backoff_initial=1.0, backoff_factor=2.0,
+                          backoff_max=10.0, immediate_first=True)
+
+
+@pytest.mark.parametrize(("earlier", "delay"), [
+    ((), 0.0),  # the first restart within the window: at once
+    ((950.0,), 1.0),  # the second: the backoff begins, backoff_initial
+    ((950.0, 960.0), 2.0),  # then initial x factor
+    ((800.0,), 0.0),  # a restart outside the window is forgotten: at once again
+])
+def test_the_first_restart_within_the_window_waits_no_backoff(
+        earlier: tuple[float, ...], delay: float) -> None:
+    decision = decide_restart(IMMEDIATE, list(earlier), now=1000.0)
+    assert isinstance(decision, Restart)
+    assert decision.delay == delay
+    assert decision.recent_restarts == len([t for t in earlier if 1000.0 - t <= 100.0])
+
+
+def test_immediate_first_still_gives_up_on_a_crash_loop() -> None:
+    decision = decide_restart(IMMEDIATE, [950.0, 960.0, 970.0], now=1000.0)
+    assert isinstance(decision, GiveUp) and decision.reason.startswith("crash loop: 3 restarts")

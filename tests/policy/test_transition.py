@@ -3,6 +3,8 @@ stores or processes)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from airvisor.policy import Phase, RestartPolicy
@@ -285,6 +287,26 @@ def test_a_kept_recovery_schedules_the_rest_s_relaunch() -> None:
     assert isinstance(said, Say) and said.message.startswith(
         "relaunching the rest against the kept inference server in 2.0 s after a crash")
     assert said.data["scope"] == "keep_inference" and said.data["scope_reason"] == "kept"
+
+
+@pytest.mark.parametrize("scope", [None, KEPT])
+def test_the_first_restart_in_the_window_relaunches_with_the_decision(
+        scope: ScopeDecision | None) -> None:
+    """restart.immediate_first: no backoff for the first restart within the window; the
+    relaunch is ordered by the decision itself (not left to a timer), in the recovery's scope;
+    the second restart waits backoff_initial."""
+    policy = dataclasses.replace(POLICY, immediate_first=True)
+    phase, effects = transition(Phase.RECOVERY_STOPPING,
+                                ProcessesDown(CRASH, policy, (), 0, NOW, scope=scope))
+    assert phase == Phase.BACKOFF
+    count, go, said = effects
+    assert count == CountRestart(CRASH, True, NOW)
+    assert go == Relaunch("crash", keep_inference=scope is not None)
+    assert isinstance(said, Say) and "now (the first restart within restart.window" in \
+        said.message and said.data["delay"] == 0.0
+    _, effects = transition(Phase.RECOVERY_STOPPING,
+                            ProcessesDown(CRASH, policy, (NOW - 10,), 1, NOW, scope=scope))
+    assert effects[1] == WaitThenRelaunch(2.0)
 
 
 def test_giving_up_after_a_kept_stop_stops_the_kept_server_first() -> None:
