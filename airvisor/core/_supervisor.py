@@ -32,10 +32,12 @@ from airvisor.policy._scope import (
     probing,
 )
 from airvisor.policy._transition import (
+    AmendFailure,
     AttemptFailed,
     BackoffOver,
     CountRestart,
     EndAttempt,
+    ExitStatusRead,
     Failure,
     GiveUpRun,
     NoteError,
@@ -316,6 +318,11 @@ class SupervisorCore:
                             **dict(effect.data))
             elif isinstance(effect, RecordFailure):
                 self._record_failure(effect.failure, end_attempt=effect.end_attempt)
+            elif isinstance(effect, AmendFailure):
+                self.store.update_run(self.run_id, last_error=effect.failure.reason)
+                if self.attempt:  # (the attempt's row keeps one reason: the better one)
+                    self.store.end_attempt(self.run_id, self.attempt, "failed",
+                                           effect.failure.reason)
             elif isinstance(effect, RememberRecovery):
                 self._failure = effect.failure
                 self._scope = effect.scope
@@ -361,13 +368,13 @@ class SupervisorCore:
             self.store.end_attempt(self.run_id, self.attempt, "failed", failure.reason)
 
     def _fail(self, reason: str, component: str | None = None, *, kind: Any = "crash",
-              hopeless: bool = False) -> None:
+              hopeless: bool = False, status_known: bool = True) -> None:
         """This attempt failed: record why, then recover (unless the run is already ending).
         A crash or hang of a live attempt gets its recovery's scope first: where it depends on
         the kept server's health, that is probed on a worker and the failure decided when it
         reports. The rest stops in either scope, so its stop begins at once, sparing the server
         until the probe settles the scope (`policy.probing`)."""
-        failure = Failure(reason, kind, component)
+        failure = Failure(reason, kind, component, status_known=status_known)
         if hopeless or kind not in ("crash", "hang") \
                 or self.phase not in (Phase.STARTING, Phase.RUNNING):
             self._decide(AttemptFailed(failure, hopeless=hopeless))
@@ -377,6 +384,12 @@ class SupervisorCore:
             self._scope_pending = failure
             scope = probing(scope)
         self._decide(AttemptFailed(failure, scope=scope))
+
+    def _exit_status_read(self, component: str, code: str) -> None:
+        """prime-rl's launcher named `component`'s exit status: the failure recorded without
+        it (the launcher reaped the process first) gets it (README: a failure's reason names
+        the exit status)."""
+        self._decide(ExitStatusRead(self._failure, component, code, self._scope))
 
     def _scope_probed(self, health: InferenceHealth | None) -> None:
         """The kept server's health after the failure: settle the recovery's scope, then act

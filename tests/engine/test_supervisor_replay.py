@@ -655,3 +655,52 @@ def test_a_death_of_another_pid_or_an_earlier_attempt_is_not_the_members(
     watchers[0].report("orchestrator", 1)
     r.settle()
     assert len(r.events("failure")) == 1 and r.sup.state == RunState.STARTING
+
+
+def test_the_launchers_later_status_line_completes_a_failure_recorded_without_it(
+        replay_factory: Any) -> None:
+    """Issue 29: prime-rl's launcher reaped the trainer before airvisor read its status; the
+    launcher's "Trainer failed with exit code N", written while the rest is stopped, gives the
+    recorded failure its status (README: the reason names the exit status)."""
+    r, watchers = running_with_watched_members(replay_factory)
+    stop_tree = r.manager.hooks.stop_tree
+
+    def launcher_reports_then_stops(*args: Any, **kwargs: Any) -> str:
+        # v0.4 rl.py:782-786 / main utils/process.py: the monitor loop's line, a second later.
+        r.current(LAUNCHER).say("ERROR Error: Trainer failed with exit code 3")
+        return str(stop_tree(*args, **kwargs))
+
+    r.manager.hooks.stop_tree = launcher_reports_then_stops
+    watchers[0].report("trainer", None)
+    r.settle(RunState.RECOVERING)
+    r.settle()
+    failure, = r.events("failure")
+    assert "its status is the launcher's to know" in failure.message
+    amended, = r.events("failure_status")
+    assert amended.component == "trainer" and amended.data["exit_code"] == "3"
+    assert "trainer exited with status 3" in amended.data["reason"]
+    run = r.run()
+    assert run.last_error == amended.data["reason"] and run.details["recovery"]["reason"] == \
+        amended.data["reason"]
+    attempt, = r.store.attempts(r.run_id)
+    assert attempt["outcome"] == "failed" and attempt["reason"] == amended.data["reason"]
+    restart, = r.store.restart_history(r.run_id)
+    assert restart.reason == amended.data["reason"] and restart.counted
+
+
+def test_a_status_line_of_another_child_leaves_the_failure_as_recorded(
+        replay_factory: Any) -> None:
+    r, watchers = running_with_watched_members(replay_factory)
+    stop_tree = r.manager.hooks.stop_tree
+
+    def launcher_reports_then_stops(*args: Any, **kwargs: Any) -> str:
+        r.current(LAUNCHER).say("ERROR Error: Orchestrator failed with exit code 1")
+        return str(stop_tree(*args, **kwargs))
+
+    r.manager.hooks.stop_tree = launcher_reports_then_stops
+    watchers[0].report("trainer", None)
+    r.settle(RunState.RECOVERING)
+    r.settle()
+    assert r.events("failure_status") == []
+    run = r.run()
+    assert run.last_error is not None and "its status is the launcher's to know" in run.last_error
