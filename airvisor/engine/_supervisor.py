@@ -34,7 +34,7 @@ from airvisor.core import (
     run_on_thread,
 )
 from airvisor.engine._members import launcher_members
-from airvisor.engine._probe import InferenceProber, inference_base_url, probe_kept_server
+from airvisor.engine._probe import InferenceProber, inference_base_url
 from airvisor.engine._rollouts import RolloutWatcher, event_of
 from airvisor.policy import Phase, StallRule, stalled_for
 from airvisor.policy._rollouts import NeedsPerson
@@ -58,7 +58,6 @@ from airvisor.primerl import (
     PreparedAttempt,
     child_failure_from_line,
     milestone_from_log_line,
-    plan_ahead,
     prepare_attempt,
     prepare_run,
     run_layout,
@@ -72,6 +71,7 @@ from airvisor.primerl._split import (
 )
 from airvisor.proc import ProcessIdentity, containment, launch
 from airvisor.proc._deathwatch import Death, DeathWatch
+from airvisor.proc._serverhealth import probe_kept_server
 from airvisor.profile._schema import Profile
 from airvisor.stacks import with_stacks_first
 
@@ -86,10 +86,6 @@ FINISH_TIMEOUT = 150.0  # seconds for the launcher to exit once training has fin
 # a short run's members may live for a second only.
 MEMBER_SCAN_INTERVAL = 0.25
 MEMBER_RESCAN_INTERVAL = 60.0  # once inference, trainer and orchestrator are found
-# At most one look ahead (the next attempt's resolution, issue 30 item 4) per this many seconds
-# of a run: a checkpoint completes every few minutes in a real run; a short test run's steps
-# come every 0.1 s, and each resolution is a prime-rl interpreter's start.
-PLAN_AHEAD_INTERVAL = 10.0
 ADOPT_CATCH_UP_LINES = 200  # of each log's end, read when a live attempt is adopted
 
 
@@ -307,9 +303,6 @@ class RunSupervisor(SupervisorCore):
         self._keep_next = False
         self._keeping = False  # the stop under way spares the kept server
         self._prl_run_id: str | None = None
-        # The trainer step the next attempt was last planned ahead at, and when next to look.
-        self._planned_at_step: int | None = None
-        self._next_plan_ahead = 0.0
 
     def _on_terminal(self) -> None:
         for view in self.views.values():
@@ -362,7 +355,7 @@ class RunSupervisor(SupervisorCore):
 
     def _probe_kept_server(self, failure: Failure) -> bool:
         """The kept server's health now (`probe_kept_server`, on a worker): its process alive,
-        /health and /v1/models, its engine answering in time, its log since the failure."""
+        /health and /v1/models, its log since the failure."""
         server = self._kept_server()
         port = self.profile.inference.port
         if server is None or port is None:
@@ -373,10 +366,9 @@ class RunSupervisor(SupervisorCore):
             offset = 0
         members = [(server.identity.pid, server.identity.create_time)]
         base_url = inference_base_url(self.profile.inference.host, port)
-        log_path, version = server.log.path, self.profile.prime_rl.version
+        log_path = server.log.path
         self._run_task(Task.SCOPE, lambda: probe_kept_server(
-            members=members, base_url=base_url, version=version, log_path=log_path,
-            log_offset=offset))
+            members=members, base_url=base_url, log_path=log_path, log_offset=offset))
         return True
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -1090,7 +1082,6 @@ class RunSupervisor(SupervisorCore):
     def _watch(self, now: float) -> None:
         self._poll_adopted()
         self._read_progress(now)
-        self._plan_next_attempt(now)
         if self._check_rollouts():
             return
         if self.mode == "launcher" and now >= self._next_member_scan:
@@ -1141,17 +1132,6 @@ class RunSupervisor(SupervisorCore):
                 return TaskOutcome(changes, _pool_status(pool))
 
             self._run_task(Task.CONTAINERS, check)
-
-    def _plan_next_attempt(self, now: float) -> None:
-        """The trainer advanced, so a checkpoint may have completed: have prime-rl resolve
-        the attempt a failure would launch now, ahead, on its own worker (the preflight then
-        finds it done; the inputs are hashed, so a changed config is resolved again)."""
-        if self.layout is None or self.step is None or self.step == self._planned_at_step \
-                or now < self._next_plan_ahead:
-            return
-        self._planned_at_step = self.step
-        self._next_plan_ahead = now + PLAN_AHEAD_INTERVAL
-        plan_ahead(self.profile, self.layout, split=self.profile.restart.scope == "auto")
 
     def _poll_adopted(self) -> None:
         for handle in self.components.values():
