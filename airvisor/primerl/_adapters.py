@@ -227,7 +227,8 @@ def resolve_profile(
     return resolve(
         version=section.version, python=python,
         args=rl_args(profile, overrides_file, resume_step), cwd=Path(cwd),
-        environ={**environ, **base_environment(profile, environ)}, where=where, split=split)
+        environ={**environ, **base_environment(profile, environ)}, where=where, split=split,
+        timeout=section.resolve_timeout)
 
 
 def write_overrides(profile: Profile, directory: Path) -> Path | None:

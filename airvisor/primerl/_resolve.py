@@ -30,7 +30,13 @@ from airvisor.profile._problems import Problem
 # Exit statuses of resolve_config.py (its contract).
 EXIT_REFUSED = 2  # prime-rl refused the config
 EXIT_NO_PRIME_RL = 3  # prime-rl is not importable with that interpreter
-RESOLVE_TIMEOUT = 120.0  # seconds; importing prime-rl's config classes takes a few
+# The default of `[prime_rl] resolve_timeout` (seconds); importing prime-rl's config classes
+# takes a few, far more on a loaded box or behind a `uv run` that syncs first.
+RESOLVE_TIMEOUT = 120.0
+TIMEOUT_SETTING = "[prime_rl] resolve_timeout"
+# The resolver's progress lines on stderr (resolve_config.py, PROGRESS_PREFIX): what it had
+# reached when the time ran out.
+_PROGRESS_PREFIX = "airvisor-resolve: "
 
 
 @dataclass(frozen=True)
@@ -95,10 +101,13 @@ def resolve(
     where: str,
     runner: Any = subprocess.run,
     split: bool = False,
+    timeout: float = RESOLVE_TIMEOUT,
 ) -> Resolution:
-    """Resolve `rl <args>` with prime-rl's interpreter `python` (an argv prefix).
+    """Resolve `rl <args>` with prime-rl's interpreter `python` (an argv prefix), given
+    `timeout` seconds (`[prime_rl] resolve_timeout`).
 
-    Raises ResolveError when prime-rl refuses the config or a file cannot be read.
+    Raises ResolveError when prime-rl refuses the config, a file cannot be read, or the time
+    runs out (saying what was slow).
     """
     fallback_reason = ""
     if python:
@@ -108,13 +117,13 @@ def resolve(
             env = {**environ, "PYTHONDONTWRITEBYTECODE": "1", "NO_COLOR": "1"}
             try:
                 done = runner(command, cwd=scratch, env=env, capture_output=True, text=True,
-                              timeout=RESOLVE_TIMEOUT, check=False)
+                              timeout=timeout, check=False)
             except FileNotFoundError:
                 fallback_reason = f"'{python[0]}' (prime-rl's interpreter) is not installed"
-            except subprocess.TimeoutExpired:
-                raise ResolveError([Problem(where, f"resolving the config with prime-rl took "
-                                                   f"over {RESOLVE_TIMEOUT:g} s",
-                                            "check that prime-rl's environment works")]) from None
+            except subprocess.TimeoutExpired as expired:
+                raise ResolveError([timeout_problem(
+                    _text(expired.stderr), timeout=timeout, where=where, python=python,
+                )]) from None
             else:
                 payload = last_json_object(done.stdout)
                 if done.returncode == 0 and payload is not None and payload.get("ok"):
@@ -150,6 +159,38 @@ def resolve(
     note = (f"prime-rl could not be reached ({fallback_reason}): only airvisor's part of the "
             "config was checked; prime-rl will validate the rest when it starts")
     return Resolution(source="airvisor", facts=facts, note=note)
+
+
+def _text(output: str | bytes | None) -> str:
+    # subprocess.run's TimeoutExpired carries what was read so far as bytes, even with text=True.
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
+def timeout_problem(stderr: str, *, timeout: float, where: str,
+                    python: Sequence[str]) -> Problem:
+    """What was slow when the resolver's time ran out, by the last progress line it wrote:
+    none (prime-rl's interpreter had not started the script), "importing prime-rl" (the
+    interpreter's import of prime-rl's config classes), or "parsing" (prime-rl's parse of the
+    config); and the setting to raise."""
+    progress = [line[len(_PROGRESS_PREFIX):].strip() for line in stderr.splitlines()
+                if line.startswith(_PROGRESS_PREFIX)]
+    interpreter = " ".join(python)
+    if not progress:
+        slow = (f"prime-rl's interpreter (`{interpreter}`) had not started the resolver "
+                "script: starting the interpreter was slow (a `uv run` that syncs the "
+                "environment first, or a loaded box)")
+    elif progress[-1].startswith("parsing"):
+        took = progress[-1].removeprefix("parsing").strip(" ()")
+        slow = (f"prime-rl's parse of the config was slow ({took or 'the import finished'}; "
+                "the parse did not finish)")
+    else:
+        slow = (f"the interpreter's import of prime-rl was slow (`{interpreter}` was still "
+                "importing prime-rl's config classes)")
+    return Problem(where, f"resolving the config with prime-rl took over {timeout:g} s: {slow}",
+                   f"raise {TIMEOUT_SETTING} in the profile (now {timeout:g} s), or check "
+                   "that prime-rl's environment works")
 
 
 def last_json_object(text: str) -> dict[str, Any] | None:

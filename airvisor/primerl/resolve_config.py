@@ -24,6 +24,10 @@ are joined onto it. The parse itself runs in a fresh temporary directory as cwd 
 into that temporary directory and read back. Nothing is written anywhere else; the temporary
 directory is removed at exit.
 
+stderr carries two progress lines, so a caller whose time limit ran out can say what was slow:
+`airvisor-resolve: importing prime-rl` once this script runs, and `airvisor-resolve: parsing
+(import took N s)` once prime-rl's config classes and parser are imported.
+
 stdout is ONE JSON object (anything prime-rl prints goes to stderr):
   exit 0  {"ok": true, "version", "component", "rl", "components", "env_servers", "facts",
            "warnings", "unknown_args"}
@@ -43,6 +47,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -82,6 +87,29 @@ MAIN_CLASSES = {
     "inference": ("prime_rl.configs.inference", "InferenceConfig"),
     "env-server": ("prime_rl.configs.env_server", "EnvServerConfig"),
 }
+
+
+# The progress lines' prefix (airvisor/primerl/_resolve.py reads them after a timeout).
+PROGRESS_PREFIX = "airvisor-resolve: "
+# Where progress goes and when the import began: set by main() (stderr is redirected while
+# prime-rl parses, and the progress must reach the caller's pipe).
+_progress_stream: Any = None
+_import_began: float | None = None
+
+
+def _progress(line: str) -> None:
+    if _progress_stream is not None:
+        _progress_stream.write(PROGRESS_PREFIX + line + "\n")
+        _progress_stream.flush()
+
+
+def _parsing() -> None:
+    """Marks the end of the import: prime-rl's classes and parser are loaded, the parse begins.
+    Said once (main's resolution parses more than once)."""
+    global _import_began
+    if _import_began is not None:
+        _progress(f"parsing (import took {time.monotonic() - _import_began:.1f} s)")
+        _import_began = None
 
 
 class Refused(Exception):
@@ -179,6 +207,7 @@ def _parse_v04(component: str, args: list[str]) -> tuple[Any, list[str]]:
         raise NotImportable(f"{type(exc).__name__}: {exc}") from exc
     from pydantic import ValidationError
 
+    _parsing()
     allow_extras = component == "inference"
     saved_argv = sys.argv
     sys.argv = [component, *args]
@@ -312,6 +341,7 @@ def _parse_main(component: str, args: list[str]) -> Any:
         raise NotImportable(f"{type(exc).__name__}: {exc}") from exc
     from pydantic import ValidationError
 
+    _parsing()
     try:
         return cli(config_cls, args=args)
     except SystemExit as exc:  # --help: cli writes help and exits 0
@@ -792,6 +822,9 @@ def _run_name_given(config: Any, component: str, args: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _progress_stream, _import_began
+    _progress_stream, _import_began = sys.stderr, time.monotonic()
+    _progress("importing prime-rl")
     stdout = sys.stdout
     # Everything else prime-rl prints (help, warnings, loguru) goes to stderr: stdout carries
     # exactly one JSON object.

@@ -56,6 +56,10 @@ class PrimeRLSection(_Section):
     # python, else `<command_prefix> python`). `[]`: do not ask prime-rl (check only airvisor's
     # part).
     python: list[str] | None = None
+    # Seconds the resolver (prime-rl's interpreter importing prime-rl, then parsing the config)
+    # may take before `check`/`start` refuse; a loaded box or a `uv run` that syncs first needs
+    # more.
+    resolve_timeout: float = Field(default=120.0, gt=0)
     # The user's own command line after `rl`, unchanged: ["@", "rl.toml"] or
     # ["--trainer", "@", "train.toml", "--orchestrator", "@", "orch.toml", ...]. Paths after
     # "@" are relative to the profile file.
