@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 from airvisor._logging import get_logger
 from airvisor.policy._event_levels import event_log_level
 from airvisor.stacks._model import ProcessStacks, StackCapture, Target
-from airvisor.stacks._pyspy import Dump, dump_process, find_py_spy
+from airvisor.stacks._pyspy import Dump, dump_process, find_py_spy, source_line
 from airvisor.stacks._targets import live_targets
 from airvisor.stacks._verdict import verdict
 
@@ -69,7 +69,7 @@ def capture(targets: Sequence[Target], *, run_id: str, attempt: int,
             note=f"no answer within {budget:.1f} s (the look is bounded)")
         stacks = ProcessStacks(target=target, threads=list(dump.threads), native=dump.native,
                                note=dump.note)
-        processes.append(stacks.model_copy(update={"verdict": verdict(stacks)}))
+        processes.append(stacks.model_copy(update={"verdict": verdict(stacks, source_line)}))
     return StackCapture(run_id=run_id, attempt=attempt, reason=reason, taken_at=wall,
                         seconds=round(time.monotonic() - started, 3), processes=processes,
                         notes=notes)

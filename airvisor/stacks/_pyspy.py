@@ -47,7 +47,7 @@ class Dump:
     failure: str | None = None  # "gone" | "denied" | "not python" | "busy" | "timeout" | "other"
 
 
-def _source_line(filename: str, line: int) -> str | None:
+def source_line(filename: str, line: int) -> str | None:
     """The line of a world-readable .py file: the path comes from the process's memory, and
     what is read here is served (GET .../stacks), so nothing a local user could not read."""
     if line <= 0 or not filename.endswith(".py"):
@@ -75,7 +75,7 @@ def parse_dump(text: str, *, with_code: bool = True) -> list[ThreadStack]:
             frames.append(Frame(
                 name=str(f.get("name") or "?"), filename=filename,
                 short=str(f.get("short_filename") or filename), line=line, native=native,
-                code=_source_line(filename, line) if with_code and not native else None))
+                code=source_line(filename, line) if with_code and not native else None))
         threads.append(ThreadStack(
             thread_id=int(raw.get("thread_id") or 0), name=raw.get("thread_name"),
             os_thread_id=raw.get("os_thread_id"), active=bool(raw.get("active")),

@@ -9,14 +9,26 @@ that explains the wait, what kind of wait it is, and the user's own frame it was
 Kinds of wait, recognised from the frames (innermost first): a collective (torch.distributed,
 NCCL/gloo native frames), a socket or queue (selectors, socket, ssl, queue, multiprocessing,
 zmq, asyncio's loop; epoll/poll/recv natively), a lock or event (threading; futex natively),
-a child process, sleeping (time.sleep: native frames or the source line). Otherwise "at" the
-innermost Python frame.
+a child process, sleeping (time.sleep: native frames or the source line), the GPU (a device,
+stream or event synchronize, a blocking read of a GPU tensor: `.item()`, `.cpu()`, `.tolist()`,
+a kernel launch that cannot be queued; torch.cuda's Python frames, the CUDA calls natively, or
+the source line). Otherwise "at" the innermost Python frame.
+
+A wait on the GPU after a collective is how a training loop meets a dead peer: NCCL only
+queues the all_reduce and returns, and the thread waits in the next synchronize. py-spy shows
+the stack as it is now, not the call that returned before it, so the collective issued last is
+read from the source of the user's frame (the lines above the waiting one, up to the start of
+its function) when the file is readable; py-spy does not see the NCCL watchdog thread (a C++
+thread with no Python state), so there is no state of it to say.
+
+    trainer rank 0: waiting on the GPU in synchronize (torch/cuda/__init__.py:1162;
+    cudaDeviceSynchronize) after all_reduce (nccl_train.py:32) under nccl_train.py:33
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from airvisor.stacks._model import Frame, ProcessStacks, ThreadStack
@@ -29,7 +41,11 @@ LOCK = "waiting on a lock in"
 EVENT_LOOP = "idle in the asyncio event loop at"
 CHILD = "waiting for a child process in"
 SLEEPING = "sleeping in"
+GPU = "waiting on the GPU in"
 RUNNING = "at"
+
+# (filename, line) -> that line of the source, or None where it cannot be read.
+SourceReader = Callable[[str, int], str | None]
 
 COLLECTIVES = frozenset({
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
@@ -94,6 +110,46 @@ _NATIVE = (
 )
 
 _SLEEP_CODE = re.compile(r"\b(time\.)?sleep\(|asyncio\.sleep\(")
+
+# -- the GPU ---------------------------------------------------------------------------------
+# torch's Python frames that block the thread until the GPU has caught up.
+_GPU_PY_RULES = (
+    _Rule(GPU, ("torch/cuda/__init__.py", "torch/accelerator/__init__.py",
+                "torch/cuda/streams.py", "torch/xpu/__init__.py"),
+          ("synchronize", "Stream.synchronize", "Event.synchronize")),
+)
+# CUDA's blocking calls, natively: (pattern, what the verdict calls it).
+_GPU_NATIVE = (
+    (re.compile(r"^(cudaDeviceSynchronize|cuCtxSynchronize\w*)$"), "cudaDeviceSynchronize"),
+    (re.compile(r"^(cudaStreamSynchronize|cuStreamSynchronize\w*)$"), "cudaStreamSynchronize"),
+    (re.compile(r"^(cudaEventSynchronize|cuEventSynchronize\w*)$"), "cudaEventSynchronize"),
+    (re.compile(r"^(cudaMemcpy\w*|cuMemcpy\w*DtoH\w*|cuMemcpy\w*)$"), "a copy from the GPU"),
+    (re.compile(r"^(cudaLaunchKernel\w*|cuLaunchKernel\w*)$"), "a kernel launch"),
+)
+# torch's bindings of the tensor methods that read a GPU tensor back (native frame names).
+_GPU_BINDINGS = (
+    (re.compile(r"THPVariable_item$"), ".item()"),
+    (re.compile(r"THPVariable_cpu$"), ".cpu()"),
+    (re.compile(r"THPVariable_tolist$"), ".tolist()"),
+    (re.compile(r"THPVariable_numpy$"), ".numpy()"),
+    (re.compile(r"THPVariable_to$"), ".to()"),
+    (re.compile(r"THCPModule_cudaSynchronize$"), "torch.cuda.synchronize()"),
+    (re.compile(r"THCPStream_synchronize$"), "Stream.synchronize()"),
+    (re.compile(r"THCPEvent_synchronize$"), "Event.synchronize()"),
+)
+_ANY_BINDING = re.compile(r"THPVariable_(\w+)$")
+# The same read in a source line (no native frames): `loss.item()`, `torch.cuda.synchronize()`.
+_GPU_CODE = re.compile(r"\.(item|cpu|tolist|numpy)\(\s*\)|\bsynchronize\(")
+# A collective in a source line. The names that mean other things elsewhere (reduce, gather,
+# send, wait...) count only as `dist.<name>(`.
+_COLLECTIVE_CODE = re.compile(
+    r"(?<![\w.])(?:\w+\.)*(?P<name>all_reduce|all_gather\w*|all_to_all\w*|reduce_scatter\w*|"
+    r"broadcast(?:_object_list)?|barrier|monitored_barrier)\s*\("
+    r"|\b(?:dist|distributed)\.(?P<plain>reduce|gather|scatter|send|recv|isend|irecv|"
+    r"batch_isend_irecv)\s*\(")
+_DEF = re.compile(r"^\s*(async\s+)?def\s")
+_BRANCH = re.compile(r"^(elif|else|except|finally|case)\b")
+LOOKBACK_LINES = 40  # how far above the waiting line the collective is looked for
 
 
 def main_thread(stacks: ProcessStacks) -> ThreadStack | None:
@@ -173,8 +229,100 @@ def _phrase(kind: str, frames: Sequence[Frame], index: int) -> str:
     return text
 
 
-def describe_frames(frames: Sequence[Frame]) -> str:
-    """Where a thread is, from its frames (innermost first)."""
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip())
+
+
+def collective_before(frame: Frame, source: SourceReader | None) -> str | None:
+    """`all_reduce (train.py:34)`: the last collective called above the frame's line in the
+    same function (its source read through `source`), or None. The branches beside the
+    frame's own (the `if` body above its `elif`) did not run: they are passed over."""
+    if source is None or frame.native or frame.line <= 1:
+        return None
+    own = source(frame.filename, frame.line)
+    indent = _indent(own) if own is not None else None
+    line = frame.line - 1
+    lowest = max(1, frame.line - LOOKBACK_LINES)
+    while line >= lowest:
+        text = source(frame.filename, line)
+        stripped = (text or "").strip()
+        if text is None or not stripped or stripped.startswith("#"):
+            line -= 1
+            continue
+        here = _indent(text)
+        if indent is not None and here < indent:
+            if _DEF.match(text):
+                return None  # the function's start: what ran before it is another story
+            indent = here
+            if _BRANCH.match(stripped):
+                # Our branch's header: skip the sibling branches above, up to their opener.
+                line -= 1
+                while line >= lowest:
+                    above = source(frame.filename, line)
+                    if above is not None and above.strip() and \
+                            not above.strip().startswith("#") and _indent(above) <= here \
+                            and not _BRANCH.match(above.strip()):
+                        break
+                    line -= 1
+                continue
+        found = list(_COLLECTIVE_CODE.finditer(text.split("#", 1)[0]))
+        if found:
+            name = found[-1].group("name") or found[-1].group("plain")
+            return f"{name} ({frame.short}:{line})"
+        line -= 1
+    return None
+
+
+def _gpu_wait(frames: Sequence[Frame], python: Sequence[int],
+              source: SourceReader | None) -> str | None:
+    """The GPU wait the frames show, phrased, or None. Looked for between the innermost frame
+    and the program's own innermost frame (a synchronize deep inside a library counts too)."""
+    first_own = next((i for i in python if not is_library(frames[i])), len(frames))
+    cuda: str | None = None
+    op: str | None = None
+    called: str | None = None  # the torch function whose kernel is being launched, say
+    py_index: int | None = None
+    for i, frame in enumerate(frames[:first_own + 1]):
+        if frame.native:
+            if cuda is None:
+                cuda = next((n for rx, n in _GPU_NATIVE if rx.search(frame.name)), None)
+            if cuda is not None:  # the outermost binding: the call the program made
+                op = next((n for rx, n in _GPU_BINDINGS if rx.search(frame.name)), op)
+                other = _ANY_BINDING.search(frame.name)
+                if other is not None and op is None:
+                    called = other.group(1)
+            continue
+        if any(_matches(rule, frame) for rule in _GPU_PY_RULES):
+            py_index = i
+            break
+        if cuda is not None or i == first_own:
+            break
+    own = frames[first_own] if first_own < len(frames) else None
+    if py_index is None and cuda is None:
+        # No native frames: the program's own line may say it (`loss.item()`).
+        code = own.code if own is not None and own is frames[python[0]] else None
+        match = _GPU_CODE.search(code) if code else None
+        if match is None:
+            return None
+        op = f".{match.group(1)}()" if match.group(1) else "synchronize()"
+    if py_index is not None:
+        text = f"{GPU} {frames[py_index].name} ({frames[py_index].short}:" \
+               f"{frames[py_index].line}" + (f"; {cuda})" if cuda else ")")
+    else:
+        text = f"{GPU} {op} ({cuda})" if op and cuda else f"{GPU} {op or cuda}"
+        if op is None and called is not None:
+            text += f" ({called})"
+    if own is not None:
+        after = collective_before(own, source)
+        if after is not None:
+            text += f" after {after}"
+        text += f" under {own.short}:{own.line}"
+    return text
+
+
+def describe_frames(frames: Sequence[Frame], source: SourceReader | None = None) -> str:
+    """Where a thread is, from its frames (innermost first); `source` reads the program's
+    source lines (the collective before a GPU wait), where it can."""
     python = [i for i, f in enumerate(frames) if not f.native]
     if not python:
         if frames:
@@ -186,6 +334,9 @@ def describe_frames(frames: Sequence[Frame]) -> str:
         named = [i for i in dist if frames[i].name.rsplit(".", 1)[-1] in COLLECTIVES]
         # The outermost collective call (all_reduce rather than the Work.wait inside it).
         return _phrase(COLLECTIVE, frames, named[-1] if named else dist[-1])
+    gpu = _gpu_wait(frames, python, source)
+    if gpu is not None:
+        return gpu
     native_kind: str | None = None
     for i, frame in enumerate(frames):
         if frame.native:
@@ -213,13 +364,13 @@ def describe_frames(frames: Sequence[Frame]) -> str:
     return _phrase(native_kind or RUNNING, frames, first)
 
 
-def verdict(stacks: ProcessStacks) -> str:
+def verdict(stacks: ProcessStacks, source: SourceReader | None = None) -> str:
     """`<label>: <where its main thread is>`, or `<label>: no stacks (<why>)`."""
     label = stacks.target.label
     thread = main_thread(stacks)
     if thread is None:
         return f"{label}: no stacks ({stacks.note or 'py-spy found no Python thread'})"
-    text = f"{label}: {describe_frames(thread.frames)}"
+    text = f"{label}: {describe_frames(thread.frames, source)}"
     if stacks.note:
         text += f" ({stacks.note})"
     return text
