@@ -154,10 +154,22 @@ def _unfinished_message(run_id: str, state: object) -> str:
 
 def run_foreground(profile: Any, mode: str) -> int:
     # lazy: the engine and the run view only when a run is started in the foreground
+    from airvisor.daemon._housekeeping import Housekeeping
     from airvisor.engine import RunConflict, RunManager, StartMode
+    from airvisor.store._retention import (
+        SettingsError,
+        load_state_settings,
+        prune_state,
+        settings_file,
+    )
     from airvisor.view import ProgressView, StoreSource
 
     store = open_store()
+    try:  # retention and log caps, as the daemon applies them
+        retention = load_state_settings(settings_file(store.path.parent))
+    except SettingsError as err:
+        click.echo(f"airvisor: {err}", err=True)
+        return EXIT_BAD_INPUT
     manager = RunManager(store, foreground=True)
     # Installed before the run exists: a signal during submit is acted on once it does.
     flag = _StopFlag()
@@ -191,6 +203,9 @@ def run_foreground(profile: Any, mode: str) -> int:
          "from another terminal")
     supervisor = manager.supervisor(record.id)
     assert supervisor is not None
+    # Component logs capped, the state dir pruned, memory trimmed: on a background thread.
+    housekeeping = Housekeeping(store, retention)
+    housekeeping.start()
     stops_seen = hangups_seen = 0
     forced_at: float | None = None
     interrupts_at_force = 0
@@ -224,6 +239,12 @@ def run_foreground(profile: Any, mode: str) -> int:
             os._exit(EXIT_INTERRUPTED)
         output.write(view.refresh, view=view)
     output.write(lambda: view.refresh(final=True), view=view)
+    housekeeping.stop()
+    # The run's processes are gone: prime-rl's temp configs of the launch go now.
+    try:
+        prune_state(store, retention)
+    except Exception as err:  # the run's outcome stands; say why nothing was pruned
+        echo(f"airvisor: pruning the state directory failed: {err!r}", err=True)
     state = supervisor.state
     final = store.get_run(record.id)
     if state == RunState.SUCCEEDED:

@@ -54,6 +54,7 @@ from airvisor.daemon._models import (
     RunOut,
     RunSummaryOut,
     StacksOut,
+    StateOut,
     SubmitIn,
     error_responses,
 )
@@ -62,10 +63,12 @@ from airvisor.daemon._reaping import discover_stale, reap_stale
 from airvisor.daemon._views import detail_of, event_of, summary_of
 from airvisor.daemon.web import install as install_run_page
 from airvisor.engine import RunConflict, UnknownRun
+from airvisor.policy import RunState
 from airvisor.profile import ProfileError
 from airvisor.stacks import attempt_dir_of, capture_run, read_capture
 from airvisor.store import RunRecord, Store
-from airvisor.view import LogNotFound, LogStream
+from airvisor.store._retention import recent_prunes, settings_file
+from airvisor.view import LogNotFound, LogStream, find_runs
 
 log = get_logger("airvisor.daemon.api")
 
@@ -437,9 +440,18 @@ def create_app(ctx: ApiContext) -> FastAPI:
 
     @app.get("/runs", response_model=list[RunSummaryOut], tags=["runs"], operation_id="list_runs",
              responses={200: _run_links("$response.body#/0/id")})
-    def list_runs(ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000), IntegerText] = 50
-                  ) -> list[RunSummaryOut]:
-        return [summary_of(r) for r in ctx.store.list_runs(limit=limit)]
+    def list_runs(
+        ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000), IntegerText] = 50,
+        state: Annotated[list[RunState] | None, Query(
+            description="Only runs in one of these states (repeat the parameter).")] = None,
+        profile: Annotated[str | None, Query(
+            min_length=1, max_length=255,
+            description="Only runs of this profile (its name: the file's stem).")] = None,
+    ) -> list[RunSummaryOut]:
+        """The newest runs, newest first (`airvisor runs`)."""
+        runs = find_runs(ctx.store, limit=limit, states=[str(s) for s in state or ()],
+                         profile=profile)
+        return [summary_of(r) for r in runs]
 
     @app.post("/runs", response_model=RunOut, status_code=201, dependencies=[Authorized],
               tags=["runs"], operation_id="submit_run",
@@ -578,6 +590,15 @@ def create_app(ctx: ApiContext) -> FastAPI:
         report = reap_stale(ctx.service.live_run_ids(), dry_run=dry_run)
         log.info("reap requested", dry_run=dry_run, summary=report.summary)
         return ReapOut(dry_run=dry_run, summary=report.summary, report=plain(report))
+
+    @app.get("/state", response_model=StateOut, tags=["daemon"], operation_id="state")
+    def state(ctx: Ctx) -> StateOut:
+        """The state directory's retention settings and what the newest passes pruned."""
+        settings = ctx.state_settings
+        return StateOut.model_validate({
+            "state_dir": str(ctx.state_dir),
+            "settings_file": str(settings_file(ctx.state_dir)),
+            **settings.model_dump(), "pruned": recent_prunes(ctx.store)})
 
     registry = metrics_registry(ctx.store, ctx.gpus, ctx.started_at)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,8 +143,20 @@ class DaemonClient:
         result: dict[str, Any] = self._json("GET", f"/runs/{run_id}")
         return result
 
-    def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._json("GET", "/runs", params={"limit": limit})
+    def list_runs(self, limit: int = 50, *, states: Sequence[str] = (),
+                  profile: str | None = None) -> list[dict[str, Any]]:
+        """The newest runs, newest first; of one of `states` / of `profile` when given."""
+        params: dict[str, Any] = {"limit": limit}
+        if states:
+            params["state"] = list(states)
+        if profile is not None:
+            params["profile"] = profile
+        result: list[dict[str, Any]] = self._json("GET", "/runs", params=params)
+        return result
+
+    def state(self) -> dict[str, Any]:
+        """The state directory's retention settings and the newest pruning passes."""
+        result: dict[str, Any] = self._json("GET", "/state")
         return result
 
     def _resolve(self, run_id: str) -> str:

@@ -194,3 +194,35 @@ class AcceptedOut(_Out):
     run_id: str
     action: Literal["stop", "restart"]
     message: str
+
+
+# -- the state directory's retention (airvisor.store._retention) --------------------------------
+class PrunedRunOut(_Out):
+    id: str
+    name: str
+    state: str
+    ended_at: float | None
+    reason: str = Field(description="Why it went: beyond keep_runs, or older than keep_days.")
+    bytes: int = Field(description="Its files under the state directory (rows not counted).")
+
+
+class PruneOut(_Out):
+    """One pruning pass that removed something."""
+
+    at: float
+    summary: str
+    runs: list[PrunedRunOut]
+    files_bytes: int
+    temp_files: list[str] = Field(description="prime-rl's `.pydantic_config/temp_*.toml` of "
+                                  "finished runs, removed.")
+    notes: list[str] = Field(description="Files kept for safety (e.g. inside an output dir).")
+
+
+class StateOut(_Out):
+    state_dir: str
+    settings_file: str = Field(description="Where the [state] table is read from.")
+    keep_runs: int = Field(description="Finished runs kept, newest first (0: no limit).")
+    keep_days: float = Field(description="Finished runs kept this long (0: no limit).")
+    log_max_mib: float = Field(description="Cap of each component log airvisor writes.")
+    log_backups: int = Field(description="Rotated copies kept of a capped log.")
+    pruned: list[PruneOut] = Field(description="The newest passes that pruned, newest first.")

@@ -68,7 +68,7 @@ def capture(targets: Sequence[Target], *, run_id: str, attempt: int,
         dump = results.get(target.pid) or Dump(
             note=f"no answer within {budget:.1f} s (the look is bounded)")
         stacks = ProcessStacks(target=target, threads=list(dump.threads), native=dump.native,
-                               note=dump.note)
+                               note=dump.note, errors=list(dump.errors), stopped=dump.stopped)
         processes.append(stacks.model_copy(update={"verdict": verdict(stacks, source_line)}))
     return StackCapture(run_id=run_id, attempt=attempt, reason=reason, taken_at=wall,
                         seconds=round(time.monotonic() - started, 3), processes=processes,
@@ -110,6 +110,8 @@ def render_text(stacks: ProcessStacks) -> str:
     out = [stacks.verdict or target.label, f"pid {target.pid}: {' '.join(target.argv)}".rstrip()]
     if stacks.note:
         out.append(f"note: {stacks.note}")
+    for error in stacks.errors:
+        out.append(f"py-spy {error}")
     for thread in stacks.threads:
         state = "active" if thread.active else "idle"
         out.append("")

@@ -58,6 +58,12 @@ class ProcessStacks(_Frozen):
     threads: list[ThreadStack] = Field(default_factory=list)
     native: bool = Field(default=False, description="Native frames are included.")
     note: str | None = Field(default=None, description="Why the stacks are missing or partial.")
+    errors: list[str] = Field(default_factory=list,
+                              description="Each failed py-spy read: its arguments and its whole "
+                                          "error output.")
+    stopped: bool = Field(default=False,
+                          description="The process was stopped (SIGSTOP or a tracer's stop): "
+                                      "it runs nothing, its frames are where it stopped.")
     verdict: str = Field(default="", description="One line: where its main thread is.")
 
 

@@ -3,8 +3,11 @@ with a hard timeout; its failures become a note (never an exception).
 
 py-spy (a PyPI wheel that ships the binary, a dependency of airvisor) reads the process's
 memory through ptrace; by default it pauses the process for the few milliseconds of the read,
-so the stacks are consistent, and resumes it. A process it cannot pause (one already traced by
-a debugger) is read again without pausing (`--nonblocking`), with a note saying so.
+so the stacks are consistent, and resumes it. A read that fails while the process lives on (one
+stopped by SIGSTOP, where py-spy's pause meets "unexpected waitpid result PtraceEvent(...
+SIGSTOP ...)"; one already traced by a debugger; anything py-spy does not explain) is made
+again without pausing (`--nonblocking`, which py-spy allows only without native frames), with a
+note saying so. Every failed read's whole error output is kept (`Dump.errors`).
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ import stat
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from airvisor.stacks._model import Frame, ThreadStack
 
@@ -45,6 +51,8 @@ class Dump:
     native: bool = False
     note: str | None = None
     failure: str | None = None  # "gone" | "denied" | "not python" | "busy" | "timeout" | "other"
+    errors: tuple[str, ...] = ()  # each failed py-spy run: its argv and whole output
+    stopped: bool = False  # the process was stopped (SIGSTOP, a tracer's stop): it runs nothing
 
 
 def source_line(filename: str, line: int) -> str | None:
@@ -104,6 +112,9 @@ def explain_failure(output: str, *, pid: int, euid: int, ptrace_scope: str | Non
     text = output.lower()
     if not alive:
         return "gone", f"pid {pid} is gone (it exited before its stack was read)"
+    if "unexpected waitpid result" in text and "sigstop" in text:
+        return "busy", (f"pid {pid} is stopped (SIGSTOP, or a tracer's stop): py-spy could not "
+                        "pause it")
     if "permission denied" in text or "operation not permitted" in text or "eperm" in text:
         if "failed to suspend process" in text:
             return "busy", (f"could not pause pid {pid} to read it (ptrace refused: it is "
@@ -130,22 +141,39 @@ def explain_failure(output: str, *, pid: int, euid: int, ptrace_scope: str | Non
                              "in another PID namespace (a container?), whose files py-spy "
                              "may not see")
         return "not python", f"pid {pid} is not a Python process"
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()
-             and not ln.strip()[:1].isdigit() and "Stack backtrace" not in ln]
-    detail = "; ".join(lines[:3]) or "no output"
-    return "other", f"py-spy could not read pid {pid}: {detail}"
+    return "other", f"py-spy could not read pid {pid}: {error_text(output) or 'no output'}"
+
+
+def error_text(output: str) -> str:
+    """py-spy's error and every cause under it, on one line (its Rust backtrace left out: the
+    whole output is kept in `Dump.errors`)."""
+    kept = output.split("Stack backtrace:", 1)[0]
+    lines = [ln.strip() for ln in kept.splitlines() if ln.strip()]
+    return "; ".join(lines)
 
 
 Runner = Callable[..., Any]
+StateReader = Callable[[int], str | None]
+
+
+def process_state(pid: int) -> str | None:
+    """psutil's status of the process ("stopped", "tracing-stop", "sleeping", ...), or None."""
+    try:
+        return str(psutil.Process(pid).status())
+    except (psutil.Error, OSError):
+        return None
+
+
+STOPPED_STATES = ("stopped", "tracing-stop")
 
 
 def dump_process(pid: int, *, timeout: float, native: bool = True,
-                 py_spy: str | None = None, runner: Runner = subprocess.run) -> Dump:
+                 py_spy: str | None = None, runner: Runner = subprocess.run,
+                 state: StateReader = process_state) -> Dump:
     """The stacks of every thread of `pid`, within `timeout` seconds in all. Native frames
     first where asked; where that fails for another reason than a refusal or a vanished
-    process, once more without them (native unwinding is not supported everywhere)."""
-    import time
-
+    process, once more without them (native unwinding is not supported everywhere), then, the
+    process still being there, without pausing it (`--nonblocking`)."""
     exe = py_spy or find_py_spy()
     if exe is None:
         return Dump(note="py-spy is not installed (it is a dependency of airvisor: "
@@ -154,6 +182,8 @@ def dump_process(pid: int, *, timeout: float, native: bool = True,
     attempts: list[list[str]] = [["--native"], []] if native else [[]]
     note: str | None = None
     failure: str | None = None
+    errors: list[str] = []
+    stopped = state(pid) in STOPPED_STATES
     while attempts:
         extra = attempts.pop(0)
         left = deadline - time.monotonic()
@@ -165,25 +195,34 @@ def dump_process(pid: int, *, timeout: float, native: bool = True,
                           stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return Dump(note=f"py-spy did not answer within {timeout:.1f} s for pid {pid}",
-                        failure="timeout")
+                        failure="timeout", errors=tuple(errors), stopped=stopped)
         except OSError as exc:
             return Dump(note=f"cannot run py-spy ({exe}): {exc.strerror or exc}",
-                        failure="other")
+                        failure="other", errors=tuple(errors), stopped=stopped)
         if done.returncode == 0:
             try:
                 threads = parse_dump(done.stdout)
             except (ValueError, TypeError, AttributeError) as exc:
                 failure, note = "other", f"py-spy's output for pid {pid} is unreadable: {exc}"
-                continue
-            suffix = note if "--nonblocking" in extra else None
-            return Dump(threads=tuple(threads), native="--native" in extra, note=suffix)
-        failure, note = explain_failure(
-            f"{done.stderr}\n{done.stdout}", pid=pid, euid=os.geteuid(),
-            ptrace_scope=_ptrace_scope(), other_namespace=_other_pid_namespace(pid),
-            alive=os.path.exists(f"/proc/{pid}"))
-        if failure == "busy" and "--nonblocking" not in extra:
+                errors.append(f"{' '.join(argv[1:])}: {exc}")
+            else:
+                suffix = note if "--nonblocking" in extra else None
+                return Dump(threads=tuple(threads), native="--native" in extra, note=suffix,
+                            errors=tuple(errors), stopped=stopped)
+        else:
+            output = f"{done.stderr}\n{done.stdout}".strip()
+            errors.append(f"{' '.join(argv[1:])} (exit {done.returncode}): {output}")
+            failure, note = explain_failure(
+                output, pid=pid, euid=os.geteuid(), ptrace_scope=_ptrace_scope(),
+                other_namespace=_other_pid_namespace(pid),
+                alive=os.path.exists(f"/proc/{pid}"))
+        if failure in ("gone", "denied", "not python"):
+            break
+        if "--nonblocking" in extra:
+            continue
+        if failure == "busy" or not attempts:
+            # Pausing is what failed (or nothing else is left): read it as it runs.
             note = f"{note}; read without pausing it, so the frames may be inconsistent"
             attempts = [["--nonblocking"]]
-        elif failure in ("gone", "denied", "not python"):
-            break
-    return Dump(note=note or f"py-spy ran out of time for pid {pid}", failure=failure or "timeout")
+    return Dump(note=note or f"py-spy ran out of time for pid {pid}",
+                failure=failure or "timeout", errors=tuple(errors), stopped=stopped)

@@ -42,6 +42,8 @@ EVENT_LOOP = "idle in the asyncio event loop at"
 CHILD = "waiting for a child process in"
 SLEEPING = "sleeping in"
 GPU = "waiting on the GPU in"
+# Said before the rest: a stopped process's frames are where it stopped.
+STOPPED = "stopped (SIGSTOP or a tracer)"
 RUNNING = "at"
 
 # (filename, line) -> that line of the source, or None where it cannot be read.
@@ -369,8 +371,10 @@ def verdict(stacks: ProcessStacks, source: SourceReader | None = None) -> str:
     label = stacks.target.label
     thread = main_thread(stacks)
     if thread is None:
-        return f"{label}: no stacks ({stacks.note or 'py-spy found no Python thread'})"
-    text = f"{label}: {describe_frames(thread.frames, source)}"
+        stopped = f"{STOPPED}; " if stacks.stopped else ""
+        return f"{label}: {stopped}no stacks ({stacks.note or 'py-spy found no Python thread'})"
+    stopped = f"{STOPPED}, while " if stacks.stopped else ""
+    text = f"{label}: {stopped}{describe_frames(thread.frames, source)}"
     if stacks.note:
         text += f" ({stacks.note})"
     return text

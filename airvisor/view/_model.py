@@ -8,6 +8,7 @@ read (no "seconds ago"): the renderer takes `now`, the API adds its snapshot tim
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,11 @@ class RunSummaryView(_View):
     live: bool
     attempt: int
     step: int | None
+    max_steps: int | None
+    steps_done: int | None = Field(
+        description="Training steps completed: `step` counted from that prime-rl version's "
+                    "first step (v0.4 prints Step 0 first, main Step 1), so a finished run "
+                    "shows max_steps.")
     last_progress_at: float | None
     restarts: int
     gpus: list[int]
@@ -111,11 +117,6 @@ class RunView(RunSummaryView):
     phase: str | None = Field(description="The state machine's phase within `state` (e.g. "
                                           "backoff or launching while recovering).")
     run_dir: str
-    max_steps: int | None
-    steps_done: int | None = Field(
-        description="Training steps completed: `step` counted from that prime-rl version's "
-                    "first step (v0.4 prints Step 0 first, main Step 1), so a finished run "
-                    "shows max_steps.")
     demo: bool = Field(description="The real supervisor over airvisor's demo stand-ins.")
     resume_step: int | None = Field(description="Checkpoint step chosen for the last resume.")
     last_error: str | None
@@ -155,6 +156,7 @@ def summary_view(run: RunRecord) -> RunSummaryView:
     return RunSummaryView(
         id=run.id, name=run.name, profile_name=profile_name(run), profile_path=run.profile_path,
         state=run.state, live=run.live, attempt=run.attempt, step=run.step,
+        max_steps=_max_steps(run), steps_done=_steps_done(run),
         last_progress_at=run.last_progress_at, restarts=run.restarts, gpus=run.gpus,
         created_at=run.created_at, ended_at=run.ended_at,
     )
@@ -219,8 +221,7 @@ def run_view(run: RunRecord, *, components: list[ComponentRecord],
     """The view of a run from its records (pure)."""
     return RunView(
         **summary_view(run).model_dump(),
-        phase=run.phase, run_dir=run.run_dir, max_steps=_max_steps(run),
-        steps_done=_steps_done(run),
+        phase=run.phase, run_dir=run.run_dir,
         demo=bool(run.profile.get("run", {}).get("demo")),
         resume_step=run.resume_step, last_error=run.last_error,
         supervisor_kind=run.supervisor_kind, supervisor_pid=run.supervisor_pid,
@@ -248,6 +249,24 @@ def build_run_view(store: Store, run: RunRecord) -> RunView:
         run, components=store.components(run.id),
         events=store.recent_events(run.id, RECENT_EVENTS), attempts=store.attempts(run.id),
         restarts=store.restart_history(run.id), containment=containment_of(store, run))
+
+
+def find_runs(store: Store, *, limit: int = 20, states: Sequence[str] = (),
+              profile: str | None = None) -> list[RunRecord]:
+    """The newest `limit` runs (newest first), of one of `states` when given and of the
+    profile named `profile` (its file's stem, as `profile_name` shows it) when given. Reads
+    the newest rows in growing windows until enough match (retention bounds the table)."""
+    def wanted(run: RunRecord) -> bool:
+        return (not states or run.state in states) and (profile is None
+                                                        or profile_name(run) == profile)
+
+    window = limit
+    while True:
+        runs = store.list_runs(limit=window)
+        found = [run for run in runs if wanted(run)]
+        if len(found) >= limit or len(runs) < window:
+            return found[:limit]
+        window *= 4
 
 
 def find_run(store: Store, run_id: str | None) -> RunRecord | None:

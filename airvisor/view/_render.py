@@ -18,7 +18,7 @@ from rich.text import Text
 
 from airvisor.primerl import strip_ansi
 from airvisor.reaper import format_age
-from airvisor.view._model import AttemptView, EventView, RunView
+from airvisor.view._model import AttemptView, EventView, RunSummaryView, RunView
 
 STATE_STYLES = {
     "running": "green", "succeeded": "bold green", "recovering": "yellow",
@@ -38,7 +38,7 @@ def ago(seconds: float | None) -> str:
     return "-" if seconds is None else f"{format_age(max(0.0, seconds))} ago"
 
 
-def step_text(run: RunView) -> str:
+def step_text(run: RunSummaryView) -> str:
     """The step as prime-rl prints it, and with max_steps the steps done of it (v0.4 counts
     from 0: its last step of 200 is `Step 199`, 200/200 done)."""
     step = "-" if run.step is None else str(run.step)
@@ -217,6 +217,27 @@ def render_run(run: RunView, *, now: float | None = None) -> RenderableType:
         for event in run.recent_events:
             parts.append(Text("  ") + event_line(event))
     return Group(*parts)
+
+
+# -- the list of runs (`airvisor runs`) ----------------------------------------------------------
+def stamp(ts: float | None) -> str:
+    """A wall-clock time with its date, local ("-" for none): a list spans days."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def render_runs(runs: list[RunSummaryView]) -> RenderableType:
+    """The runs as `airvisor runs` lists them, newest first: one row each."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for name, justify in (("RUN", "left"), ("PROFILE", "left"), ("STATE", "left"),
+                          ("STEP", "right"), ("ATTEMPTS", "right"), ("RESTARTS", "right"),
+                          ("STARTED", "left"), ("ENDED", "left")):
+        table.add_column(name, justify=justify,  # type: ignore[arg-type]
+                         no_wrap=name in ("RUN", "STARTED", "ENDED"))
+    for run in runs:
+        table.add_row(run.id, run.profile_name, _state(run.state), step_text(run),
+                      str(run.attempt), str(run.restarts), stamp(run.created_at),
+                      stamp(run.ended_at))
+    return table
 
 
 def to_text(renderable: RenderableType, *, width: int = 100) -> str:

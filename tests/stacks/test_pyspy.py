@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -171,3 +172,93 @@ def test_py_spy_missing_gives_a_note(monkeypatch: pytest.MonkeyPatch,
 def test_py_spy_is_found_in_airvisor_environment() -> None:
     found = find_py_spy()
     assert found is not None and os.access(found, os.X_OK)
+
+
+def test_a_stopped_process_is_read_without_pausing_it(sleeper: subprocess.Popen[str]) -> None:
+    """SIGSTOP (the chaos tests' hang, a `kill -STOP`): py-spy cannot pause what is stopped
+    ("unexpected waitpid result PtraceEvent(... SIGSTOP ...)"); read again without pausing,
+    the process has stacks, says it is stopped, and keeps py-spy's whole error."""
+    os.kill(sleeper.pid, signal.SIGSTOP)
+    try:
+        result = capture([Target(pid=sleeper.pid, component="trainer", rank=1)], run_id="r",
+                         attempt=1, reason="stall", budget=10)
+    finally:
+        os.kill(sleeper.pid, signal.SIGCONT)
+    (process,) = result.processes
+    assert process.stopped
+    thread = main_thread(process)
+    assert thread is not None, process.note
+    assert "stuck_here" in [f.name for f in thread.frames]
+    assert process.verdict.startswith(
+        "trainer rank 1: stopped (SIGSTOP or a tracer), while sleeping in stuck_here (")
+    assert process.note is not None and "read without pausing it" in process.note
+    # Each failed read is kept whole: py-spy's cause is there, not cut at 3 lines.
+    assert process.errors and all("--pid" in e for e in process.errors)
+    assert any("Caused by" in e for e in process.errors)
+
+
+# py-spy 0.4.3's stderr for a SIGSTOPped rank, recorded on the 2-GPU machine
+# (tests/stacks/recorded/gpu/dumps.json, variant "sigstop").
+_GPU = json.loads((Path(__file__).resolve().parent / "recorded/gpu/dumps.json").read_text())
+STOPPED_RANK = _GPU["variants"]["sigstop"]["ranks"]["1"]
+
+
+def test_the_recorded_stopped_rank_reads_as_stopped() -> None:
+    output = STOPPED_RANK["native"]["stderr"]
+    assert "unexpected waitpid result PtraceEvent" in output
+    kind, note = explain_failure(output, pid=7, euid=0, ptrace_scope=None,
+                                 other_namespace=False)
+    assert (kind, note) == ("busy", "pid 7 is stopped (SIGSTOP, or a tracer's stop): py-spy "
+                                    "could not pause it")
+    assert STOPPED_RANK["plain_nonblocking"]["returncode"] == 0  # what the retry relies on
+
+
+class Scripted:
+    """py-spy's answers in turn (recorded outputs), and the argv of each call."""
+
+    def __init__(self, *answers: tuple[int, str, str]) -> None:
+        self.answers = list(answers)
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv[2:])
+        code, out, err = self.answers.pop(0)
+        return subprocess.CompletedProcess(argv, code, out, err)
+
+
+OK_DUMP = _GPU["variants"]["sigstop"]["ranks"]["1"]["plain_nonblocking"]["stdout"]
+NEW_ERROR = ("Error: Failed to get stack traces\n\nCaused by:\n    0: something py-spy 0.5 "
+             "says\n    1: and its cause\n    2: and the cause of that\n\nStack backtrace:\n"
+             "   0: anyhow::x\n")
+
+
+@pytest.mark.parametrize(("answers", "argvs", "failure", "note_words"), [
+    # Stopped: straight from the native read to the one without pausing (no --native there:
+    # py-spy refuses "native stack traces with the --nonblocking option").
+    ([(1, "", STOPPED_RANK["native"]["stderr"]), (0, OK_DUMP, "")],
+     [["--native"], ["--nonblocking"]], None, ["is stopped", "read without pausing"]),
+    # An error py-spy does not explain: without native frames, then without pausing.
+    ([(1, "", NEW_ERROR), (1, "", NEW_ERROR), (0, OK_DUMP, "")],
+     [["--native"], [], ["--nonblocking"]], None, ["and the cause of that"]),
+    # Every read fails: the last note, the process still there.
+    ([(1, "", NEW_ERROR)] * 3, [["--native"], [], ["--nonblocking"]], "other",
+     ["something py-spy 0.5 says; 1: and its cause; 2: and the cause of that"]),
+    # Refused or not Python: no retry helps.
+    ([(1, "", NOT_PYTHON)], [["--native"]], "not python", ["not a Python process"]),
+])
+def test_every_failure_that_leaves_the_process_is_read_without_pausing(
+        answers: list[tuple[int, str, str]], argvs: list[list[str]], failure: str | None,
+        note_words: list[str]) -> None:
+    runner = Scripted(*answers)
+    dump = dump_process(os.getpid(), timeout=10, py_spy="py-spy", runner=runner,
+                        state=lambda _pid: "sleeping")
+    assert [c[c.index("--json") + 1:] for c in runner.calls] == argvs
+    assert dump.failure == failure
+    assert (dump.threads != ()) == (failure is None)
+    assert dump.note is not None
+    for word in note_words:
+        assert word in dump.note
+    failed = [a for a in answers if a[0] != 0]
+    assert len(dump.errors) == len(failed)
+    for error, (code, _out, err) in zip(dump.errors, failed, strict=True):
+        assert f"(exit {code}): {err.strip()}" in error  # whole, backtrace and all
