@@ -7,8 +7,9 @@ from __future__ import annotations
 # `main` first, then the command modules that register on it (each imports it from
 # airvisor.cli._main, never from this package: no import cycle).
 from airvisor.cli._main import main
-from airvisor.cli import _check, _daemon, _reap, _run, _stacks, _stop
+from airvisor.cli import _check, _daemon, _prune, _reap, _run, _runs, _stacks, _stop
 
 # isort: on
 
-__all__ = ["_check", "_daemon", "_reap", "_run", "_stacks", "_stop", "main"]
+__all__ = ["_check", "_daemon", "_prune", "_reap", "_run", "_runs", "_stacks", "_stop",
+           "main"]

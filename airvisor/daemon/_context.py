@@ -11,6 +11,7 @@ from airvisor.daemon._machine import CachedGPUs
 from airvisor.daemon._profiles import ProfileCatalog
 from airvisor.daemon._service import RunService
 from airvisor.daemon._views import CurrentRunSnapshot
+from airvisor.profile._schema import StateSection
 from airvisor.store import Store
 
 
@@ -26,6 +27,8 @@ class ApiContext:
     started_at: float = field(default_factory=time.time)
     snapshot: CurrentRunSnapshot = field(init=False)
     gpus: CachedGPUs = field(default_factory=CachedGPUs)
+    # Retention and log caps (<state dir>/settings.toml [state]), shown by GET /state.
+    state_settings: StateSection = field(default_factory=StateSection)
 
     def __post_init__(self) -> None:
         self.snapshot = CurrentRunSnapshot(self.store)

@@ -37,11 +37,13 @@ from airvisor.daemon._auth import (
 )
 from airvisor.daemon._context import ApiContext
 from airvisor.daemon._discovery import announce, announce_paths, withdraw
+from airvisor.daemon._housekeeping import Housekeeping
 from airvisor.daemon._notify import Notifier, watchdog_interval
 from airvisor.daemon._profiles import ProfileCatalog
 from airvisor.daemon._service import RunService
 from airvisor.engine import RunManager
 from airvisor.store import Store
+from airvisor.store._retention import SettingsError, load_state_settings, settings_file
 
 log = get_logger("airvisor.daemon")
 
@@ -224,6 +226,7 @@ class Daemon:
         self._reload_requested = False
         self._server: ApiServer | None = None
         self._lock_file: IO[str] | None = None
+        self.housekeeping: Housekeeping | None = None
 
     # -- signals: record only ---------------------------------------------------------------
     def _on_stop_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -269,6 +272,10 @@ class Daemon:
         state = state_dir()
         self._lock_file = lock_state_dir(state)
         token = self.prepare_auth(state)
+        try:  # retention and log caps: the [state] table of <state dir>/settings.toml
+            state_settings = load_state_settings(settings_file(state, self._env))
+        except SettingsError as err:
+            raise DaemonStartError(str(err)) from err
         sock = bind_socket(self.settings)
         where = self.settings.where
         if self.settings.uds is None:  # the real port, also when --port 0 picked one
@@ -282,11 +289,13 @@ class Daemon:
             adopted = service.adopt_on_boot()
             if adopted:
                 log.info("runs taken over from the previous daemon", runs=adopted)
+            housekeeping = self.housekeeping = Housekeeping(store, state_settings)
             ctx = ApiContext(store=store, service=service, catalog=catalog, token=token,
-                             state_dir=state)
+                             state_dir=state, state_settings=state_settings)
             ctx.snapshot.refresh()
             self._server = ApiServer(create_app(ctx), sock)
             self._server.start()
+            housekeeping.start()
         except BaseException:
             sock.close()
             raise
@@ -305,6 +314,7 @@ class Daemon:
         self.notifier.stopping(f"stopping ({reason}); {runs}")
         withdraw(announced, pid=os.getpid())
         self._server.stop()
+        housekeeping.stop()
         service.shutdown(stop_runs=self.settings.stop_runs)
         if self.settings.uds is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -344,6 +354,8 @@ class Daemon:
             try:
                 service.tick(self.settings.tick_seconds)
                 ctx.snapshot.refresh()
+                if self.housekeeping is not None:  # a released run: memory back, pruning
+                    self.housekeeping.notice(service.live_run_ids())
                 failing_since = None
             except Exception as err:
                 now = time.monotonic()

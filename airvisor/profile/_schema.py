@@ -223,6 +223,24 @@ class NotifySection(_Section):
     backoff_max: float = Field(default=300.0, ge=0)
 
 
+class StateSection(_Section):
+    """Retention of the state directory (airvisor.store._retention), daemon-wide: the `[state]`
+    table of `<state dir>/settings.toml` (not a profile key: every run of the box shares the
+    state directory). A finished run goes (its rows, its run directory under the state dir,
+    the earlier attempts' and moved-aside logs kept there) once it is older than `keep_days`
+    or beyond the newest `keep_runs` finished runs; live runs and the runs' own output
+    directories are never touched. 0 turns a limit off.
+
+    The defaults keep a year of a busy box: a short run costs about 75 KB (rows ~20 KB, run
+    directory ~45 KB), so 1000 runs are ~75 MB; each log airvisor writes is capped at
+    `log_max_mib` plus `log_backups` rotated copies."""
+
+    keep_runs: int = Field(default=1000, ge=0)  # finished runs kept, newest first; 0: no limit
+    keep_days: float = Field(default=365.0, ge=0)  # finished runs kept this long; 0: no limit
+    log_max_mib: float = Field(default=16.0, ge=0)  # a component log's cap; 0: no cap
+    log_backups: int = Field(default=1, ge=0, le=9)  # rotated copies kept (<log>.1 ...)
+
+
 class Profile(_Section):
     run: RunSection
     prime_rl: PrimeRLSection

@@ -16,6 +16,7 @@ from airvisor.view._model import (
     containment_of,
     event_view,
     find_run,
+    find_runs,
     profile_name,
     run_view,
     summary_view,
@@ -28,7 +29,14 @@ from airvisor.view._progress import (
     StoreSource,
     pipe_progress_due,
 )
-from airvisor.view._render import event_line, progress_line, render_run, to_text
+from airvisor.view._render import (
+    event_detail,
+    event_line,
+    progress_line,
+    render_run,
+    render_runs,
+    to_text,
+)
 from airvisor.view._tail import LogStream
 
 __all__ = [
@@ -49,16 +57,19 @@ __all__ = [
     "StoreSource",
     "build_run_view",
     "containment_of",
+    "event_detail",
     "event_line",
     "event_view",
     "find_log",
     "find_run",
+    "find_runs",
     "layout_sources",
     "log_files",
     "pipe_progress_due",
     "profile_name",
     "progress_line",
     "render_run",
+    "render_runs",
     "run_view",
     "summary_view",
     "tail_lines",
