@@ -22,6 +22,7 @@ from airvisor._logging import get_logger
 from airvisor.core._events import Command, Event, ProcessEvent, Task, TaskDone
 from airvisor.core._logview import LogView
 from airvisor.policy import Phase, RestartKind, RestartPolicy, RunState
+from airvisor.policy._disk import DiskState, disk_condition
 from airvisor.policy._event_levels import event_log_level
 from airvisor.policy._scope import (
     FailedComponent,
@@ -64,6 +65,8 @@ from airvisor.primerl import (
     step_from_log_line,
     step_from_metrics_row,
 )
+from airvisor.primerl._attempt import STATE_DIR_MIN_FREE
+from airvisor.profile._checks import RUN_DIR_MIN_FREE, MachineFacts, nearest_existing
 from airvisor.profile._schema import Profile
 from airvisor.store import RunRecord, Store
 
@@ -122,10 +125,12 @@ class SupervisorCore:
         # while the rest stops; and that stop's end, held until the probe reports.
         self._scope_pending: Failure | None = None
         self._down_held = False
+        self._stacks_taken: int | None = None  # the attempt whose stacks were taken
 
     # -- what a backend provides -------------------------------------------------------------
-    def _stop_processes(self) -> None:
-        """Stop every process of the attempt; call `_processes_down()` once they are gone."""
+    def _stop_processes(self, *, stacks: bool = False) -> None:
+        """Stop every process of the attempt; call `_processes_down()` once they are gone.
+        `stacks`: look at where each one is before the kill (once per hung attempt)."""
         raise NotImplementedError
 
     def _relaunch(self, cause: str) -> None:
@@ -136,10 +141,10 @@ class SupervisorCore:
         """The last log lines that show the failure of `component`."""
         return []
 
-    def _stop_rest(self) -> None:
+    def _stop_rest(self, *, stacks: bool = False) -> None:
         """Stop the attempt's processes but the kept inference server; `_processes_down()`
         once they are gone. A backend that cannot keep it never gets a kept scope."""
-        self._stop_processes()
+        self._stop_processes(stacks=stacks)
 
     def _relaunch_rest(self, cause: str) -> None:
         """Start the next attempt's rest against the kept inference server."""
@@ -346,10 +351,15 @@ class SupervisorCore:
         for effect in acts:
             if isinstance(effect, StopProcesses):
                 self._backoff_until = None
+                # Stacks once per hung attempt (the transition asks only on its first stop;
+                # recorded here too, so no later stop of the attempt overwrites them).
+                stacks = effect.stacks and self._stacks_taken != self.attempt
+                if stacks:
+                    self._stacks_taken = self.attempt
                 if effect.keep_inference:
-                    self._stop_rest()
+                    self._stop_rest(stacks=stacks)
                 else:
-                    self._stop_processes()
+                    self._stop_processes(stacks=stacks)
             elif isinstance(effect, WaitThenRelaunch):
                 self._backoff_until = self._clock() + effect.delay
             elif isinstance(effect, Relaunch):
@@ -379,11 +389,34 @@ class SupervisorCore:
                 or self.phase not in (Phase.STARTING, Phase.RUNNING):
             self._decide(AttemptFailed(failure, hopeless=hopeless))
             return
+        machine = disk_condition(self._disk_state()) if kind == "crash" else None
+        if machine is not None:  # it died of the machine: uncounted, everything restarts
+            self._decide(AttemptFailed(failure, machine=machine))
+            return
         scope = self._decide_scope(failure, None)
         if scope.reason == "health_unknown" and self._probe_kept_server(failure):
             self._scope_pending = failure
             scope = probing(scope)
         self._decide(AttemptFailed(failure, scope=scope))
+
+    def _disk_state(self) -> list[DiskState]:
+        """The disks the attempt writes to, read as the preflight's machine check reads them
+        (`MachineFacts`, its thresholds): the run directory's and the attempt directory's in
+        airvisor's state directory. Two statvfs and two access calls: they do not block the
+        main loop the way a process stop would."""
+        facts = MachineFacts()
+        places = [("airvisor's state directory", self.attempt_dir, STATE_DIR_MIN_FREE)]
+        if self.layout is not None:
+            places.insert(0, ("the run directory", self.layout.run_dir, RUN_DIR_MIN_FREE))
+        disks = []
+        for what, path, min_free in places:
+            where = nearest_existing(path)
+            try:
+                disks.append(DiskState(what, str(where), facts.writable(where),
+                                       facts.free_bytes(where), min_free))
+            except OSError:
+                continue  # unreadable: no fact either way (the failure stays a crash)
+        return disks
 
     def _exit_status_read(self, component: str, code: str) -> None:
         """prime-rl's launcher named `component`'s exit status: the failure recorded without

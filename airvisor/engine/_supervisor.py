@@ -996,7 +996,7 @@ class RunSupervisor(SupervisorCore):
         return max(min(r.backoff_max, MACHINE_RETRY_MAX), r.backoff_initial)
 
     # -- stopping ---------------------------------------------------------------------------
-    def _stop_processes(self, keep: str | None = None) -> None:
+    def _stop_processes(self, keep: str | None = None, *, stacks: bool = False) -> None:
         """Stop every component tree (but `keep`'s: the kept server) and the containers, on a
         worker thread; the phase says what follows (a restart decision, or the end the stop
         leads to)."""
@@ -1029,21 +1029,22 @@ class RunSupervisor(SupervisorCore):
                 summary += "; containers removed"
             return TaskOutcome(summary, _pool_status(pool))
 
-        if self.phase == Phase.RECOVERY_STOPPING and self._failure is not None \
-                and self._failure.kind == "hang":
-            # Where each process hung, looked at before the kill (bounded; airvisor.stacks).
+        if stacks:
+            # Where each process hung, looked at before the kill (bounded; airvisor.stacks):
+            # the hung attempt's first stop only (the core decides), never a later one.
             job = with_stacks_first(job, self.store, run_id, self.attempt, self.attempt_dir)
         self._run_task(Task.STOP, job)
 
-    def _stop_rest(self) -> None:
+    def _stop_rest(self, *, stacks: bool = False) -> None:
         """Stop prime-rl's `rl` without [inference] (its tree), keep the server."""
         if Task.STOP in self._tasks:
             return
         if self._kept_server() is None:
-            self._stop_processes()  # nothing left to keep: the recovery stops what is there
+            # nothing left to keep: the recovery stops what is there
+            self._stop_processes(stacks=stacks)
             return
         self._keeping = True
-        self._stop_processes(keep=INFERENCE)
+        self._stop_processes(keep=INFERENCE, stacks=stacks)
 
     def _after_stop(self, event: TaskDone) -> None:
         keeping, self._keeping = self._keeping, False

@@ -62,6 +62,9 @@ class AttemptFailed:
     hopeless: bool = False
     # The recovery's scope (`decide_scope`); None: not decided, the recovery is full.
     scope: ScopeDecision | None = None
+    # The machine condition the disks showed when the attempt died (`policy.disk_condition`):
+    # a crash of a live attempt is then the machine's, not counted.
+    machine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,10 @@ class StopProcesses:
     the kept inference server (prime-rl's `rl` without [inference], its tree)."""
 
     keep_inference: bool = False
+    # Look at where each process is (py-spy, `airvisor.stacks`) before the kill: the first
+    # stop of a hung attempt only, so its stacks are taken once, of its members at the moment
+    # of the hang (a later stop, of a spared server found unhealthy, never overwrites them).
+    stacks: bool = False
 
 
 @dataclass(frozen=True)
@@ -403,12 +410,23 @@ def _on_failure(phase: Phase, event: AttemptFailed) -> Next:
     if phase not in _ATTEMPT:
         return phase, ()  # already ending or recovering: one failure per attempt
     failure = event.failure
+    if event.machine is not None and failure.kind == "crash" and phase in _LIVE \
+            and not event.hopeless:
+        # It died of a full or read-only disk: a machine condition, uncounted; everything
+        # stops and the next preflight waits for the machine.
+        failure = Failure(f"{failure.reason}; {event.machine}: the machine's condition, not a "
+                          "crash of the run (not counted)", "machine", failure.component,
+                          status_known=failure.status_known)
+        return Phase.RECOVERY_STOPPING, (RecordFailure(failure, end_attempt=True),
+                                         RememberRecovery(failure), StopProcesses())
     record = RecordFailure(failure, end_attempt=phase in _LIVE)
     if event.hopeless:
         return Phase.STOPPING_FAILED, (record, StopProcesses())
     scope = event.scope
+    stacks = failure.kind == "hang"
     if scope is None:
-        return Phase.RECOVERY_STOPPING, (record, RememberRecovery(failure), StopProcesses())
+        return Phase.RECOVERY_STOPPING, (record, RememberRecovery(failure),
+                                         StopProcesses(stacks=stacks))
     if phase not in _LIVE and scope.keep_inference:  # a failed preflight: nothing runs
         scope = ScopeDecision("full", "health_unknown", f"{failure.reason}; no attempt ran, "
                                                         "so no server is known healthy")
@@ -419,7 +437,8 @@ def _on_failure(phase: Phase, event: AttemptFailed) -> Next:
     else:
         said = _scope_said(failure, scope)
     return Phase.RECOVERY_STOPPING, (record, RememberRecovery(failure, scope), said,
-                                     StopProcesses(keep_inference=scope.keep_inference))
+                                     StopProcesses(keep_inference=scope.keep_inference,
+                                                   stacks=stacks))
 
 
 def _scope_said(failure: Failure, scope: ScopeDecision) -> Say:

@@ -170,8 +170,10 @@ class SlurmRunSupervisor(SupervisorCore):
         if end_attempt and self.attempt:
             self.store.merge_attempt_details(self.run_id, self.attempt, reason=failure.reason)
 
-    def _stop_processes(self) -> None:
-        """Cancel the job (and wait for Slurm to end it) if one is alive, else it is down."""
+    def _stop_processes(self, *, stacks: bool = False) -> None:
+        """Cancel the job (and wait for Slurm to end it) if one is alive, else it is down.
+        (`stacks`: the job's processes run on the nodes, out of py-spy's reach: the hang's
+        failure says so instead, `_record_failure`.)"""
         alive = self.job_id is not None and (self.job is None or self.job.phase != "ended")
         if not alive:
             self._processes_down()

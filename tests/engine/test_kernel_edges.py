@@ -94,7 +94,7 @@ def only_run(store: Store) -> object:
 
 
 def waited_for_the_machine(store: Store, result: subprocess.CompletedProcess[str],
-                           reason: str) -> None:
+                           reason: str, *, died: bool = False) -> None:
     """The run waited for the machine, said why once, counted no restart for it, and ended
     succeeded once the machine could host it again."""
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -106,7 +106,15 @@ def waited_for_the_machine(store: Store, result: subprocess.CompletedProcess[str
     assert "machine_condition_cleared" in kinds and "gave_up" not in kinds
     # Each look while waiting is quiet: no state event per retry.
     assert kinds.count("state") < 15, kinds
-    assert all(r.kind != "machine" for r in store.restart_history(run.id))  # type: ignore[attr-defined]
+    # An attempt that died of it (issue 29) is the machine's failure too: recorded with its
+    # kind, never counted toward the crash-loop limit.
+    restarts = store.restart_history(run.id)  # type: ignore[attr-defined]
+    assert not any(r.counted for r in restarts), restarts
+    failures = [e for e in store.events(run.id) if e.kind == "failure"]  # type: ignore[attr-defined]
+    assert all(f.data["failure_kind"] == "machine" for f in failures), [
+        (f.message, f.data["failure_kind"]) for f in failures]
+    assert [r.kind for r in restarts] == ["machine"] * len(failures)
+    assert bool(failures) == died, failures  # `died`: the attempt died of it mid-run
     assert "Traceback" not in result.stderr
 
 
@@ -120,7 +128,7 @@ mount --bind "$OUT" "$OUT" && mount -o remount,bind,ro "$OUT"
 {CLEAR}
 mount -o remount,bind,rw "$OUT"
 """)
-    waited_for_the_machine(store, result, "is not writable")
+    waited_for_the_machine(store, result, "is not writable", died=True)
 
 
 def test_a_run_directory_that_fills_up_mid_run_waits_for_space(tmp_path: Path) -> None:
@@ -133,7 +141,7 @@ dd if=/dev/zero of="$OUT/filler" bs=64k 2>/dev/null || true  # ENOSPC from here 
 rm -f "$OUT/filler"
 """, size_gib=0.01)
     # Full, so below any checkpoint estimate too: named as the full disk it is.
-    waited_for_the_machine(store, result, "the disk under the run directory is full")
+    waited_for_the_machine(store, result, "the disk under the run directory is full", died=True)
 
 
 def test_a_full_disk_is_named_even_without_a_checkpoint_estimate(tmp_path: Path) -> None:

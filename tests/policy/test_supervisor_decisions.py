@@ -4,16 +4,24 @@ hopeless rule and the watchdogs (no threads, clocks, stores or processes)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from airvisor.policy import Phase
+from airvisor.policy import Phase, RestartPolicy
+from airvisor.policy._disk import DiskState, disk_condition
 from airvisor.policy._scope import ScopeDecision
 from airvisor.policy._transition import (
     AmendFailure,
+    AttemptFailed,
+    CountRestart,
     ExitStatusRead,
     Failure,
+    ProcessesDown,
+    RecordFailure,
     RememberRecovery,
     Say,
+    StopProcesses,
     transition,
 )
 
@@ -47,3 +55,70 @@ def test_an_exit_status_read_later_completes_only_its_failure(
     assert [e for e in effects if not isinstance(e, Say)] == expected
     said = [e for e in effects if isinstance(e, Say)]
     assert [s.kind for s in said] == (["failure_status"] if expected else [])
+
+
+GIB = 1 << 30
+RUN_DIR = DiskState("the run directory", "/runs/x", True, 10 * GIB, 16 << 20)
+STATE_DIR = DiskState("airvisor's state directory", "/var/lib/airvisor", True, 10 * GIB,
+                      64 << 20)
+
+
+@pytest.mark.parametrize(("disks", "expected"), [
+    ([RUN_DIR, STATE_DIR], None),
+    ([], None),
+    ([dataclasses.replace(RUN_DIR, writable=False), STATE_DIR],
+     "the run directory /runs/x is not writable"),
+    ([RUN_DIR, dataclasses.replace(STATE_DIR, free_bytes=3 << 20)],
+     "the disk under airvisor's state directory is full: 3 MiB free under /var/lib/airvisor "
+     "(at least 64 MiB needed)"),
+    # Exactly the threshold is enough (the preflight's `free < min` too).
+    ([dataclasses.replace(RUN_DIR, free_bytes=16 << 20)], None),
+    # The first condition found is named.
+    ([dataclasses.replace(RUN_DIR, free_bytes=0), dataclasses.replace(STATE_DIR, writable=False)],
+     "the disk under the run directory is full: 0 MiB free under /runs/x (at least 16 MiB "
+     "needed)"),
+])
+def test_the_disk_condition_an_attempt_died_of(disks: list[DiskState],
+                                               expected: str | None) -> None:
+    assert disk_condition(disks) == expected
+
+
+FULL = "the disk under the run directory is full: 0 MiB free under /runs/x"
+CRASH = Failure("trainer exited with status 1", "crash", "trainer")
+AS_MACHINE = Failure("trainer exited with status 1; " + FULL + ": the machine's condition, not "
+                     "a crash of the run (not counted)", "machine", "trainer")
+
+
+@pytest.mark.parametrize(("phase", "event", "expected_phase", "expected"), [
+    # A live attempt that died of a full disk: the machine's failure, uncounted, full stop.
+    (Phase.RUNNING, AttemptFailed(CRASH, machine=FULL), Phase.RECOVERY_STOPPING,
+     [RecordFailure(AS_MACHINE, end_attempt=True), RememberRecovery(AS_MACHINE),
+      StopProcesses()]),
+    (Phase.STARTING, AttemptFailed(CRASH, scope=KEPT, machine=FULL), Phase.RECOVERY_STOPPING,
+     [RecordFailure(AS_MACHINE, end_attempt=True), RememberRecovery(AS_MACHINE),
+      StopProcesses()]),
+    # A hang or a hopeless failure stays what it is; a preflight's is the MachineBusy path.
+    (Phase.RUNNING, AttemptFailed(Failure("hung", "hang", "trainer"), machine=FULL),
+     Phase.RECOVERY_STOPPING, [RecordFailure(Failure("hung", "hang", "trainer"), True),
+                               RememberRecovery(Failure("hung", "hang", "trainer")),
+                               StopProcesses(stacks=True)]),
+    (Phase.RUNNING, AttemptFailed(CRASH, hopeless=True, machine=FULL), Phase.STOPPING_FAILED,
+     [RecordFailure(CRASH, end_attempt=True), StopProcesses()]),
+    (Phase.PREFLIGHT, AttemptFailed(CRASH, machine=FULL), Phase.RECOVERY_STOPPING,
+     [RecordFailure(CRASH, end_attempt=False), RememberRecovery(CRASH), StopProcesses()]),
+])
+def test_a_death_of_a_machine_condition_is_not_a_crash(
+        phase: Phase, event: AttemptFailed, expected_phase: Phase,
+        expected: list[object]) -> None:
+    target, effects = transition(phase, event)
+    assert (target, list(effects)) == (expected_phase, expected)
+
+
+def test_the_machines_failure_is_not_counted_when_its_stop_ends() -> None:
+    policy = RestartPolicy(max_restarts=1, window=600.0, backoff_initial=2.0,
+                           backoff_factor=2.0, backoff_max=60.0)
+    # One counted crash already: a crash now would give up; the machine's failure does not.
+    target, effects = transition(Phase.RECOVERY_STOPPING, ProcessesDown(
+        AS_MACHINE, policy, counted_restarts=(9_990.0,), restarts=1, now=10_000.0))
+    assert target == Phase.BACKOFF
+    assert CountRestart(AS_MACHINE, False, 10_000.0) in effects

@@ -57,8 +57,10 @@ def kinds(effects: tuple[object, ...]) -> list[str]:
     # phase (a new daemon resumes this recovery), then every process stopped.
     (Phase.RUNNING, AttemptFailed(CRASH), Phase.RECOVERY_STOPPING,
      [RecordFailure(CRASH, end_attempt=True), RememberRecovery(CRASH), StopProcesses()]),
+    # A hang's stop looks at the stacks first (once per hung attempt: this stop only).
     (Phase.STARTING, AttemptFailed(HANG), Phase.RECOVERY_STOPPING,
-     [RecordFailure(HANG, end_attempt=True), RememberRecovery(HANG), StopProcesses()]),
+     [RecordFailure(HANG, end_attempt=True), RememberRecovery(HANG),
+      StopProcesses(stacks=True)]),
     # A failed preflight belongs to no attempt (the last one ended already).
     (Phase.PREFLIGHT, AttemptFailed(CRASH), Phase.RECOVERY_STOPPING,
      [RecordFailure(CRASH, end_attempt=False), RememberRecovery(CRASH), StopProcesses()]),
@@ -243,7 +245,7 @@ def scope_said(scope: ScopeDecision, kept: bool, component: str | None = "traine
       scope_said(KEPT, True), StopProcesses(keep_inference=True)]),
     (Phase.RUNNING, AttemptFailed(HANG, scope=KEPT), Phase.RECOVERY_STOPPING,
      [RecordFailure(HANG, end_attempt=True), RememberRecovery(HANG, KEPT),
-      scope_said(KEPT, True), StopProcesses(keep_inference=True)]),
+      scope_said(KEPT, True), StopProcesses(keep_inference=True, stacks=True)]),
     # A full scope (the split refused: NCCL, Slurm, component mode; the server failed): said
     # with its reason, everything stopped.
     (Phase.STARTING, AttemptFailed(CRASH, scope=FULL), Phase.RECOVERY_STOPPING,
@@ -391,6 +393,11 @@ def test_the_probing_scope_spares_the_server_but_keeps_nothing_yet() -> None:
     # An unsettled scope never keeps the server (the core holds the stop's end until the
     # probe reports; were it not held, the server would go rather than be kept unproven).
     (Phase.RECOVERY_STOPPING, ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=PROBING,
+                                            inference_left=True),
+     Phase.RECOVERY_STOPPING, [StopProcesses()]),
+    # A hang's spared server found unhealthy: its stop takes no second look at the stacks
+    # (issue 29: that look, of the server alone, overwrote the hang's own).
+    (Phase.RECOVERY_STOPPING, ProcessesDown(HANG, POLICY, (), 0, NOW, scope=UNHEALTHY,
                                             inference_left=True),
      Phase.RECOVERY_STOPPING, [StopProcesses()]),
     # A stop asked while only the rest was being stopped: the server goes too, then the run
