@@ -9,7 +9,14 @@ from airvisor.policy._backoff import (
     backoff_delay,
     decide_restart,
 )
-from airvisor.policy._progress import StallRule, stalled_for
+from airvisor.policy._progress import (
+    ComponentProgress,
+    StalledComponent,
+    StallRule,
+    stall_message,
+    stalled_component,
+    stalled_for,
+)
 from airvisor.policy._resume import CheckpointHalves, ResumeChoice, choose_resume_step
 from airvisor.policy._state import (
     LIVE,
@@ -33,6 +40,7 @@ __all__ = [
     "TERMINAL",
     "BootAction",
     "CheckpointHalves",
+    "ComponentProgress",
     "Failure",
     "GiveUp",
     "InvalidTransition",
@@ -43,6 +51,7 @@ __all__ = [
     "ResumeChoice",
     "RunState",
     "StallRule",
+    "StalledComponent",
     "StopDecision",
     "StopRoute",
     "advance",
@@ -53,6 +62,8 @@ __all__ = [
     "decide_takeover",
     "edges",
     "phase_of_record",
+    "stall_message",
+    "stalled_component",
     "stalled_for",
     "transition",
 ]
