@@ -41,6 +41,7 @@ from airvisor.policy._transition import (
     ExitStatusRead,
     Failure,
     GiveUpRun,
+    InternalError,
     NoteError,
     ProcessesDown,
     RecordFailure,
@@ -446,6 +447,11 @@ class SupervisorCore:
             mode="stall" if failure.kind == "hang" else "crash", inference=health,
             refusals=self._scope_refusals(), setting=self.profile.restart.scope,
             recent=recent, now=self._wall(), window=self.profile.restart.window)
+
+    def on_internal_error(self, message: str) -> None:
+        """A bug while handling this run (the manager calls it for every backend): never left
+        wedged, wherever it happened (`policy.InternalError`)."""
+        self._decide(InternalError(message))
 
     def _succeed(self, message: str, component: str | None = None) -> None:
         self._decide(TrainingDone(message, component))

@@ -85,6 +85,8 @@ class Supervisor(Protocol):
 
     def detach(self) -> None: ...
 
+    def on_internal_error(self, message: str) -> None: ...
+
 
 class RunConflict(Exception):
     """The run cannot start (or be restarted) given what is already running or on disk."""
@@ -334,11 +336,10 @@ class RunManager:
             log.exception("internal error while supervising", run=supervisor.run_id)
             message = f"internal error: {type(exc).__name__}: {exc}"
             self.store.add_event(supervisor.run_id, "internal_error", message)
-            fail = getattr(supervisor, "on_internal_error", None)
             try:
-                # Never wedged in a live state: the attempt fails and the policy decides.
-                if fail is not None:
-                    fail(message)
+                # Never wedged, whatever the backend: the core's policy decides (the attempt
+                # fails, or the run outside an attempt is aborted).
+                supervisor.on_internal_error(message)
             except Exception:
                 log.exception("internal error while failing the run", run=supervisor.run_id)
 

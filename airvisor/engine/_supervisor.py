@@ -771,16 +771,6 @@ class RunSupervisor(SupervisorCore):
             self._prober.stop()
         self._close_death_watch()
 
-    def on_internal_error(self, message: str) -> None:
-        """A bug while handling this run: never leave it wedged in a live phase; the attempt
-        fails with the error as its reason and the restart policy decides."""
-        if self.phase.terminal or self.phase.stopping or self.phase == Phase.RECOVERY_STOPPING:
-            return
-        if self.phase in (Phase.PENDING, Phase.TAKEOVER, Phase.BACKOFF):
-            self._decide(Abort(message))
-            return
-        self._fail(message, None)
-
     # -- events ----------------------------------------------------------------------------
     def _on_process_event(self, event: ProcessEvent) -> None:
         if event.attempt != self.attempt and not self._kept_exit(event):

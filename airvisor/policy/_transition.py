@@ -200,9 +200,19 @@ class Abort:
     reason: str
 
 
+@dataclass(frozen=True)
+class InternalError:
+    """A bug while handling the run (an exception in a backend's handler, any backend): never
+    left wedged where no timer or event moves it on. An attempt being prepared or running fails
+    (a crash, the restart policy decides); outside an attempt the run is aborted (`Abort`); a
+    stop or a recovery under way goes on."""
+
+    reason: str
+
+
 Event = (AttemptFailed | TrainingDone | StopAsked | RestartAsked | ProcessesDown | ScopeSettled
          | ExitStatusRead | BackoffOver | RecoveryResumed | Preparing | Launched | Ready
-         | MachineBusy | TakenOver | Abort)
+         | MachineBusy | TakenOver | Abort | InternalError)
 
 
 # -- effects ----------------------------------------------------------------------------------
@@ -343,6 +353,10 @@ def transition(phase: Phase, event: Event) -> Next:
         return _on_processes_down(phase, event)
     if isinstance(event, ExitStatusRead):
         return _on_exit_status(phase, event)
+    if isinstance(event, InternalError):
+        if phase in (Phase.PENDING, Phase.TAKEOVER, Phase.BACKOFF):
+            return _on_attempt_lifecycle(phase, Abort(event.reason))
+        return _on_failure(phase, AttemptFailed(Failure(event.reason, "crash")))
     if isinstance(event, RecoveryResumed):
         if phase not in (Phase.TAKEOVER, *_ATTEMPT):
             return phase, ()

@@ -17,6 +17,8 @@ from airvisor.policy._transition import (
     CountRestart,
     ExitStatusRead,
     Failure,
+    InternalError,
+    NoteError,
     ProcessesDown,
     RecordFailure,
     RememberRecovery,
@@ -122,3 +124,28 @@ def test_the_machines_failure_is_not_counted_when_its_stop_ends() -> None:
         AS_MACHINE, policy, counted_restarts=(9_990.0,), restarts=1, now=10_000.0))
     assert target == Phase.BACKOFF
     assert CountRestart(AS_MACHINE, False, 10_000.0) in effects
+
+
+BUG = "internal error: KeyError: 'job'"
+
+
+@pytest.mark.parametrize(("phase", "expected_phase", "expected"), [
+    # An attempt being prepared or running fails as a crash: the restart policy decides.
+    (Phase.PREFLIGHT, Phase.RECOVERY_STOPPING,
+     [RecordFailure(Failure(BUG, "crash"), end_attempt=False),
+      RememberRecovery(Failure(BUG, "crash")), StopProcesses()]),
+    (Phase.RUNNING, Phase.RECOVERY_STOPPING,
+     [RecordFailure(Failure(BUG, "crash"), end_attempt=True),
+      RememberRecovery(Failure(BUG, "crash")), StopProcesses()]),
+    # Outside an attempt: aborted (what is left stopped); from a backoff it ends stopped.
+    (Phase.PENDING, Phase.STOPPING_FAILED, [NoteError(BUG), StopProcesses()]),
+    (Phase.TAKEOVER, Phase.STOPPING_FAILED, [NoteError(BUG), StopProcesses()]),
+    (Phase.BACKOFF, Phase.STOPPING_STOPPED, [NoteError(BUG), StopProcesses()]),
+    # A stop or a recovery under way goes on; an ended run stays ended.
+    (Phase.RECOVERY_STOPPING, Phase.RECOVERY_STOPPING, []),
+    (Phase.STOPPING_STOPPED, Phase.STOPPING_STOPPED, []),
+    (Phase.SUCCEEDED, Phase.SUCCEEDED, []),
+])
+def test_an_internal_error_never_leaves_the_run_wedged(phase: Phase, expected_phase: Phase,
+                                                       expected: list[object]) -> None:
+    assert transition(phase, InternalError(BUG)) == (expected_phase, tuple(expected))

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from airvisor.core import Command
+from airvisor.engine import RunManager
 from airvisor.policy import Phase, RunState
 from airvisor.profile import Profile
 from airvisor.store import Store
@@ -327,3 +328,38 @@ def test_a_stop_while_submitting_cancels_what_was_submitted(tmp_path: Path,
     assert d.sup.phase == Phase.STOPPING_STOPPED
     d.pump(lambda: d.sup.finished.is_set())
     assert d.sup.state == RunState.STOPPED and slurm.cancelled == [slurm.last]
+
+
+def test_an_exception_in_a_handler_never_leaves_the_run_wedged(tmp_path: Path,
+                                                                profile: Profile) -> None:
+    """Issue 29: an exception in `_on_submitted` (here the store's first write about the new
+    job) left the run in PREFLIGHT for ever: the manager's guard found no internal-error path
+    for Slurm. The core's `on_internal_error` fails the attempt (its submitted job cancelled)
+    and the restart policy resubmits."""
+    slurm = FakeSlurm()
+    d = Driver(Store(tmp_path / "state" / "airvisor.sqlite3"), profile, slurm=slurm)
+    manager = RunManager(d.store)
+    write = d.store.merge_attempt_details
+    broken: list[bool] = []
+
+    def first_write_fails(*args: Any, **kwargs: Any) -> None:
+        if not broken:
+            broken.append(True)
+            raise RuntimeError("the store's disk hiccupped")
+        write(*args, **kwargs)
+
+    d.store.merge_attempt_details = first_write_fails  # type: ignore[method-assign]
+    handle = d.sup.handle
+    # Dispatched through the manager's guard, as the daemon does.
+    d.sup.handle = lambda event: manager._guard(  # type: ignore[method-assign]
+        d.sup, lambda: handle(event))
+    d.sup.begin()
+    d.pump(lambda: len(slurm.submissions) == 2 and d.sup.state == RunState.STARTING)
+    first = slurm.submissions[0].job_id
+    assert slurm.cancelled == [first]  # the job submitted before the error is not left behind
+    assert d.messages("internal_error") == [
+        "internal error: RuntimeError: the store's disk hiccupped"]
+    (failure,) = d.messages("failure")
+    assert "the store's disk hiccupped" in failure
+    (restart,) = d.store.restart_history(d.run_id)
+    assert restart.kind == "crash" and restart.counted
