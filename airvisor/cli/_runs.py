@@ -139,7 +139,9 @@ class _Events:
                 _daemon_failed(self.client, exc)
         assert self.store is not None
         record = self.store.get_run(self.run_id)
-        return record is None or RunState(record.state).terminal
+        # Not live: ended, or (where the store checks it) its supervisor is gone and nobody
+        # writes its events until a daemon adopts it.
+        return record is None or not record.live
 
     def stream(self, follow: bool) -> Iterator[Any]:
         """Every event, oldest first; with follow, then the new ones until the run ends (the
