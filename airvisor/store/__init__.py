@@ -3,6 +3,7 @@ time series and webhook deliveries."""
 
 from airvisor.store._db import (
     LIVE_STATES,
+    AlreadySubmitted,
     ComponentRecord,
     EventRecord,
     RestartRecord,
@@ -17,6 +18,7 @@ __all__ = [
     "FAILED",
     "LIVE_STATES",
     "PENDING",
+    "AlreadySubmitted",
     "ComponentRecord",
     "DeliveryRecord",
     "DeliveryStore",

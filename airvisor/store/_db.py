@@ -10,13 +10,14 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from airvisor.policy import LIVE, InvalidTransition, Phase, advance
+from airvisor.proc import process_alive
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -136,10 +137,40 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     # Why the attempt was started (first, crash, hang, operator, boot) and its own facts.
     ("attempts", "cause", "TEXT"),
     ("attempts", "details_json", "TEXT NOT NULL DEFAULT '{}'"),
+    # The id of the submission that created the run (`airvisor start` sends one; scripts may
+    # set their own): a repeated submission answers with this run instead of a second one.
+    ("runs", "request_id", "TEXT"),
+)
+# Indexes over added columns: created after the columns (an older file gets both on open).
+# SQLite's UNIQUE allows many NULLs: runs submitted without a request id are not constrained.
+ADDED_INDEXES = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS runs_by_request_id ON runs(request_id)",
 )
 
 # The public states of a run that holds (or will hold) processes: the state machine says which.
 LIVE_STATES: frozenset[str] = frozenset(str(state) for state in LIVE)
+
+
+# Is this process (pid, its start time when recorded) still running? The supervisor check of
+# `RunRecord.live`; a Store takes another one (e.g. a simulated process table).
+SupervisorCheck = Callable[[int, float | None], bool]
+
+
+class AlreadySubmitted(Exception):
+    """A submission whose request id already created a run: `run` is that run."""
+
+    def __init__(self, run: RunRecord) -> None:
+        super().__init__(f"request id {run.request_id!r} already created run {run.id} "
+                         f"({run.state})")
+        self.run = run
+
+
+def run_is_live(state: str, supervisor_alive: bool | None) -> bool:
+    """A run is live when its state holds (or will hold) processes AND the supervisor recorded
+    for it still runs. A supervisor that is gone (SIGKILLed, crashed) leaves the state as it
+    was ("running"), but nobody watches the run any more: it is not live until a daemon adopts
+    it. `supervisor_alive` None: no supervisor recorded to check (the state decides)."""
+    return state in LIVE_STATES and supervisor_alive is not False
 
 
 @dataclass(frozen=True)
@@ -186,10 +217,14 @@ class RunRecord:
     supervisor_kind: str | None = None
     supervisor_address: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    request_id: str | None = None
+    # Whether the recorded supervisor (pid and start time) still runs, as the store found it
+    # when it read the record; None for a run that ended or has no supervisor recorded.
+    supervisor_alive: bool | None = None
 
     @property
     def live(self) -> bool:
-        return self.state in LIVE_STATES
+        return run_is_live(self.state, self.supervisor_alive)
 
 
 @dataclass(frozen=True)
@@ -216,7 +251,7 @@ class EventRecord:
 _RUN_COLUMNS = (
     "id, name, profile_path, profile_json, run_dir, state, attempt, step, last_progress_at, "
     "resume_step, last_error, restarts, gpus_json, supervisor_pid, supervisor_started, created_at, "
-    "updated_at, ended_at, phase, supervisor_kind, supervisor_address, details_json"
+    "updated_at, ended_at, phase, supervisor_kind, supervisor_address, details_json, request_id"
 )
 _COMPONENT_COLUMNS = (
     "run_id, attempt, name, kind, state, pid, pgid, create_time, argv_json, gpus_json, log_path, "
@@ -243,7 +278,14 @@ def _merged(current: str | None, fields: dict[str, Any]) -> str:
     return json.dumps(details, default=str)
 
 
-def _run_from_row(row: sqlite3.Row) -> RunRecord:
+def _supervisor_alive(row: sqlite3.Row, check: SupervisorCheck) -> bool | None:
+    """The recorded supervisor's liveness, for a run in a live state with one recorded."""
+    if row["state"] not in LIVE_STATES or row["supervisor_pid"] is None:
+        return None
+    return check(row["supervisor_pid"], row["supervisor_started"])
+
+
+def _run_from_row(row: sqlite3.Row, check: SupervisorCheck) -> RunRecord:
     return RunRecord(
         id=row["id"], name=row["name"], profile_path=row["profile_path"],
         profile=json.loads(row["profile_json"]), run_dir=row["run_dir"], state=row["state"],
@@ -254,7 +296,8 @@ def _run_from_row(row: sqlite3.Row) -> RunRecord:
         created_at=row["created_at"], updated_at=row["updated_at"], ended_at=row["ended_at"],
         phase=row["phase"], supervisor_kind=row["supervisor_kind"],
         supervisor_address=row["supervisor_address"],
-        details=json.loads(row["details_json"] or "{}"),
+        details=json.loads(row["details_json"] or "{}"), request_id=row["request_id"],
+        supervisor_alive=_supervisor_alive(row, check),
     )
 
 
@@ -271,8 +314,9 @@ def _component_from_row(row: sqlite3.Row) -> ComponentRecord:
 class Store:
     """Thread-safe access to the state database (one connection per thread)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, supervisor_check: SupervisorCheck = process_alive) -> None:
         self.path = path
+        self._supervisor_check = supervisor_check
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         # executescript manages its own transaction.
@@ -285,6 +329,8 @@ class Store:
                 present = {r["name"] for r in db.execute(f"PRAGMA table_info({table})")}
                 if column not in present:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+            for index in ADDED_INDEXES:
+                db.execute(index)
 
     # -- plumbing -------------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -312,16 +358,25 @@ class Store:
     def create_run(
         self, *, run_id: str, name: str, profile_path: str | None, profile: dict[str, Any],
         run_dir: str, gpus: list[int], supervisor_pid: int | None, now: float | None = None,
+        request_id: str | None = None,
     ) -> RunRecord:
+        """Raises AlreadySubmitted (nothing written) when `request_id` already created a run,
+        also one another process created a moment ago (the unique index decides)."""
         now = time.time() if now is None else now
-        with self._tx() as db:
-            db.execute(
-                "INSERT INTO runs (id, name, profile_path, profile_json, run_dir, state, "
-                "gpus_json, supervisor_pid, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
-                (run_id, name, profile_path, json.dumps(profile, default=str), run_dir,
-                 json.dumps(gpus), supervisor_pid, now, now),
-            )
+        try:
+            with self._tx() as db:
+                db.execute(
+                    "INSERT INTO runs (id, name, profile_path, profile_json, run_dir, state, "
+                    "gpus_json, supervisor_pid, created_at, updated_at, request_id) "
+                    "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+                    (run_id, name, profile_path, json.dumps(profile, default=str), run_dir,
+                     json.dumps(gpus), supervisor_pid, now, now, request_id),
+                )
+        except sqlite3.IntegrityError:
+            existing = None if request_id is None else self.run_by_request(request_id)
+            if existing is None:
+                raise  # another constraint (a run id used twice): a bug, not a repeat
+            raise AlreadySubmitted(existing) from None
         run = self.get_run(run_id)
         assert run is not None
         return run
@@ -375,21 +430,31 @@ class Store:
         row = self._conn().execute(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,)
         ).fetchone()
-        return _run_from_row(row) if row else None
+        return _run_from_row(row, self._supervisor_check) if row else None
+
+    def run_by_request(self, request_id: str) -> RunRecord | None:
+        """The run the submission with this request id created, if any."""
+        row = self._conn().execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE request_id = ?", (request_id,)
+        ).fetchone()
+        return _run_from_row(row, self._supervisor_check) if row else None
 
     def list_runs(self, limit: int = 100) -> list[RunRecord]:
         rows = self._conn().execute(
             f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at DESC LIMIT ?", (limit,)
         ).fetchall()
-        return [_run_from_row(r) for r in rows]
+        return [_run_from_row(r, self._supervisor_check) for r in rows]
 
     def live_runs(self) -> list[RunRecord]:
+        """The runs in a live state, whether or not their supervisor still runs (those whose
+        supervisor is gone are the ones a new daemon adopts; `RunRecord.live` tells them
+        apart)."""
         marks = ",".join("?" * len(LIVE_STATES))
         rows = self._conn().execute(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE state IN ({marks}) ORDER BY created_at DESC",
             tuple(LIVE_STATES),
         ).fetchall()
-        return [_run_from_row(r) for r in rows]
+        return [_run_from_row(r, self._supervisor_check) for r in rows]
 
     def current_run(self) -> RunRecord | None:
         """The newest live run, else the newest run of any state."""
