@@ -98,7 +98,9 @@ class RunSummaryView(_View):
     profile_name: str
     profile_path: str | None
     state: str
-    live: bool
+    live: bool = Field(description="The state holds (or will hold) processes AND the supervisor "
+                                   "recorded for the run still runs (pid and start time): a run "
+                                   "whose supervisor was killed is not live, whatever its state.")
     attempt: int
     step: int | None
     max_steps: int | None
@@ -122,7 +124,14 @@ class RunView(RunSummaryView):
     last_error: str | None
     supervisor_kind: str | None = Field(description="\"daemon\" or \"foreground\".")
     supervisor_pid: int | None
+    supervisor_alive: bool | None = Field(
+        default=None, description="Whether that supervisor (pid and start time) still runs; "
+        "None once the run has ended, or when no supervisor is recorded. False: nobody "
+        "supervises the run until a daemon adopts it.")
     supervisor_address: str | None = Field(description="The supervising daemon's address.")
+    request_id: str | None = Field(
+        default=None, description="The id of the submission that created the run (`airvisor "
+        "start` sends one): a repeat of it answers this run.")
     containment: str | None = Field(
         description="How the supervisor contains the run's processes: 'cgroup v2 (...)' or "
                     "'subreaper fallback (...)'; None before the first attempt.")
@@ -225,6 +234,7 @@ def run_view(run: RunRecord, *, components: list[ComponentRecord],
         demo=bool(run.profile.get("run", {}).get("demo")),
         resume_step=run.resume_step, last_error=run.last_error,
         supervisor_kind=run.supervisor_kind, supervisor_pid=run.supervisor_pid,
+        supervisor_alive=run.supervisor_alive, request_id=run.request_id,
         supervisor_address=run.supervisor_address, containment=containment,
         details=run.details, slurm=slurm_view(run.details), updated_at=run.updated_at,
         components=[component_view(c) for c in components],

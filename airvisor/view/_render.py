@@ -122,6 +122,15 @@ def _supervisor(run: RunView) -> str | None:
     return None
 
 
+def supervisor_gone(run: RunView) -> bool:
+    """The run's state is live but the supervisor recorded for it is not running any more."""
+    return run.supervisor_alive is False and not run.live
+
+
+GONE_HINT = ("nobody supervises it: a daemon adopts it when it starts (`airvisor daemon`); "
+             "`airvisor stop {id}` stops what is left of it")
+
+
 def _header(run: RunView, now: float) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
@@ -134,6 +143,8 @@ def _header(run: RunView, now: float) -> Table:
     state = _state(run.state)
     if run.phase and run.phase != run.state:
         state.append(f"  (phase {run.phase})", style="dim")
+    if supervisor_gone(run):
+        state.append("  not live: its supervisor is gone", style="bold red")
     grid.add_row("state", state)
     grid.add_row("attempt", f"{run.attempt}   restarts {_restarts(run)}")
     if run.last_progress_at is None:
@@ -148,7 +159,11 @@ def _header(run: RunView, now: float) -> Table:
         grid.add_row("gpus", _cell(run.gpus))
     grid.add_row("output", run.run_dir)
     supervisor = _supervisor(run)
-    if supervisor:
+    if supervisor_gone(run):
+        gone = Text(f"{supervisor or 'its supervisor'}: gone (not running). ", style="red")
+        gone.append(GONE_HINT.format(id=run.id))
+        grid.add_row("supervisor", gone)
+    elif supervisor:
         grid.add_row("supervisor", supervisor)
     if run.containment:
         grid.add_row("contained", run.containment)
