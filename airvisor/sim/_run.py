@@ -1,0 +1,569 @@
+"""One schedule, run against the real supervisor stack (RunManager, RunSupervisor, the core,
+policy, primerl's preparation of each attempt, the real SQLite store) in the simulated world,
+with the invariants checked after every step of sim time.
+
+What is the world's, not the daemon's: every hook of `engine.Hooks` (launch, stop_tree,
+members, death_watch, prober, prepare_machine, background), the clocks, and two functions
+patched for the length of a schedule because no hook reaches them: `process_alive` (a
+simulated pid is alive as the world's process table says) and the free space the preflight
+reads (`shutil.disk_usage` as `primerl._attempt` sees it).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import structlog
+import tomli_w
+
+import airvisor.engine._supervisor as engine_module
+import airvisor.primerl._attempt as attempt_module
+import airvisor.proc._launch as launch_module
+from airvisor.engine import RunConflict, RunManager
+from airvisor.engine._supervisor import Hooks
+from airvisor.policy import Phase, RunState, phase_of_record
+from airvisor.primerl import prepare_run, run_layout
+from airvisor.profile import Profile, load_profile
+from airvisor.sim._schedule import (
+    Crash,
+    DaemonKill,
+    DiskFull,
+    Fault,
+    Hang,
+    LauncherDies,
+    OperatorRestart,
+    OperatorStop,
+    ProbeHang,
+    Schedule,
+)
+from airvisor.sim._world import Blocked, Proc, World
+from airvisor.store import Store
+
+END_BOUND = 900.0  # sim seconds after the last fault within which every run must end
+PROBE_HANG_SECONDS = 4.0
+STOP_GRACE = 10.0
+GRACE_SLACK = 2.0  # ticks between the phase change and the stop's call
+JOB_RUN_CHANCE = 0.75  # a pending worker job runs in this tick (else a later one)
+
+
+@dataclass(frozen=True)
+class Landed:
+    """A fault that reached a live attempt: what its failure must say."""
+
+    at: float
+    attempt: int
+    component: str | None
+    kind: str  # crash | hang | machine | operator
+    code: int | None = None  # the exit status prime-rl's launcher knows
+    certain: bool = True  # nothing else (a stop, the end of training) may mask it
+
+
+@dataclass
+class Outcome:
+    schedule: Schedule
+    state: str
+    restarts: int
+    counted: int
+    violations: list[str] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)
+
+
+# -- the profile: loaded and resolved once per shape -------------------------------------------
+_PROFILES: dict[tuple[str, str, int, int], Profile] = {}
+
+
+def sim_profile(root: Path, version: str, max_steps: int, max_restarts: int) -> Profile:
+    """An airvisor profile over the demo's launcher command (nothing runs it: the world is the
+    launcher), resolved once and reused by every schedule of that shape."""
+    key = (str(root), version, max_steps, max_restarts)
+    if key in _PROFILES:
+        return _PROFILES[key]
+    where = root / f"profile-{version}-{max_steps}-{max_restarts}"
+    out = where / "run"
+    where.mkdir(parents=True, exist_ok=True)
+    url = "http://127.0.0.1:18000/v1"
+    rl: dict[str, Any] = {"output_dir": str(out), "max_steps": max_steps,
+                          "ckpt": {"interval": 2, "keep_last": 100},
+                          "inference": {"server": {"host": "127.0.0.1", "port": 18000}},
+                          "trainer": {}}
+    if version == "0.4":
+        rl |= {"seq_len": 512, "inference_gpu_ids": [0], "trainer_gpu_ids": [1],
+               "model": {"name": "demo/tiny"},
+               "orchestrator": {"client": {"base_url": [url]},
+                                "sampling": {"max_tokens": 128}}}
+    else:
+        rl |= {"run": {"name": "t"}, "model": {"name": "Qwen/Qwen3-0.6B"},
+               "deployment": {"num_train_gpus": 1, "num_infer_gpus": 1},
+               "orchestrator": {"model": {"client": {"base_url": url}}}}
+    config = where / "rl.toml"
+    config.write_text(tomli_w.dumps(rl))
+    data: dict[str, Any] = {
+        "run": {"name": "sim", "demo": True, "on_existing": "replace"},
+        "prime_rl": {"version": version, "args": ["@", str(config)], "workdir": str(where),
+                     "python": [], "command_prefix": ["{python}", "-m", "airvisor.demo",
+                                                      "--prime-rl", version]},
+        "trainer": {"min_free_gib": 0},
+        "health": {"ready_timeout": 8, "probe_interval": 1, "probe_failures": 3,
+                   "stall_timeout": 5, "first_step_grace": 10},
+        "checkpoint": {"size_gib": 0},
+        "restart": {"max_restarts": max_restarts, "window": 600, "backoff_initial": 1,
+                    "backoff_factor": 2, "backoff_max": 4, "stop_grace": STOP_GRACE,
+                    "scope": "all"},
+        "reaper": {"enabled": False},
+    }
+    path = where / "profile.toml"
+    path.write_text(tomli_w.dumps(data))
+    prepared = prepare_run(load_profile(path))
+    if prepared.problems:
+        raise RuntimeError("; ".join(str(p) for p in prepared.problems))
+    _PROFILES[key] = prepared.profile
+    return prepared.profile
+
+
+class _DiskView:
+    """`shutil` as `primerl._attempt` sees it: the world's free space, the rest real."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+
+    def disk_usage(self, path: Any) -> Any:
+        real = shutil.disk_usage(path)
+        free = 0 if self._world.disk_full() else real.free
+        return type(real)(real.total, real.total - free, free)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(shutil, name)
+
+
+_PLANS: dict[tuple[Any, ...], Any] = {}
+
+
+class _SimDatetime:
+    """`datetime` as `primerl._attempt` reads the time: the world's wall clock."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+
+    def now(self, tz: Any = None) -> datetime:
+        return datetime.fromtimestamp(self._world.wall(), tz)
+
+
+@contextmanager
+def _patched(world: World, shape: tuple[Any, ...]) -> Iterator[None]:
+    """For one schedule: what no hook reaches, answered by the world (see the module's
+    docstring), prime-rl's resolution cached, and the daemon's log lines off (the run's
+    events are read from the store)."""
+    real_alive = launch_module.process_alive
+    real_prepare = getattr(attempt_module, "prepare_run")  # noqa: B009 (not re-exported)
+
+    def alive(pid: int | None, create_time: float | None = None) -> bool:
+        known = world.alive(pid, create_time)
+        return real_alive(pid, create_time) if known is None else known
+
+    def prepare(profile: Profile, **kw: Any) -> Any:
+        """prime-rl's resolution of an attempt, once per (shape, resume step, split): the
+        same inputs give the same plan (the files it names are the first schedule's)."""
+        key = (shape, kw.get("resume_step"), kw.get("split"),
+               tuple(kw.get("container_names") or ()))
+        if key not in _PLANS:
+            _PLANS[key] = real_prepare(profile, **kw)
+        return _PLANS[key]
+
+    saved_logging = structlog.get_config()
+    with ExitStack() as stack:
+        stack.enter_context(mock.patch.object(launch_module, "process_alive", alive))
+        stack.enter_context(mock.patch.object(attempt_module, "shutil", _DiskView(world)))
+        stack.enter_context(mock.patch.object(attempt_module, "prepare_run", prepare))
+        # A used run directory is set aside under the wall clock's second: the world's.
+        stack.enter_context(mock.patch.object(attempt_module, "datetime", _SimDatetime(world)))
+        if hasattr(engine_module, "identity_of"):
+            # A member's start time, read from the process table when it is found.
+            stack.enter_context(mock.patch.object(engine_module, "identity_of", world.identity))
+        if hasattr(engine_module, "plan_ahead"):
+            # prime-rl's resolution computed ahead on a thread of its own (primerl._planahead):
+            # the cache above answers every preflight, so nothing is computed ahead here.
+            stack.enter_context(mock.patch.object(engine_module, "plan_ahead",
+                                                  lambda *a, **k: False))
+        structlog.configure(
+            wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+        try:
+            yield
+        finally:
+            structlog.configure(**saved_logging)
+
+
+class Simulation:
+    """One schedule in one world."""
+
+    def __init__(self, schedule: Schedule, root: Path) -> None:
+        self.schedule = schedule
+        self.profile = sim_profile(root, schedule.version, schedule.max_steps,
+                                   schedule.max_restarts)
+        layout = run_layout(self.profile)
+        state = root / "state"
+        # The last schedule's files, and the run directories it set aside beside them.
+        for directory in (state, *layout.run_dirs()):
+            for path in (directory, *directory.parent.glob(f"{directory.name}.*")):
+                shutil.rmtree(path, ignore_errors=True)
+        state.mkdir(parents=True)
+        template = root / "template.sqlite3"
+        if not template.exists():
+            Store(template)  # (its schema; each thread closes its own connection)
+        shutil.copyfile(template, state / "airvisor.sqlite3")
+        self.store = Store(state / "airvisor.sqlite3")
+        self.world = World(root, schedule.seed, version=schedule.version,
+                           max_steps=schedule.max_steps, interval=2, layout=layout)
+        self.world.on_member_exit = self._on_exit
+        self.manager: RunManager | None = None
+        self.run_id = ""
+        self.landed: list[Landed] = []
+        self.violations: list[str] = []
+        self.history: list[str] = []
+        self.stopped_at: float | None = None  # an operator's stop was asked
+        self.operator_at: list[float] = []  # an operator's stop or restart was asked
+        self.stopping_since: float | None = None  # the phase became stopping.*
+        self.took_over_stop = False
+        self.down_until: float | None = None
+        self.terminal_seen = False
+        self._partial: Landed | None = None
+
+    # -- the daemon ------------------------------------------------------------------------------
+    def _start_daemon(self) -> RunManager:
+        w = self.world
+        hooks = Hooks(prepare_machine=lambda *a, **k: "sim preflight", stop_tree=w.stop_tree,
+                      container_pool=None, live_run_ids=set, launch=w.launch,
+                      prober=w.prober, members=w.members, death_watch=w.death_watch,
+                      containment=lambda: "sim (the world's process table)",
+                      background=w.background)
+        return RunManager(self.store, hooks=hooks, clock=w.monotonic, wall_clock=w.wall)
+
+    def _kill_daemon(self) -> None:
+        self.world.daemon_died()
+        self.manager = None
+        self.store.update_run(self.run_id, supervisor_started=1.0)  # that process is gone
+
+    def _reboot(self) -> None:
+        self.manager = self._start_daemon()
+        run = self.store.get_run(self.run_id)
+        if run is not None and phase_of_record(run.phase, run.state).stopping:
+            self.took_over_stop = True
+        self.manager.adopt_on_boot()
+        self.history.append(f"t={self.world.now:g}: a new daemon took over")
+
+    def _drain(self) -> None:
+        """Run the worker jobs this tick's random choices let run, the main loop after each."""
+        for round_ in range(64):
+            if self.manager is not None:
+                self.manager.tick(0.0)
+            ran = False
+            for job in list(self.world.jobs):
+                name = job.name.replace(self.run_id, "")  # (a run id is new each time)
+                if job not in self.world.jobs \
+                        or self.world.chance(f"{name} {round_}") > JOB_RUN_CHANCE:
+                    continue
+                try:
+                    job.run()
+                except Blocked:
+                    continue
+                self.world.jobs.remove(job)
+                ran = True
+                if self.manager is not None:
+                    self.manager.tick(0.0)
+            if not ran:
+                return
+
+    # -- faults ----------------------------------------------------------------------------------
+    def _current(self) -> tuple[int, dict[str, Proc]] | None:
+        """The newest launcher of the run that lives, with its members."""
+        for launcher in reversed(list(self.world.launchers.values())):
+            if launcher.proc.alive:
+                return launcher.proc.attempt, launcher.members
+        return None
+
+    def _masked(self) -> bool:
+        return self.stopped_at is not None or self.world.final_step_reached
+
+    def _apply(self, fault: Fault) -> None:
+        w = self.world
+        current = self._current()
+        self.history.append(f"t={w.now:g}: {type(fault).__name__}"
+                            + ("" if current else " (no live attempt)"))
+        if isinstance(fault, DaemonKill):
+            if self.manager is not None:
+                self._kill_daemon()
+                self.down_until = w.now + fault.down
+            return
+        if isinstance(fault, DiskFull):
+            w.disk_full_until = max(w.disk_full_until, w.now + fault.seconds)
+            return
+        if isinstance(fault, ProbeHang):
+            w.probe_hung_from = w.now
+            if current is not None and "inference" in current[1] \
+                    and current[1]["inference"].alive:
+                self.landed.append(Landed(w.now, current[0], "inference", "crash",
+                                          certain=False))
+            return
+        if isinstance(fault, (OperatorStop, OperatorRestart)):
+            self._operator(fault, current)
+            return
+        if current is None:
+            return
+        attempt, members = current
+        if isinstance(fault, Hang):
+            trainer = members.get("trainer")
+            if trainer is not None and trainer.state == "running":
+                trainer.state = "stopped"
+                self.landed.append(Landed(w.now, attempt, "trainer", "hang",
+                                          certain=not self._masked()))
+        elif isinstance(fault, LauncherDies):
+            launcher = next(x for x in w.launchers.values() if x.proc.attempt == attempt)
+            # Its status is known to the daemon whose child it is, not to one that adopted it.
+            known = launcher.proc.generation == w.generation
+            self.landed.append(Landed(w.now, attempt, "launcher", "crash",
+                                      -9 if known else None, certain=not self._masked()))
+            w.exit(launcher.proc, -9)
+        elif isinstance(fault, Crash):
+            proc = members.get(fault.member)
+            if proc is None or not proc.alive:
+                return
+            if fault.during_checkpoint and fault.member == "trainer":
+                launcher = next(x for x in w.launchers.values() if x.proc.attempt == attempt)
+                launcher.partial_next = True  # landed when it dies (`_on_exit`)
+                return
+            self.landed.append(Landed(w.now, attempt, fault.member, "crash", fault.code,
+                                      certain=not self._masked()))
+            w.exit(proc, fault.code, reaped_first=fault.reaped_first)
+
+    def _operator(self, fault: Fault, current: tuple[int, dict[str, Proc]] | None) -> None:
+        if self.manager is None or self.terminal_seen:
+            return
+        self.operator_at.append(self.world.now)
+        try:
+            if isinstance(fault, OperatorStop):
+                self.manager.request_stop(self.run_id)
+                self.stopped_at = self.stopped_at or self.world.now
+            else:
+                self.manager.request_restart(self.run_id)
+                supervisor = self.manager.supervisor(self.run_id)
+                attempt = supervisor.attempt if supervisor is not None else (
+                    current[0] if current is not None else 0)
+                self.landed.append(Landed(self.world.now, attempt, None, "operator",
+                                          certain=False))
+        except RunConflict:
+            pass
+
+    def _on_exit(self, proc: Proc) -> None:
+        """A trainer that died writing a checkpoint (the world's doing: a full disk or the
+        schedule's mid-checkpoint crash) is a fault that landed."""
+        if proc.name != "trainer" or proc.code in (0, -15, None):
+            return
+        if any(x.attempt == proc.attempt and x.at == self.world.now for x in self.landed):
+            return
+        disk = proc.code == 1 and self.world.disk_full()
+        self.landed.append(Landed(self.world.now, proc.attempt, "trainer",
+                                  "machine" if disk else "crash", proc.code,
+                                  certain=not self._masked()))
+
+    # -- the run -----------------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        w = self.world
+        shape = (self.schedule.version, self.schedule.max_steps, self.schedule.max_restarts)
+        with _patched(w, shape):
+            self.manager = self._start_daemon()
+            self.run_id = self.manager.submit(self.profile).id
+            pending = list(self.schedule.faults)
+            limit = max((f.at for f in pending), default=0.0) + END_BOUND
+            while w.now <= limit:
+                while pending and pending[0].at <= w.now:
+                    self._apply(pending.pop(0))
+                if self.manager is None and self.down_until is not None \
+                        and w.now >= self.down_until:
+                    self._reboot()
+                if w.probe_hung_from is not None \
+                        and w.now >= w.probe_hung_from + PROBE_HANG_SECONDS:
+                    w.probe_hung_from = None
+                w.advance()
+                self._drain()
+                self._check_step()
+                if self.terminal_seen and not pending:
+                    break
+                w.now += 1.0
+            return self._finish()
+
+    def _check_step(self) -> None:
+        w = self.world
+        servers = [p.pid for p in w.live(self.run_id) if p.name == "inference"]
+        if len(servers) > 1:
+            self._violate("one-inference-server",
+                          f"two inference servers live at once (pids {servers})")
+        supervisor = self.manager.supervisor(self.run_id) if self.manager else None
+        if supervisor is not None:  # (what the store holds: `_set_phase` writes it at once)
+            phase = getattr(supervisor, "phase", Phase.PENDING)
+        else:
+            run = self.store.get_run(self.run_id)
+            assert run is not None
+            phase = phase_of_record(run.phase, run.state)
+        if phase.stopping and self.stopping_since is None:
+            self.stopping_since = w.now
+        if phase.terminal and not self.terminal_seen:
+            self.terminal_seen = True
+            left = [f"{p.name} {p.pid}" for p in w.live(self.run_id)]
+            if left:
+                self._violate("nothing-left-running",
+                              f"run ended {phase} with processes still running: {left}")
+
+    def _violate(self, invariant: str, message: str) -> None:
+        """Record a broken invariant: `[name] t=<when>: what`."""
+        text = f"[{invariant}] t={self.world.now:g}: {message}"
+        if text not in self.violations:
+            self.violations.append(text)
+
+    def _finish(self) -> Outcome:
+        run = self.store.get_run(self.run_id)
+        assert run is not None
+        history = self.store.restart_history(self.run_id)
+        outcome = Outcome(self.schedule, run.state, len(history),
+                          sum(1 for r in history if r.counted), self.violations, self.history)
+        if not RunState(run.state).terminal:
+            self._violate("every-run-ends",
+                          f"the run never ended: still {run.phase} {END_BOUND:g} s after the "
+                          "last fault")
+        self._check_launches()
+        self._check_failures()
+        self._check_restarts(history)
+        self._check_grace()
+        if self.world.final_step_reached and self.stopped_at is None \
+                and RunState(run.state).terminal and run.state != "succeeded":
+            self._violate("max-steps-succeeds",
+                          f"training reached max_steps but the run ended {run.state}")
+        return outcome
+
+    def _check_launches(self) -> None:
+        for launch in self.world.launches:
+            if launch.name != "launcher":
+                continue
+            if launch.resume != launch.newest_complete:
+                self._violate("resume-newest-complete",
+                              f"attempt {launch.attempt} resumed from {launch.resume}, the "
+                              f"newest complete checkpoint was {launch.newest_complete}")
+            if launch.resume is not None and launch.resume >= self.schedule.max_steps:
+                self._violate("resume-below-max-steps",
+                              f"attempt {launch.attempt} resumed at/past max_steps "
+                              f"({launch.resume})")
+
+    def _check_failures(self) -> None:
+        failures: dict[int, list[Any]] = {}
+        for event in self.store.events(self.run_id, limit=100_000):
+            if event.kind == "internal_error":
+                self._violate("no-internal-error", f"internal error: {event.message}")
+            if event.kind == "failure":
+                failures.setdefault(int(event.data.get("attempt") or 0), []).append(event)
+        attempts = {a["number"]: a for a in self.store.attempts(self.run_id)}
+        for number in sorted(set(failures) | {x.attempt for x in self.landed}):
+            recorded = failures.get(number, [])
+            landed = sorted((x for x in self.landed if x.attempt == number),
+                            key=lambda x: x.at)
+            if len(recorded) > 1:
+                self._violate("one-failure-per-fault",
+                              f"attempt {number}: {len(recorded)} failures recorded for one "
+                              f"attempt: {[e.message for e in recorded]}")
+            if recorded and not landed:
+                self._violate("no-failure-without-fault",
+                              f"attempt {number}: a failure without a fault: "
+                              f"{recorded[0].message!r}")
+            if not landed:
+                continue
+            first = landed[0]
+            if not recorded:
+                # (an operator's stop or restart after it may come before it is seen)
+                if first.certain and not any(t >= first.at for t in self.operator_at):
+                    self._violate("fault-recorded",
+                                  f"attempt {number}: the {first.component} {first.kind} "
+                                  f"at t={first.at:g} caused no recorded failure")
+                continue
+            if not first.certain:
+                continue
+            failure = recorded[0]
+            # Two faults in one attempt: one failure, of either (the one seen first).
+            if failure.component not in {x.component for x in landed}:
+                self._violate("right-component",
+                              f"attempt {number}: the {first.component} {first.kind} at "
+                              f"t={first.at:g} was recorded as a failure of "
+                              f"{failure.component}: {failure.message!r}")
+            elif first.code is not None and first.kind != "hang":
+                said = " ".join(str(x) for x in (
+                    failure.message, (attempts.get(number) or {}).get("reason")))
+                if not _names_status(said, first.code) and self._status_known(first):
+                    self._violate("exit-status",
+                                  f"attempt {number}: the {first.component}'s exit status "
+                                  f"{first.code} is known (prime-rl's launcher logged it) but "
+                                  f"the failure says {said!r}")
+
+    def _status_known(self, landed: Landed) -> bool:
+        """prime-rl's launcher wrote its "failed with exit code N" line for this attempt, or
+        airvisor's own child (the launcher) died."""
+        if landed.component == "launcher":
+            return True
+        for launcher in self.world.launchers.values():
+            if launcher.proc.attempt == landed.attempt and launcher.log.exists():
+                return f"failed with exit code {landed.code}" in launcher.log.read_text()
+        return False
+
+    def _check_restarts(self, history: list[Any]) -> None:
+        for record in history:
+            if record.counted and record.kind not in ("crash", "hang"):
+                self._violate("only-crashes-and-hangs-count",
+                              f"a {record.kind} restart (attempt {record.attempt}) counted "
+                              "toward the crash-loop limit")
+            first = min((x for x in self.landed if x.attempt == record.attempt),
+                        key=lambda x: x.at, default=None)
+            if record.counted and first is not None and first.kind == "machine":
+                self._violate("machine-death-uncounted",
+                              f"attempt {record.attempt} died of a full disk and its restart "
+                              f"was counted as a {record.kind}: {record.reason!r}")
+
+    def _check_grace(self) -> None:
+        if not self.took_over_stop or self.stopping_since is None:
+            return
+        for call in self.world.stops:
+            if call.at <= self.stopping_since:
+                continue
+            left = max(0.0, STOP_GRACE - (call.at - self.stopping_since))
+            if call.grace > left + GRACE_SLACK:
+                self._violate("takeover-stop-grace",
+                              f"the new daemon's stop at t={call.at:g} waits {call.grace:g} s "
+                              f"of grace; the stop began at t={self.stopping_since:g}, "
+                              f"{left:g} s of its grace were left")
+
+
+def _names_status(text: str, code: int) -> bool:
+    if code < 0:
+        return f"signal {-code}" in text or "killed by SIG" in text or f"status {code}" in text
+    return f"status {code}" in text
+
+
+def simulate(schedule: Schedule, root: Path, *, compare_kills: bool = True) -> Outcome:
+    """Run one schedule; with a daemon killed and replaced at once (down 0 s) anywhere in it,
+    also the same schedule without the kill: the outcome must match, and the restart count
+    too unless an operator's command is in the schedule (a stop may land on either side of a
+    failure an adopted launcher's poll sees one tick later than its own daemon's wait)."""
+    outcome = Simulation(schedule, root).run()
+    kills = [f for f in schedule.faults if isinstance(f, DaemonKill)]
+    if compare_kills and kills and all(k.down == 0 for k in kills):
+        plain = Simulation(schedule.without_kills(), root).run()
+        operator = any(isinstance(f, (OperatorStop, OperatorRestart)) for f in schedule.faults)
+        if plain.state != outcome.state or (
+                not operator and plain.restarts != outcome.restarts):
+            outcome.violations.append(
+                "[daemon-kill-same-outcome] with the daemon killed and replaced the run "
+                f"ended {outcome.state} after {outcome.restarts} restart(s); without the kill "
+                f"{plain.state} after {plain.restarts}")
+    return outcome

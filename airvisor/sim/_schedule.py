@@ -1,0 +1,157 @@
+"""A fault schedule: what the simulated world does to a run, and when (seconds of sim time).
+
+A seed draws one (`draw`); the shrinker drops faults from it; `describe` prints it so a
+failing seed can be read and replayed (`python -m airvisor.sim --seed N`).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+Member = Literal["trainer", "orchestrator", "inference"]
+Version = Literal["0.4", "main"]
+
+
+@dataclass(frozen=True)
+class Crash:
+    """A member of prime-rl's launcher dies with `code`. `reaped_first`: the launcher's
+    monitor thread (blocked in `process.wait()`, v0.4 rl.py:539-548, main
+    utils/process.py:96-105) reaps it before airvisor's watcher reads its status."""
+
+    at: float
+    member: Member
+    code: int
+    reaped_first: bool = True
+    during_checkpoint: bool = False  # it dies halfway through writing the next checkpoint
+
+
+@dataclass(frozen=True)
+class Hang:
+    """The trainer stops (SIGSTOP, a NCCL hang): no step lines; SIGTERM does nothing."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class LauncherDies:
+    """prime-rl's `rl` itself dies (SIGKILL): its members are re-parented and keep running."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class ProbeHang:
+    """The inference server stops answering /health (the process lives)."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class DiskFull:
+    """The disk fills for `seconds`: the trainer dies on its next checkpoint write
+    (ENOSPC, exit 1), and a preflight meanwhile finds too little free space."""
+
+    at: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class DaemonKill:
+    """The daemon is SIGKILLed; a new one starts `down` seconds later on the same store."""
+
+    at: float
+    down: float
+
+
+@dataclass(frozen=True)
+class OperatorStop:
+    at: float
+
+
+@dataclass(frozen=True)
+class OperatorRestart:
+    at: float
+
+
+Fault = Crash | Hang | LauncherDies | ProbeHang | DiskFull | DaemonKill | OperatorStop \
+    | OperatorRestart
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One simulated run: the world's seed (job interleavings, small timing choices), the
+    prime-rl version, and the faults in time order."""
+
+    seed: int
+    version: Version
+    faults: tuple[Fault, ...]
+    max_steps: int = 8
+    max_restarts: int = 3
+
+    def without(self, index: int) -> Schedule:
+        return replace(self, faults=self.faults[:index] + self.faults[index + 1:])
+
+    def without_kills(self) -> Schedule:
+        return replace(self, faults=tuple(f for f in self.faults
+                                          if not isinstance(f, DaemonKill)))
+
+    def describe(self) -> str:
+        lines = [f"seed {self.seed}: prime-rl {self.version}, max_steps {self.max_steps}, "
+                 f"max_restarts {self.max_restarts}, {len(self.faults)} fault(s)"]
+        lines += [f"  t={f.at:6.1f}  {describe_fault(f)}" for f in self.faults]
+        return "\n".join(lines)
+
+
+def describe_fault(fault: Fault) -> str:
+    if isinstance(fault, Crash):
+        how = "reaped by the launcher first" if fault.reaped_first else "status read by airvisor"
+        mid = ", mid-checkpoint" if fault.during_checkpoint else ""
+        return f"{fault.member} exits {fault.code} ({how}{mid})"
+    if isinstance(fault, DiskFull):
+        return f"disk full for {fault.seconds:g} s"
+    if isinstance(fault, DaemonKill):
+        return f"daemon SIGKILLed, a new one {fault.down:g} s later"
+    return type(fault).__name__
+
+
+@dataclass
+class _Draw:
+    rng: random.Random
+    horizon: float
+    faults: list[Fault] = field(default_factory=list)
+
+    def at(self) -> float:
+        return float(self.rng.randrange(0, int(self.horizon)))
+
+
+def draw(seed: int) -> Schedule:
+    """The schedule seed `seed` stands for (0 to 5 faults over the first 30 s of sim time,
+    each kind about equally likely)."""
+    rng = random.Random(seed)
+    version: Version = rng.choice(("0.4", "main"))
+    d = _Draw(rng, horizon=30.0)
+    for _ in range(rng.choice((0, 1, 1, 2, 2, 3, 4, 5))):
+        kind = rng.randrange(8)
+        if kind == 0:
+            d.faults.append(Crash(d.at(), rng.choice(("trainer", "orchestrator", "inference")),
+                                  rng.choice((1, 3, -9)), rng.random() < 0.7,
+                                  rng.random() < 0.3))
+        elif kind == 1:
+            d.faults.append(Hang(d.at()))
+        elif kind == 2:
+            d.faults.append(LauncherDies(d.at()))
+        elif kind == 3:
+            d.faults.append(ProbeHang(d.at()))
+        elif kind == 4:
+            d.faults.append(DiskFull(d.at(), float(rng.choice((3, 10, 30)))))
+        elif kind == 5:
+            d.faults.append(DaemonKill(d.at(), float(rng.choice((0, 1, 5, 20)))))
+        elif kind == 6:
+            d.faults.append(OperatorStop(d.at()))
+        else:
+            d.faults.append(OperatorRestart(d.at()))
+    faults = tuple(sorted(d.faults, key=lambda f: f.at))
+    return Schedule(seed=seed, version=version, faults=faults,
+                    max_steps=rng.choice((4, 6, 8)), max_restarts=rng.choice((2, 3)))

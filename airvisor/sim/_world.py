@@ -1,0 +1,502 @@
+"""The simulated world behind the supervisor's adapters (`engine.Hooks`): a clock, a process
+table, prime-rl's launcher as a small state machine per version, its logs and checkpoints
+(real files, in that version's layout: `primerl.RunLayout`), a disk that fills and clears,
+health probes, and the worker jobs the supervisor hands to `Hooks.background`, run when the
+world's random choices say. Nothing here sleeps or starts a thread: one seed, one history.
+
+prime-rl's launcher (both versions, the same monitor loop): a monitor thread per child blocks
+in `process.wait()` and queues "<Name> failed with exit code N" (v0.4 rl.py:539-552, main
+utils/process.py:96-105); the main loop looks once a second, logs `Error: ...`, terminates
+every child and exits 1 (v0.4 rl.py:779-787, main entrypoints/rl.py:378-388); once trainer and
+orchestrator both exited 0 it logs its finished line and stops the inference server (v0.4
+rl.py:789-808 "RL training finished!", main entrypoints/rl.py:390-407 "Training finished!").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from airvisor.core import Event, InferenceReady, ProbeFailed
+from airvisor.primerl import RunLayout
+from airvisor.primerl._layout import PROGRESS_FILE, STABLE, TRAINER_MARKER, V04_BUFFER_FILES
+from airvisor.proc import ProcessIdentity, identity_of
+from airvisor.proc._deathwatch import Death
+
+# Far above any kernel's pid_max (2**22): a simulated pid is never a real process.
+PID_BASE = 10_000_000
+STEP_SECONDS = 1.0  # one training step
+INFERENCE_STARTUP = 2.0  # the server answers /health this long after its start
+MONITOR_PERIOD = 1.0  # the launcher's `time.sleep(1)` between looks at its error queue
+LAUNCHER_NAMES = {"0.4": "RL training finished!", "main": "Training finished!"}
+
+State = Literal["running", "stopped", "exited"]
+
+
+class Blocked(BaseException):
+    """A worker job waits on something not yet true (a process's exit): the world runs it
+    again later. A BaseException so the core's task wrapper (`except Exception`) lets it by."""
+
+
+@dataclass
+class Proc:
+    pid: int
+    name: str  # launcher | inference | trainer | orchestrator
+    run_id: str
+    attempt: int
+    started: float
+    parent: int | None = None  # the launcher, for a member; None once re-parented
+    state: State = "running"
+    code: int | None = None
+    generation: int = 0  # the daemon that started it (a later one adopts it: not its child)
+
+    @property
+    def alive(self) -> bool:
+        return self.state != "exited"
+
+    @property
+    def identity(self) -> ProcessIdentity:
+        return ProcessIdentity(self.pid, self.started)
+
+    def wait(self) -> int:  # LaunchedLike: the launcher is airvisor's own child
+        if self.state != "exited" or self.code is None:
+            raise Blocked(self.pid)
+        return self.code
+
+
+@dataclass
+class Launcher:
+    """One prime-rl `rl` process and what it runs (the members and their training)."""
+
+    proc: Proc
+    version: str
+    layout: RunLayout
+    log: Path
+    resume: int | None
+    max_steps: int
+    interval: int
+    members: dict[str, Proc] = field(default_factory=dict)
+    done: int = 0  # steps completed
+    next_step_at: float = 0.0
+    errors: list[str] = field(default_factory=list)  # the monitor threads' queue
+    exited_ok: set[str] = field(default_factory=set)
+    partial_next: bool = False  # the next checkpoint write dies halfway
+
+
+@dataclass
+class Watch:
+    on_death: Callable[[Death], None]
+    generation: int
+    pids: dict[str, int] = field(default_factory=dict)
+    closed: bool = False
+    world: World | None = None
+
+    def watch(self, key: str, pid: int, create_time: float | None = None) -> bool:
+        """`DeathWatch.watch`: a process already gone is reported at once (status unknown)."""
+        assert self.world is not None
+        proc = self.world.procs.get(pid)
+        if proc is None or not proc.alive:
+            self.on_death(Death(key, pid, self.world.wall(), "at_watch", None))
+            return False
+        self.pids[key] = pid
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class Prober:
+    run_id: str
+    attempt: int
+    interval: float
+    failures: int
+    post: Callable[[Event], None]
+    generation: int
+    ready: bool = False
+    failed: int = 0
+    next_at: float = 0.0
+    active: bool = True
+
+    def start(self) -> None:
+        self.active = True
+
+    def stop(self) -> None:
+        self.active = False
+
+
+@dataclass
+class Job:
+    name: str
+    run: Callable[[], None]
+    generation: int
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launch the supervisor asked for, with what the world knew at that moment."""
+
+    at: float
+    attempt: int
+    name: str
+    resume: int | None
+    newest_complete: int | None
+
+
+@dataclass(frozen=True)
+class StopCall:
+    at: float
+    grace: float
+    pids: tuple[int, ...]
+
+
+class World:
+    def __init__(self, root: Path, seed: int, *, version: str, max_steps: int,
+                 interval: int, layout: RunLayout) -> None:
+        self.root = root
+        self.seed = seed
+        self.version = version
+        self.max_steps = max_steps
+        self.interval = interval
+        self.layout = layout
+        self.now = 0.0
+        self.procs: dict[int, Proc] = {}
+        self.launchers: dict[int, Launcher] = {}
+        self.watches: list[Watch] = []
+        self.probers: list[Prober] = []
+        self.jobs: list[Job] = []
+        self.generation = 0  # the daemon's: its jobs, watchers and probers die with it
+        self.disk_full_until = -1.0
+        self.probe_hung_from: float | None = None
+        self.launches: list[Launch] = []
+        self.stops: list[StopCall] = []
+        self.final_step_reached = False
+        self._next_pid = PID_BASE
+        self.on_member_exit: Callable[[Proc], None] = lambda proc: None
+
+    # -- time ---------------------------------------------------------------------------------
+    def wall(self) -> float:
+        return 1_000_000.0 + self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def chance(self, purpose: str) -> float:
+        """The world's random choice for `purpose` at this moment, in [0, 1): a hash of the
+        seed, the purpose and the time, never a draw from a shared stream, so that a choice
+        does not shift when an unrelated one (a job a killed daemon never ran) is left out."""
+        digest = hashlib.blake2b(f"{self.seed}:{purpose}:{self.now}".encode(), digest_size=8)
+        return int.from_bytes(digest.digest(), "big") / 2**64
+
+    def disk_full(self) -> bool:
+        return self.now < self.disk_full_until
+
+    # -- files --------------------------------------------------------------------------------
+    def write(self, path: Path, line: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write(line + "\n")
+        stamp = self.wall()
+        os.utime(path, (stamp, stamp))  # the file's times are the sim's (LogView compares them)
+
+    def newest_complete(self) -> int | None:
+        """The newest checkpoint both halves of which are complete, as the world wrote it
+        (not read through the layout: the oracle the supervisor's choice is checked against)."""
+        best: int | None = None
+        for step in self.layout.checkpoint_steps():
+            status = self.layout.checkpoint_status(step)
+            if status.trainer_complete and status.orchestrator_complete:
+                best = step if best is None else max(best, step)
+        return best
+
+    def _save_checkpoint(self, launcher: Launcher, step: int, *, partial: bool) -> None:
+        """Both halves in this version's layout, each in its writer's order (the trainer's DCP
+        `.metadata` last; v0.4's orchestrator progress.pt in place, then the buffer with
+        rollout_buffer last; main's progress.pt by rename). `partial`: stop halfway."""
+        layout = launcher.layout
+        trainer = layout.trainer_half(step)
+        trainer.mkdir(parents=True, exist_ok=True)
+        (trainer / "__0_0.distcp").write_text("w")
+        orchestrator = layout.orchestrator_half(step)
+        orchestrator.mkdir(parents=True, exist_ok=True)
+        if partial:
+            if self.version == "0.4" and self.chance(f"partial {step}") < 0.5:
+                (orchestrator / PROGRESS_FILE).write_text("p")  # the buffer never written
+            return
+        (trainer / TRAINER_MARKER).write_text("m")
+        (orchestrator / PROGRESS_FILE).write_text("p")
+        if self.version == "0.4":
+            (orchestrator / "buffer").mkdir(exist_ok=True)
+            for name in V04_BUFFER_FILES:
+                (orchestrator / "buffer" / name).write_text("")
+            weights = layout.orchestrator_ckpt_dir() / f"step_{step}"
+            (weights / "weight").mkdir(parents=True, exist_ok=True)
+            (weights / STABLE).write_text("")
+
+    # -- processes ----------------------------------------------------------------------------
+    def _spawn(self, name: str, run_id: str, attempt: int, parent: int | None) -> Proc:
+        self._next_pid += 1
+        proc = Proc(self._next_pid, name, run_id, attempt, self.now, parent,
+                    generation=self.generation)
+        self.procs[proc.pid] = proc
+        return proc
+
+    def launch(self, argv: list[str], *, log_path: Path, run_id: str, component: str,
+               **_: Any) -> Proc:
+        """`Hooks.launch`: prime-rl's `rl` (launcher mode); its members start at once."""
+        attempt = int(re.search(r"attempt_(\d+)", str(log_path)).group(1))  # type: ignore[union-attr]
+        resume = _resume_flag(argv)
+        self.launches.append(Launch(self.now, attempt, component, resume,
+                                    self.newest_complete()))
+        proc = self._spawn(component, run_id, attempt, None)
+        if component != "launcher":
+            return proc
+        self.launchers[proc.pid] = Launcher(proc, self.version, self.layout, log_path, resume,
+                                            self.max_steps, self.interval, done=resume or 0)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.touch()
+        return proc
+
+    def _start_members(self, launcher: Launcher) -> None:
+        """The launcher's start-up, a moment after its own start: its clean, then each child
+        with its log opened "w" (v0.4 rl.py:573-598,617,695,747; main entrypoints/rl.py:176,
+        199,257)."""
+        layout, proc = launcher.layout, launcher.proc
+        self._launcher_clean(layout, launcher.resume)
+        launcher.next_step_at = self.now + INFERENCE_STARTUP + STEP_SECONDS
+        for member in ("inference", "trainer", "orchestrator"):
+            launcher.members[member] = self._spawn(member, proc.run_id, proc.attempt, proc.pid)
+            path = layout.log_file(member)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("")
+                os.utime(path, (self.wall(), self.wall()))
+
+    def _launcher_clean(self, layout: RunLayout, resume: int | None) -> None:
+        """What each version's `rl` does to its run directory before starting the children:
+        v0.4 deletes its logs, rollouts and broadcasts (RULES["0.4"]["clean"], rl.py:573-598);
+        main opens a new `logs/attempt_<n>` and points `logs/latest` at it
+        (RULES["main"]["logs"], utils/pathing.py:14-39)."""
+        deleted, recreated = layout.launch_clean(clean=True, resume_step=resume,
+                                                 broadcast_type="filesystem")
+        for path in deleted:
+            shutil.rmtree(path, ignore_errors=True)
+        for path in recreated:
+            path.mkdir(parents=True, exist_ok=True)
+        if self.version == "main":
+            logs = layout.run_dir / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            numbers = [int(p.name[8:]) for p in logs.iterdir()
+                       if p.name.startswith("attempt_") and p.name[8:].isdigit()]
+            name = f"attempt_{max(numbers, default=0) + 1}"
+            (logs / name).mkdir()
+            latest = logs / "latest"
+            if latest.is_symlink():
+                latest.unlink()
+            latest.symlink_to(name)
+
+    def exit(self, proc: Proc, code: int, *, reaped_first: bool = True) -> None:
+        """`proc` ends with `code`: its watcher hears of it (the status only when airvisor's
+        read came before its parent's reap), its launcher's monitor thread queues the error."""
+        if not proc.alive:
+            return
+        proc.state, proc.code = "exited", code
+        for watch in self.watches:
+            for key, pid in list(watch.pids.items()):
+                if pid == proc.pid and not watch.closed:
+                    del watch.pids[key]
+                    watch.on_death(Death(key, pid, self.wall(), "pidfd",
+                                         None if reaped_first and proc.parent else code))
+        launcher = self.launchers.get(proc.parent) if proc.parent is not None else None
+        if launcher is not None and launcher.proc.alive:
+            if code != 0:
+                launcher.errors.append(f"{proc.name.capitalize()} failed with exit code {code}")
+            else:
+                launcher.exited_ok.add(proc.name)
+        if proc.pid in self.launchers:
+            for member in self.launchers[proc.pid].members.values():
+                member.parent = None  # re-parented: they keep running
+        self.on_member_exit(proc)
+
+    def kill_tree(self, pid: int, grace: float) -> None:
+        proc = self.procs.get(pid)
+        if proc is None:
+            return
+        for child in [p for p in self.procs.values() if p.parent == pid]:
+            self.kill_tree(child.pid, grace)
+        self.exit(proc, -9 if proc.state == "stopped" else -15)
+
+    # -- the supervisor's hooks ------------------------------------------------------------------
+    def stop_tree(self, identities: list[ProcessIdentity], pgids: list[int], run_id: str,
+                  grace: float, sweep: bool = True) -> str:
+        self.stops.append(StopCall(self.now, grace, tuple(i.pid for i in identities)))
+        for identity in identities:
+            self.kill_tree(identity.pid, grace)
+        if sweep:  # every carrier of the run's marker
+            for proc in list(self.procs.values()):
+                if proc.run_id == run_id and proc.alive:
+                    self.exit(proc, -9 if proc.state == "stopped" else -15)
+        return "sim stop"
+
+    def members(self, launcher_pid: int) -> dict[str, int]:
+        launcher = self.launchers.get(launcher_pid)
+        if launcher is None:
+            return {}
+        return {name: p.pid for name, p in launcher.members.items()
+                if p.alive and p.parent == launcher_pid}
+
+    def death_watch(self, on_death: Callable[[Death], None]) -> Watch:
+        watch = Watch(on_death, self.generation, world=self)
+        self.watches.append(watch)
+        return watch
+
+    def prober(self, *, run_id: str, attempt: int, interval: float, failures: int,
+               post: Callable[[Event], None], **_: Any) -> Prober:
+        prober = Prober(run_id, attempt, interval, failures, post, self.generation,
+                        next_at=self.now)
+        self.probers.append(prober)
+        return prober
+
+    def background(self, name: str, job: Callable[[], None]) -> None:
+        self.jobs.append(Job(name, job, self.generation))
+
+    def alive(self, pid: int | None, create_time: float | None) -> bool | None:
+        """`process_alive` for a simulated pid (None: not one of the world's)."""
+        if pid is None or pid <= PID_BASE:
+            return None
+        proc = self.procs.get(pid)
+        return proc is not None and proc.alive and (
+            create_time is None or abs(proc.started - create_time) < 0.01)
+
+    def identity(self, pid: int) -> ProcessIdentity | None:
+        """`proc.identity_of` for a simulated pid (the real one for any other)."""
+        proc = self.procs.get(pid)
+        if proc is None:
+            return identity_of(pid) if pid <= PID_BASE else None
+        return proc.identity if proc.alive else None
+
+    def daemon_died(self) -> None:
+        """SIGKILL: the daemon's threads (jobs, watchers, probers) are gone with it; its
+        children (the launchers) are re-parented and run on."""
+        self.jobs = []
+        self.watches = []
+        self.probers = []
+        self.generation += 1
+
+    # -- one step of the world -------------------------------------------------------------------
+    def advance(self) -> None:
+        """What the processes do in this second: training steps and checkpoints, the
+        launcher's monitor loop, the health probes."""
+        for launcher in list(self.launchers.values()):
+            if launcher.proc.alive and not launcher.members:
+                self._start_members(launcher)
+            elif launcher.proc.alive:
+                self._train(launcher)
+                self._monitor(launcher)
+        self._probe()
+
+    def _train(self, launcher: Launcher) -> None:
+        trainer = launcher.members["trainer"]
+        orchestrator = launcher.members["orchestrator"]
+        inference = launcher.members["inference"]
+        if not (trainer.state == "running" and orchestrator.state == "running"
+                and inference.alive) or self.now < launcher.next_step_at:
+            return
+        launcher.next_step_at = self.now + STEP_SECONDS
+        launcher.done += 1
+        step = launcher.done
+        base = launcher.layout.step_base
+        # v0.4 prints iteration k (0-based) for the step that makes k + 1 done; main prints
+        # the number done (RULES[v]["step_base"]).
+        shown = step - 1 + base
+        for name in ("trainer", "orchestrator"):
+            path = launcher.layout.log_file(name)
+            if path is not None:
+                self.write(path, f"SUCCESS Step {shown} | Time: 1.00s")
+        metrics = launcher.layout.metrics_file()
+        if metrics is not None:
+            self.write(metrics, f'{{"step": {shown}}}')
+        if step % launcher.interval == 0 or step >= launcher.max_steps:
+            if self.disk_full() or launcher.partial_next:
+                self._save_checkpoint(launcher, step, partial=True)
+                path = launcher.layout.log_file("trainer")
+                if path is not None:
+                    why = "No space left on device" if self.disk_full() else "killed"
+                    self.write(path, f"OSError: [Errno 28] {why}")
+                self.exit(trainer, 1 if self.disk_full() else -9,
+                          reaped_first=self.chance("reap") < 0.7)
+                return
+            self._save_checkpoint(launcher, step, partial=False)
+        if step >= launcher.max_steps:
+            self.final_step_reached = True
+            for path, line in ((launcher.layout.log_file("trainer"),
+                                "SUCCESS RL trainer finished!"),
+                               (launcher.layout.log_file("orchestrator"),
+                                "SUCCESS Orchestrator finished.")):
+                if path is not None:
+                    self.write(path, line)
+            self.exit(trainer, 0)
+            self.exit(orchestrator, 0)
+
+    def _monitor(self, launcher: Launcher) -> None:
+        """The launcher's main loop, once a second (see the module's docstring)."""
+        if launcher.errors:
+            self.write(launcher.log, f"ERROR Error: {launcher.errors[0]}")
+            self.write(launcher.log, "ERROR Terminating all processes...")
+            for member in launcher.members.values():
+                if member.alive and member.parent == launcher.proc.pid:
+                    self.exit(member, -9 if member.state == "stopped" else -15)
+            self.exit(launcher.proc, 1)
+        elif {"trainer", "orchestrator"} <= launcher.exited_ok:
+            self.write(launcher.log, f"SUCCESS {LAUNCHER_NAMES[launcher.version]}")
+            inference = launcher.members["inference"]
+            if inference.alive:
+                self.exit(inference, -15, reaped_first=True)
+            self.exit(launcher.proc, 0)
+
+    def _probe(self) -> None:
+        for prober in self.probers:
+            if not prober.active or self.now < prober.next_at:
+                continue
+            server = self._server(prober.run_id)
+            hung = self.probe_hung_from is not None
+            answers = server is not None and not hung \
+                and self.now >= server.started + INFERENCE_STARTUP
+            if not prober.ready:
+                if answers:
+                    prober.ready = True
+                    prober.post(InferenceReady(prober.run_id, prober.attempt, self.wall()))
+                    prober.next_at = self.now + prober.interval
+                continue
+            prober.next_at = self.now + prober.interval
+            if answers:
+                prober.failed = 0
+                continue
+            prober.failed += 1
+            if prober.failed >= prober.failures:
+                prober.failed = 0
+                prober.post(ProbeFailed(prober.run_id, prober.attempt,
+                                        "GET /health: ReadTimeout", self.wall()))
+
+    def _server(self, run_id: str) -> Proc | None:
+        for proc in self.procs.values():
+            if proc.run_id == run_id and proc.name == "inference" and proc.alive:
+                return proc
+        return None
+
+    def live(self, run_id: str) -> list[Proc]:
+        return [p for p in self.procs.values() if p.run_id == run_id and p.alive]
+
+
+def _resume_flag(argv: list[str]) -> int | None:
+    for flag in ("--ckpt.resume-step", "--resume.step"):
+        if flag in argv:
+            return int(argv[argv.index(flag) + 1])
+    return None
+
