@@ -152,10 +152,14 @@ def _unfinished_message(run_id: str, state: object) -> str:
             "and sweeps anything left by the run's marker")
 
 
-def run_foreground(profile: Any, mode: str) -> int:
+def run_foreground(profile: Any, mode: str, *, request_id: str | None = None) -> int:
+    """Supervise a new run here until it ends; the exit code says how it ended. `request_id`:
+    the submission's id, stored with the run: one that already created a run (this command
+    repeated by a script) starts nothing and names that run (exit 0)."""
     # lazy: the engine and the run view only when a run is started in the foreground
     from airvisor.daemon._housekeeping import Housekeeping
     from airvisor.engine import RunConflict, RunManager, StartMode
+    from airvisor.store import AlreadySubmitted
     from airvisor.store._retention import (
         SettingsError,
         load_state_settings,
@@ -175,10 +179,16 @@ def run_foreground(profile: Any, mode: str) -> int:
     flag = _StopFlag()
     flag.install()
     try:
-        record = manager.submit(profile, start_mode=typing.cast(StartMode, mode))
+        record = manager.submit(profile, start_mode=typing.cast(StartMode, mode),
+                                request_id=request_id)
     except RunConflict as exc:
         click.echo(f"airvisor: {exc}", err=True)
         return EXIT_BAD_INPUT
+    except AlreadySubmitted as done:
+        click.echo(f"request id {request_id} already created run {done.run.id} "
+                   f"({done.run.state}); no second run was started. `airvisor status "
+                   f"{done.run.id}` shows it")
+        return EXIT_OK
     view = ProgressView(StoreSource(store, record.id), live=sys.stdout.isatty())
     output = _Output(store.path.parent / "runs" / record.id / FOREGROUND_LOG)
 

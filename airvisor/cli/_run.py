@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from typing import Any
 
 import click
@@ -24,6 +25,7 @@ from airvisor.cli._common import (
 )
 from airvisor.cli._foreground import run_foreground
 from airvisor.cli._main import main
+from airvisor.cli._submit import EXIT_NOT_CONFIRMED, check_command, submit_to_daemon
 from airvisor.primerl import prepare_run
 from airvisor.profile import ProfileError, find_profile, load_profile
 
@@ -56,16 +58,31 @@ def _print(renderable: Any) -> None:
 @click.option("--foreground", is_flag=True,
               help="Supervise in this process even when a daemon is running.")
 @click.option("--follow", is_flag=True, help="With a daemon: follow progress until the run ends.")
+@click.option("--request-id", envvar="AIRVISOR_REQUEST_ID", metavar="ID",
+              help="Names this submission (default: a new uuid). A request id that already "
+                   "created a run gets that run, never a second one: a script may repeat the "
+                   "command safely with the same id.")
 def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], foreground: bool,
-          follow: bool) -> None:
+          follow: bool, request_id: str | None) -> None:
     """Validate PROFILE (a name in configs/ or a path), launch the run and supervise it.
 
     In the foreground (no daemon, or --foreground): Ctrl-C stops the run cleanly (SIGTERM,
     grace, SIGKILL); Ctrl-C again kills every process of the run at once. Closing the
     terminal (SIGHUP) does not stop it: airvisor keeps supervising and writes its output to
     <state dir>/runs/<run id>/foreground.log; `airvisor stop` ends it from any terminal.
+
+    With a daemon, a submission whose answer does not come within $AIRVISOR_SUBMIT_TIMEOUT
+    seconds (30) is not confirmed: airvisor asks the daemon what became of its request id.
+    Exit codes: 0 submitted (or already created by this request id); 2 refused or not created;
+    4 not confirmed (`airvisor status --request-id ID` checks).
     """
     mode = start_mode or "auto"
+    # lazy: the API's rule for request ids (the daemon's models) only when one is given
+    from airvisor.daemon._models import REQUEST_ID_RULE, is_request_id
+
+    if request_id is not None and not is_request_id(request_id):
+        raise click.BadParameter(f"a request id is {REQUEST_ID_RULE}", param_hint="--request-id")
+    request_id = request_id or str(uuid.uuid4())
 
     parsed = parse_overrides(overrides)
     client = daemon_client(not foreground)
@@ -75,15 +92,10 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
             ref = str(find_profile(profile).resolve())
         except ProfileError:
             ref = profile  # the daemon may know it (e.g. in /etc/airvisor/profiles)
-        try:
-            run = client.submit(ref, parsed, mode)
-        except Exception as exc:
-            click.echo(f"airvisor: the daemon refused the run: {exc}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
-        click.echo(f"submitted run {run['id']} to the daemon at {client.url}")
-        if follow:
-            sys.exit(_follow_daemon(client, run["id"]))
-        return
+        run_id, code = submit_to_daemon(client, ref, parsed, mode, request_id)
+        if run_id is not None and follow:
+            sys.exit(_follow_daemon(client, run_id))
+        sys.exit(code)
     try:
         loaded = load_profile(profile, parsed)
     except ProfileError as err:
@@ -104,7 +116,7 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
         sys.exit(EXIT_BAD_INPUT)
     if prepared.resolution is not None and not prepared.resolution.checked_by_prime_rl:
         click.echo(f"airvisor: note: {prepared.resolution.note}", err=True)
-    sys.exit(run_foreground(prepared.profile, mode))
+    sys.exit(run_foreground(prepared.profile, mode, request_id=request_id))
 
 
 def _follow_daemon(client: Any, run_id: str) -> int:
@@ -144,10 +156,14 @@ def _follow_daemon(client: Any, run_id: str) -> int:
 @click.argument("run_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--local", is_flag=True, help="Read the state database even if a daemon runs.")
-def status(run_id: str | None, as_json: bool, local: bool) -> None:
+@click.option("--request-id", metavar="ID",
+              help="The run that the submission with this request id created (`airvisor "
+                   "start` prints it); exit 2 when none was, 4 while the daemon still checks it.")
+def status(run_id: str | None, as_json: bool, local: bool, request_id: str | None) -> None:
     """Show the current run (or RUN_ID): state, step, attempt, components, recent events.
 
-    The same view, text or JSON, whether a daemon answers or the state database is read."""
+    The same view, text or JSON, whether a daemon answers or the state database is read.
+    A run whose state is live but whose supervisor is gone (killed) is shown as not live."""
     from pydantic import ValidationError
 
     # lazy: the run view (rich) only for the commands that show a run
@@ -155,6 +171,10 @@ def status(run_id: str | None, as_json: bool, local: bool) -> None:
 
     view: RunView | None = None
     client = daemon_client(not local)
+    if request_id is not None:
+        if run_id is not None:
+            raise click.UsageError("give RUN_ID or --request-id, not both")
+        run_id = _run_of_request(client, request_id)
     if client is not None:
         # lazy: the daemon (FastAPI, the engine) only for the commands that talk to it
         from airvisor.daemon import DaemonError
@@ -187,6 +207,40 @@ def status(run_id: str | None, as_json: bool, local: bool) -> None:
         click.echo(view.model_dump_json(indent=2))
     else:
         _print(render_run(view))
+
+
+def _run_of_request(client: Any, request_id: str) -> str:
+    """The id of the run the submission `request_id` created; else says why not and exits
+    (2: none was created, 4: the daemon is still checking it)."""
+    if client is None:
+        record = open_store().run_by_request(request_id)
+        if record is None:
+            click.echo(f"airvisor: no run was created for request id {request_id!r} (in "
+                       "this machine's state database)", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        return record.id
+    # lazy: the daemon (FastAPI, the engine) only for the commands that talk to it
+    from airvisor.daemon import DaemonError
+
+    try:
+        answer = client.submission(request_id)
+    except DaemonError as exc:
+        click.echo(f"airvisor: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except Exception as exc:  # e.g. the daemon does not answer
+        click.echo(f"airvisor: the daemon at {client.url} did not answer: {exc}; "
+                   f"`{check_command(request_id)}` asks again", err=True)
+        sys.exit(EXIT_NOT_CONFIRMED)
+    if answer.get("state") == "created":
+        return str(answer["run_id"])
+    if answer.get("state") == "refused":
+        click.echo(f"airvisor: the submission with request id {request_id} was refused, no "
+                   f"run was created: {answer.get('detail')}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    click.echo(f"airvisor: the daemon at {client.url} is still checking the submission with "
+               f"request id {request_id}: no run yet; `{check_command(request_id)}` asks again",
+               err=True)
+    sys.exit(EXIT_NOT_CONFIRMED)
 
 
 # -- logs --------------------------------------------------------------------------------------

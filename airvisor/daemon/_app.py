@@ -42,6 +42,7 @@ from airvisor.daemon._metrics import metrics_registry, render_metrics
 from airvisor.daemon._models import (
     COMPONENT_PATTERN,
     ERROR_DESCRIPTIONS,
+    REQUEST_ID_PATTERN,
     RUN_ID_PATTERN,
     AcceptedOut,
     ErrorOut,
@@ -55,18 +56,20 @@ from airvisor.daemon._models import (
     RunSummaryOut,
     StacksOut,
     StateOut,
+    SubmissionOut,
     SubmitIn,
     error_responses,
 )
 from airvisor.daemon._profiles import BadProfileRef, load
 from airvisor.daemon._reaping import discover_stale, reap_stale
+from airvisor.daemon._submissions import Refusal, Submissions
 from airvisor.daemon._views import detail_of, event_of, summary_of
 from airvisor.daemon.web import install as install_run_page
 from airvisor.engine import RunConflict, UnknownRun
 from airvisor.policy import RunState
 from airvisor.profile import ProfileError
 from airvisor.stacks import attempt_dir_of, capture_run, read_capture
-from airvisor.store import RunRecord, Store
+from airvisor.store import AlreadySubmitted, RunRecord, Store
 from airvisor.store._retention import recent_prunes, settings_file
 from airvisor.view import LogNotFound, LogStream, find_runs
 
@@ -146,6 +149,8 @@ Authorized = Depends(_require_token)
 RunId = Annotated[str, PathParam(pattern=RUN_ID_PATTERN, description="A run id.")]
 ComponentName = Annotated[str, PathParam(pattern=COMPONENT_PATTERN,
                                          description="A component of the run.")]
+RequestId = Annotated[str, PathParam(pattern=REQUEST_ID_PATTERN,
+                                     description="A submission's request id.")]
 
 
 def _integer_text(value: Any) -> Any:
@@ -400,6 +405,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
         dependencies=[Depends(_refuse_repeated_query_parameters)],
     )
     app.state.ctx = ctx
+    # Submissions in progress and refused, by request id (runs created are in the store).
+    submissions = app.state.submissions = Submissions()
 
     app.add_middleware(LimitRequestBody)
     app.add_middleware(UnexpectedErrors)  # outermost: also catches what the others raise
@@ -455,27 +462,72 @@ def create_app(ctx: ApiContext) -> FastAPI:
 
     @app.post("/runs", response_model=RunOut, status_code=201, dependencies=[Authorized],
               tags=["runs"], operation_id="submit_run",
-              responses={201: RUN_BODY_LINKS, **error_responses(404, 409, 422, notes={
+              responses={201: RUN_BODY_LINKS, 200: {
+                  "model": RunOut, **RUN_BODY_LINKS,
+                  "description": "The run this request id already created: nothing new "
+                                 "was started."}, **error_responses(404, 409, 422, notes={
                   404: "No profile of that name on the search path, or no file at that path.",
-                  409: "A live run uses these GPUs, or the run's directory cannot be prepared.",
+                  409: "A live run uses these GPUs, the run's directory cannot be prepared, or "
+                       "a submission with this request id is still being checked.",
                   422: "The body does not validate, or the profile (with the overrides) "
                        "does not: `detail` lists each problem and its fix."})})
-    def submit_run(ctx: Ctx, body: SubmitIn) -> RunOut:
+    async def submit_run(ctx: Ctx, body: SubmitIn, response: Response) -> RunOut:
+        """Start a run. With a `request_id`, at most one run per request id: a repeat answers
+        200 with the run it created; while the first is still being checked, 409."""
+        request_id = body.request_id
+        if request_id is None:
+            return await run_in_threadpool(_submit, ctx, body)
+        # Marked in progress here, on the event loop, before the checks run on a worker: a
+        # lookup (GET /submissions/{id}) that comes after this request never finds it unknown.
+        if not submissions.begin(request_id):
+            raise HTTPException(409, f"a submission with request id {request_id!r} is in "
+                                     f"progress; GET /submissions/{request_id} tells what "
+                                     "became of it")
+        created, out = await run_in_threadpool(_submit_once, ctx, body, request_id)
+        if not created:
+            response.status_code = 200
+        return out
+
+    def _submit_once(ctx: ApiContext, body: SubmitIn, request_id: str) -> tuple[bool, RunOut]:
+        """_submit for a request id, on a worker thread: ends the submission however it goes
+        (also when the client has gone away meanwhile). (created, the run)."""
         try:
-            path = ctx.catalog.resolve(body.profile)
-            profile = load(path, body.overrides)
-            record = ctx.service.submit(profile, start_mode=body.start_mode)
-        except BadProfileRef as err:
-            raise HTTPException(err.status, str(err)) from err
-        except ProfileError as err:
-            raise HTTPException(422, f"profile {body.profile!r} cannot be used:\n{err}") from err
-        except RunConflict as err:
-            raise HTTPException(409, str(err)) from err
-        except OSError as err:  # e.g. the output dir cannot be moved aside or created
-            raise HTTPException(409, f"cannot prepare the run on this machine: {err}") from err
-        ctx.snapshot.invalidate()
-        log.info("run submitted", run_id=record.id, profile=str(path))
-        return detail_of(ctx.store, ctx.store.get_run(record.id) or record)
+            out = _submit(ctx, body)
+        except AlreadySubmitted as done:
+            submissions.end(request_id)
+            return False, detail_of(ctx.store, done.run)
+        except HTTPException as err:
+            submissions.end(request_id, Refusal(err.status_code, str(err.detail)))
+            raise
+        except BaseException:
+            submissions.end(request_id, Refusal(500, "an unexpected error (the daemon's log has "
+                                                     "it); submitting again is safe"))
+            raise
+        submissions.end(request_id)
+        return True, out
+
+    @app.get("/submissions/{request_id}", response_model=SubmissionOut, tags=["runs"],
+             operation_id="get_submission", responses=error_responses(404, notes={
+                 404: "This daemon created no run for the request id and is not checking it "
+                      "(never received, or received by a daemon that has since restarted): "
+                      "submitting it again is safe."}))
+    def get_submission(ctx: Ctx, request_id: RequestId) -> SubmissionOut:
+        """What became of a submission: still being checked, its run, or its refusal (what a
+        client whose POST /runs timed out asks)."""
+        known = submissions.known(request_id)  # first: it ends only once its run is stored
+        if known is not None and known.state == "in_progress":
+            return SubmissionOut(request_id=request_id, state="in_progress", run_id=None,
+                                 detail="the daemon is still checking it: no run yet",
+                                 status=None)
+        run = ctx.store.run_by_request(request_id)
+        if run is not None:
+            return SubmissionOut(request_id=request_id, state="created", run_id=run.id,
+                                 detail=f"run {run.id} ({run.state})", status=None)
+        if known is not None and known.refusal is not None:
+            return SubmissionOut(request_id=request_id, state="refused", run_id=None,
+                                 detail=known.refusal.detail, status=known.refusal.status)
+        raise HTTPException(404, f"no run was created for request id {request_id!r} and this "
+                                 "daemon is not checking it: submitting it again is safe")
 
     @app.get("/runs/{run_id}", response_model=RunOut, tags=["runs"], operation_id="get_run",
              responses={200: RUN_BODY_LINKS, **error_responses(404, notes={404: NO_RUN})})
@@ -614,6 +666,30 @@ def create_app(ctx: ApiContext) -> FastAPI:
     install_run_page(app, ctx)
 
     return app
+
+
+def _submit(ctx: ApiContext, body: SubmitIn) -> RunOut:
+    """POST /runs's work (blocking: profile checks, the run's directory): the run created, or
+    an HTTPException; AlreadySubmitted when its request id already created a run (checked
+    before the profile is read, so a repeat does not depend on the file still being there)."""
+    if body.request_id is not None and (done := ctx.store.run_by_request(body.request_id)):
+        raise AlreadySubmitted(done)
+    try:
+        path = ctx.catalog.resolve(body.profile)
+        profile = load(path, body.overrides)
+        record = ctx.service.submit(profile, start_mode=body.start_mode,
+                                    request_id=body.request_id)
+    except BadProfileRef as err:
+        raise HTTPException(err.status, str(err)) from err
+    except ProfileError as err:
+        raise HTTPException(422, f"profile {body.profile!r} cannot be used:\n{err}") from err
+    except RunConflict as err:
+        raise HTTPException(409, str(err)) from err
+    except OSError as err:  # e.g. the output dir cannot be moved aside or created
+        raise HTTPException(409, f"cannot prepare the run on this machine: {err}") from err
+    ctx.snapshot.invalidate()
+    log.info("run submitted", run_id=record.id, profile=str(path), request_id=body.request_id)
+    return detail_of(ctx.store, ctx.store.get_run(record.id) or record)
 
 
 def _command(ctx: ApiContext, run_id: str, action: str,

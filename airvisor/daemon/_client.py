@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,15 @@ TOKEN_FILE_ENV = "AIRVISOR_TOKEN_FILE"
 SYSTEM_TOKEN_FILE = SYSTEM_STATE_DIR / "token"  # the system unit's state dir
 # Requests other than the /health probe and streams: submit may run profile checks.
 REQUEST_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """POST /runs's answer: the run, and whether this request created it (False: its request
+    id had already created it)."""
+
+    run: dict[str, Any]
+    created: bool
 
 
 class DaemonError(Exception):
@@ -134,8 +144,31 @@ class DaemonClient:
     def submit(self, profile_ref: str, overrides: dict[str, Any] | None = None,
                start_mode: str = "auto") -> dict[str, Any]:
         """Start a run; `profile_ref` is a name known to the daemon or an absolute path."""
-        body = {"profile": profile_ref, "overrides": overrides or {}, "start_mode": start_mode}
-        result: dict[str, Any] = self._json("POST", "/runs", json=body)
+        return self.submit_once(profile_ref, overrides, start_mode).run
+
+    def submit_once(self, profile_ref: str, overrides: dict[str, Any] | None = None,
+                    start_mode: str = "auto", *, request_id: str | None = None,
+                    timeout: float | None = None) -> Submitted:
+        """Start a run, at most once per `request_id` (a repeat answers the run it created).
+        Raises DaemonError for a refusal, httpx's errors when no answer came (then the daemon
+        may still create it: `submission(request_id)` tells)."""
+        body: dict[str, Any] = {"profile": profile_ref, "overrides": overrides or {},
+                                "start_mode": start_mode}
+        if request_id is not None:
+            body["request_id"] = request_id
+        kwargs: dict[str, Any] = {"json": body}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        response = self._http.request("POST", "/runs", **kwargs)
+        if response.status_code >= 400:
+            raise DaemonError(response.status_code, _message(response))
+        return Submitted(run=response.json(), created=response.status_code == 201)
+
+    def submission(self, request_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """What became of a submission (GET /submissions/{id}); DaemonError 404: no run was
+        created for it and the daemon is not checking it."""
+        kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        result: dict[str, Any] = self._json("GET", f"/submissions/{request_id}", **kwargs)
         return result
 
     def get_run(self, run_id: str = "current") -> dict[str, Any]:

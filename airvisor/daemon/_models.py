@@ -35,6 +35,17 @@ PROFILE_REF_RULE = (
 )
 
 
+# A submission's request id (`airvisor start` sends a uuid; a script may choose its own): safe in
+# a URL, bounded. Checked as JSON Schema validators in Python read "pattern" (`is_request_id`).
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+REQUEST_ID = re.compile(REQUEST_ID_PATTERN)
+REQUEST_ID_RULE = "letters, digits, '_', '.', ':' or '-' (at most 128, a letter or digit first)"
+
+
+def is_request_id(value: str) -> bool:
+    return REQUEST_ID.search(value) is not None
+
+
 # An override key: names joined by '.', none empty (airvisor.profile's rule for overrides).
 OVERRIDE_KEY_PATTERN = r"^[^.]+(?:\.[^.]+)*$"
 OVERRIDE_KEY = re.compile(OVERRIDE_KEY_PATTERN)
@@ -144,6 +155,18 @@ class SubmitIn(BaseModel):
         description="Dotted profile keys to override, e.g. "
         '{"restart.max_restarts": 5}; what the profile does not take is a 422 naming the key.')
     start_mode: Literal["auto", "resume", "fresh"] = "auto"
+    request_id: str | None = Field(
+        default=None, json_schema_extra={"pattern": REQUEST_ID_PATTERN},
+        description="Names this submission (the CLI sends a uuid). A request id that already "
+        "created a run answers 200 with that run instead of starting another; GET "
+        "/submissions/{request_id} tells what became of it.")
+
+    @field_validator("request_id")
+    @classmethod
+    def _request_id(cls, value: str | None) -> str | None:
+        if value is not None and not is_request_id(value):
+            raise ValueError(f"a request id is {REQUEST_ID_RULE}")
+        return value
 
     @field_validator("profile")
     @classmethod
@@ -162,6 +185,18 @@ class SubmitIn(BaseModel):
             raise ValueError(f"override keys must be dotted names like restart.max_restarts, "
                              f"not {', '.join(map(repr, bad))}")
         return overrides
+
+
+class SubmissionOut(_Out):
+    """What became of a submission, by its request id."""
+
+    request_id: str
+    state: Literal["in_progress", "created", "refused"] = Field(
+        description="in_progress: the daemon is still checking it (no run yet); created: "
+        "`run_id` is its run; refused: no run was created, `detail` says why.")
+    run_id: str | None = Field(description="The run it created (state created).")
+    detail: str = Field(description="The state in words; for a refusal, the daemon's answer.")
+    status: int | None = Field(description="For a refusal, the HTTP status it was answered.")
 
 
 class GPUsOut(_Out):

@@ -20,7 +20,8 @@ class RunService(Protocol):
     # asks it, never signals it); set before adopt_on_boot.
     address: str | None
 
-    def submit(self, profile: Profile, *, start_mode: StartMode = "auto") -> RunRecord: ...
+    def submit(self, profile: Profile, *, start_mode: StartMode = "auto",
+               request_id: str | None = None) -> RunRecord: ...
 
     def request_stop(self, run_id: str) -> None: ...
 

@@ -54,7 +54,7 @@ from airvisor.profile import ProfileError
 from airvisor.profile._schema import Profile
 from airvisor.reaper import prepare_machine as reaper_prepare
 from airvisor.slurm import SlurmRunSupervisor, is_slurm_profile
-from airvisor.store import RunRecord, Store
+from airvisor.store import AlreadySubmitted, RunRecord, Store
 
 log = get_logger("airvisor.engine")
 
@@ -225,19 +225,29 @@ class RunManager:
             f"attempt {s.attempt}" for s in live)
 
     # -- commands (any thread) ---------------------------------------------------------------
-    def submit(self, profile: Profile, *, start_mode: StartMode = "auto") -> RunRecord:
+    def submit(self, profile: Profile, *, start_mode: StartMode = "auto",
+               request_id: str | None = None) -> RunRecord:
         """Accept a run; it proceeds on the main loop's ticks.
 
         A profile not yet bound to prime-rl's resolution is checked first exactly as `airvisor
         check` / `start` check it (prime-rl's own validation, airvisor's checks, this machine):
         raises ProfileError listing the problems, or RunConflict.
+
+        `request_id` names the submission (the CLI sends one): when it already created a run,
+        raises AlreadySubmitted with that run before any check or change, so a client that
+        timed out and submits again gets its run, not a second one.
         """
+        if request_id is not None and (done := self.store.run_by_request(request_id)):
+            raise AlreadySubmitted(done)
         if profile.resolved is None:
             prepared = prepare_run(profile)
             if prepared.problems:
                 raise ProfileError(prepared.problems)
             profile = prepared.profile
         with self._lock:
+            # Again under the lock: the same request may have come twice at once.
+            if request_id is not None and (done := self.store.run_by_request(request_id)):
+                raise AlreadySubmitted(done)
             self._check_conflicts(profile)
             run_dir = Path(profile.run.output_dir or ".")
             self._prepare_run_dir(profile, run_dir, start_mode)
@@ -250,6 +260,7 @@ class RunManager:
                 profile_path=str(profile.source) if profile.source else None,
                 profile=profile.model_dump(mode="json"), run_dir=str(run_dir),
                 gpus=sorted(profile_gpus(profile)), supervisor_pid=self._pid,
+                request_id=request_id,
             )
             self._claim(run_id)
             supervisor = self._new_supervisor(run_id, profile)

@@ -21,7 +21,7 @@ from airvisor.policy._event_levels import event_log_level
 from airvisor.stacks._model import ProcessStacks, StackCapture, Target
 from airvisor.stacks._pyspy import Dump, dump_process, find_py_spy, source_line
 from airvisor.stacks._targets import live_targets
-from airvisor.stacks._verdict import verdict
+from airvisor.stacks._verdict import summary, verdict
 
 log = get_logger("airvisor.stacks")
 
@@ -72,7 +72,7 @@ def capture(targets: Sequence[Target], *, run_id: str, attempt: int,
         processes.append(stacks.model_copy(update={"verdict": verdict(stacks, source_line)}))
     return StackCapture(run_id=run_id, attempt=attempt, reason=reason, taken_at=wall,
                         seconds=round(time.monotonic() - started, 3), processes=processes,
-                        notes=notes)
+                        summary=summary(processes, source_line), notes=notes)
 
 
 # -- the run's processes (from the store) ------------------------------------------------------
@@ -148,7 +148,8 @@ def read_capture(attempt_dir: Path) -> StackCapture | None:
 # -- before the kill of a hung attempt ---------------------------------------------------------
 def event_message(result: StackCapture) -> str:
     lines = result.verdicts or result.notes or ["nothing to look at"]
-    return "stacks before the stall kill: " + "; ".join(lines)
+    across = f"{result.summary}. Each process: " if result.summary else ""
+    return "stacks before the stall kill: " + across + "; ".join(lines)
 
 
 def stacks_before_kill(store: Any, run_id: str, attempt: int, attempt_dir: Path, *,
@@ -167,11 +168,13 @@ def stacks_before_kill(store: Any, run_id: str, attempt: int, attempt_dir: Path,
         message = event_message(result)
         store.add_event(run_id, EVENT_KIND, message, data={
             "attempt": attempt, "verdicts": result.verdicts, "notes": result.notes,
+            "summary": result.summary,
             "dir": str(directory) if directory is not None else None,
             "seconds": result.seconds})
         # With the attempt too: `airvisor status` shows where each process was under the
         # attempt's row long after the event has left the recent events.
-        store.merge_attempt_details(run_id, attempt, stacks=list(result.verdicts))
+        store.merge_attempt_details(run_id, attempt, stacks=list(result.verdicts),
+                                    stacks_summary=result.summary)
         log.log(event_log_level(EVENT_KIND, message), message, run=run_id, kind=EVENT_KIND)
         return result
     except Exception as exc:  # never in the way of the recovery

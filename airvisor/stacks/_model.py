@@ -76,6 +76,10 @@ class StackCapture(_Frozen):
     taken_at: float = Field(description="Wall-clock time (Unix seconds) the look began.")
     seconds: float = Field(description="How long the look took.")
     processes: list[ProcessStacks] = Field(default_factory=list)
+    summary: str | None = Field(default=None,
+                                description="One line across the trainer's ranks: which wait in "
+                                            "which collective or GPU sync, which is elsewhere "
+                                            "(the odd one out); none for fewer than two ranks.")
     notes: list[str] = Field(default_factory=list,
                              description="What kept it from looking at all (py-spy missing, "
                                          "no live process).")

@@ -185,6 +185,8 @@ def dump_process(pid: int, *, timeout: float, native: bool = True,
     errors: list[str] = []
     stopped = state(pid) in STOPPED_STATES
     while attempts:
+        if errors and not stopped:  # (a stop sent just before the look lands a moment later)
+            stopped = state(pid) in STOPPED_STATES or "SIGSTOP" in errors[-1]
         extra = attempts.pop(0)
         left = deadline - time.monotonic()
         if left <= 0.05:

@@ -45,6 +45,8 @@ GPU = "waiting on the GPU in"
 # Said before the rest: a stopped process's frames are where it stopped.
 STOPPED = "stopped (SIGSTOP or a tracer)"
 RUNNING = "at"
+NATIVE = "in native code"
+NO_FRAMES = "no frames"
 
 # (filename, line) -> that line of the source, or None where it cannot be read.
 SourceReader = Callable[[str, int], str | None]
@@ -223,12 +225,23 @@ def _under(frames: Sequence[Frame], index: int) -> Frame | None:
     return None
 
 
-def _phrase(kind: str, frames: Sequence[Frame], index: int) -> str:
+@dataclass(frozen=True)
+class Where:
+    """Where a thread is: the kind of wait, what it waits in (a function, `.item()`), the
+    collective issued before a GPU wait, and the whole phrase."""
+
+    kind: str
+    what: str
+    text: str
+    after: str | None = None
+
+
+def _phrase(kind: str, frames: Sequence[Frame], index: int) -> Where:
     text = f"{kind} {_where(frames[index])}"
     under = _under(frames, index)
     if under is not None:
         text += f" under {under.short}:{under.line}"
-    return text
+    return Where(kind, frames[index].name.rsplit(".", 1)[-1], text)
 
 
 def _indent(text: str) -> int:
@@ -276,7 +289,7 @@ def collective_before(frame: Frame, source: SourceReader | None) -> str | None:
 
 
 def _gpu_wait(frames: Sequence[Frame], python: Sequence[int],
-              source: SourceReader | None) -> str | None:
+              source: SourceReader | None) -> Where | None:
     """The GPU wait the frames show, phrased, or None. Looked for between the innermost frame
     and the program's own innermost frame (a synchronize deep inside a library counts too)."""
     first_own = next((i for i in python if not is_library(frames[i])), len(frames))
@@ -308,28 +321,36 @@ def _gpu_wait(frames: Sequence[Frame], python: Sequence[int],
             return None
         op = f".{match.group(1)}()" if match.group(1) else "synchronize()"
     if py_index is not None:
+        what = frames[py_index].name.rsplit(".", 1)[-1]
         text = f"{GPU} {frames[py_index].name} ({frames[py_index].short}:" \
                f"{frames[py_index].line}" + (f"; {cuda})" if cuda else ")")
     else:
+        what = op or str(cuda)
         text = f"{GPU} {op} ({cuda})" if op and cuda else f"{GPU} {op or cuda}"
         if op is None and called is not None:
             text += f" ({called})"
+    after = collective_before(own, source) if own is not None else None
+    if after is not None:
+        text += f" after {after}"
     if own is not None:
-        after = collective_before(own, source)
-        if after is not None:
-            text += f" after {after}"
         text += f" under {own.short}:{own.line}"
-    return text
+    return Where(GPU, what, text, after.split(" ", 1)[0] if after else None)
 
 
 def describe_frames(frames: Sequence[Frame], source: SourceReader | None = None) -> str:
     """Where a thread is, from its frames (innermost first); `source` reads the program's
     source lines (the collective before a GPU wait), where it can."""
+    return where_of(frames, source).text
+
+
+def where_of(frames: Sequence[Frame], source: SourceReader | None = None) -> Where:
+    """`describe_frames`, with the parts the summary across ranks compares."""
     python = [i for i, f in enumerate(frames) if not f.native]
     if not python:
         if frames:
-            return f"in native code {frames[0].name} (no Python frame)"
-        return "no frames (the thread is starting or ending)"
+            return Where(NATIVE, frames[0].name,
+                         f"in native code {frames[0].name} (no Python frame)")
+        return Where(NO_FRAMES, "", "no frames (the thread is starting or ending)")
     # A collective anywhere in the stack explains everything below it (a futex, a poll).
     dist = [i for i in python if _is_torch_distributed(frames[i])]
     if dist:
@@ -377,4 +398,77 @@ def verdict(stacks: ProcessStacks, source: SourceReader | None = None) -> str:
     text = f"{label}: {stopped}{describe_frames(thread.frames, source)}"
     if stacks.note:
         text += f" ({stacks.note})"
+    return text
+
+
+# -- across ranks ------------------------------------------------------------------------------
+_WAITING = (COLLECTIVE, GPU)  # waiting on the other ranks, directly or through the GPU
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    ordered = sorted(ranks)
+    if len(ordered) == 1:
+        return f"rank {ordered[0]}"
+    if ordered == list(range(ordered[0], ordered[-1] + 1)) and len(ordered) > 2:
+        return f"ranks {ordered[0]}-{ordered[-1]}"
+    return "ranks " + ", ".join(map(str, ordered))
+
+
+def summary(processes: Sequence[ProcessStacks], source: SourceReader | None = None,
+            component: str = "trainer") -> str | None:
+    """One line across the ranks of `component` (None for fewer than two): which ranks wait in
+    which collective or GPU sync, and which are elsewhere; where some wait on their peers, the
+    ranks elsewhere (a stopped one, one with no stacks, one in its own code) are the usual
+    culprit, and a lone one is called the odd one out.
+
+        trainer rank 0 waiting on the GPU in synchronize after all_reduce; rank 1 is
+        elsewhere (the odd one out): sleeping in stop_calling_all_reduce (train.py:22)
+    """
+    ranked = sorted((p for p in processes
+                     if p.target.component == component and p.target.rank is not None),
+                    key=lambda p: p.target.rank or 0)
+    if len(ranked) < 2:
+        return None
+    groups: dict[tuple[str, str, str | None], list[int]] = {}
+    texts: dict[int, str] = {}
+    for stacks in ranked:
+        rank = stacks.target.rank or 0
+        thread = main_thread(stacks)
+        where = where_of(thread.frames, source) if thread is not None else None
+        if stacks.stopped:
+            key: tuple[str, str, str | None] = (STOPPED, "", None)
+            texts[rank] = STOPPED + (f", while {where.text}" if where is not None else "")
+        elif where is None:
+            key, texts[rank] = ("no stacks", "", None), f"no stacks ({stacks.note or '?'})"
+        else:
+            key, texts[rank] = (where.kind, where.what, where.after), where.text
+        groups.setdefault(key, []).append(rank)
+
+    def short(key: tuple[str, str, str | None]) -> str:
+        kind, what, after = key
+        return f"{kind} {what}".rstrip() + (f" after {after}" if after else "")
+
+    waiting = {k: v for k, v in groups.items() if k[0] in _WAITING}
+    elsewhere = sorted(r for k, v in groups.items() if k[0] not in _WAITING for r in v)
+    if len(groups) == 1:
+        ((key, ranks),) = groups.items()
+        return f"{component} all {len(ranks)} ranks {short(key)}"
+    if not waiting:
+        # Nobody waits on a peer: a lone rank apart from all the others is still the odd one.
+        parts = [f"{_ranks_text(v)} {short(k)}" for k, v in groups.items()]
+        lone = [v[0] for v in groups.values() if len(v) == 1]
+        text = f"{component} " + "; ".join(parts)
+        if len(groups) == 2 and len(lone) == 1 and len(ranked) > 2:
+            text += f"; rank {lone[0]} is the odd one out: {texts[lone[0]]}"
+        return text
+    parts = [f"{_ranks_text(v)} {short(k)}" for k, v in waiting.items()]
+    text = f"{component} " + "; ".join(parts)
+    collectives = {k[1] if k[0] == COLLECTIVE else k[2] for k in waiting} - {None}
+    if len(collectives) > 1:
+        text += " (not the same collective: a mismatch)"
+    if len(elsewhere) == 1:
+        text += f"; rank {elsewhere[0]} is elsewhere (the odd one out): {texts[elsewhere[0]]}"
+    elif elsewhere:
+        text += f"; {_ranks_text(elsewhere)} are elsewhere: " + "; ".join(
+            f"rank {r} {texts[r]}" for r in elsewhere)
     return text

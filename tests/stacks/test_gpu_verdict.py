@@ -15,7 +15,7 @@ import pytest
 
 from airvisor.stacks import ProcessStacks, Target, parse_dump, verdict
 from airvisor.stacks._model import Frame
-from airvisor.stacks._verdict import collective_before, describe_frames
+from airvisor.stacks._verdict import collective_before, describe_frames, summary
 
 GPU_DIR = Path(__file__).resolve().parent / "recorded" / "gpu"
 RECORDED: dict[str, Any] = json.loads((GPU_DIR / "dumps.json").read_text())
@@ -146,3 +146,67 @@ def test_the_collective_before(text: str, line: int, expected: str | None) -> No
 def test_a_plain_dump_reads_the_wait_in_the_source_line(code: str, expected: str) -> None:
     frame = Frame(name="step", filename="/x/train.py", short="train.py", line=9, code=code)
     assert describe_frames([frame]) == expected
+
+
+# -- the line across ranks ---------------------------------------------------------------------
+def _ranks(variant: str, run: str = "native") -> list[ProcessStacks]:
+    return [code_from_train(stacks_of(variant, rank, run)) for rank in (0, 1)]
+
+
+@pytest.mark.parametrize(("variant", "expected"), [
+    ("synchronize", "trainer rank 0 waiting on the GPU in synchronize after all_reduce; rank 1 "
+                    "is elsewhere (the odd one out): sleeping in stop_calling_all_reduce "
+                    "(nccl_train.py:22)"),
+    ("item", "trainer rank 0 waiting on the GPU in .item(); rank 1 is elsewhere (the odd one "
+             "out): sleeping in stop_calling_all_reduce (nccl_train.py:22)"),
+    ("barrier", "trainer rank 0 blocked in barrier; rank 1 is elsewhere (the odd one out): "
+                "sleeping in stop_calling_all_reduce (nccl_train.py:22)"),
+])
+def test_the_summary_names_the_rank_elsewhere(variant: str, expected: str) -> None:
+    assert summary(_ranks(variant), source) == expected
+
+
+def test_a_stopped_rank_is_the_odd_one_even_inside_the_collective() -> None:
+    """The recorded SIGSTOP: rank 1 was stopped inside the barrier rank 0 waits in."""
+    rank0 = code_from_train(stacks_of("sigstop", 0, "native"))
+    rank1 = code_from_train(stacks_of("sigstop", 1, "plain_nonblocking")).model_copy(
+        update={"stopped": True})
+    assert summary([rank1, rank0], source) == (
+        "trainer rank 0 blocked in barrier; rank 1 is elsewhere (the odd one out): stopped "
+        "(SIGSTOP or a tracer), while blocked in barrier (torch/distributed/distributed_c10d.py:"
+        "5030) under nccl_train.py:56")
+    assert verdict(rank1, source).startswith("trainer rank 1: stopped (SIGSTOP or a tracer), "
+                                             "while blocked in barrier (")
+
+
+def _as_rank(stacks: ProcessStacks, rank: int, component: str = "trainer") -> ProcessStacks:
+    return stacks.model_copy(update={"target": Target(pid=100 + rank, component=component,
+                                                      rank=rank)})
+
+
+def test_the_summary_across_more_ranks() -> None:
+    waiting = code_from_train(stacks_of("synchronize", 0, "native"))
+    in_reduce = code_from_train(stacks_of("sigstop", 1, "plain_nonblocking"))
+    sleeping = code_from_train(stacks_of("synchronize", 1, "native"))
+    gone = ProcessStacks(target=Target(pid=9, component="trainer", rank=3), note="pid 9 is gone")
+    # All alike: no odd one.
+    assert summary([_as_rank(waiting, r) for r in range(4)], source) == (
+        "trainer all 4 ranks waiting on the GPU in synchronize after all_reduce")
+    # Two ranks elsewhere: both named, neither "the" odd one.
+    assert summary([_as_rank(waiting, 0), _as_rank(waiting, 1), _as_rank(sleeping, 2), gone],
+                   source) == (
+        "trainer ranks 0, 1 waiting on the GPU in synchronize after all_reduce; ranks 2, 3 are "
+        "elsewhere: rank 2 sleeping in stop_calling_all_reduce (nccl_train.py:22); rank 3 no "
+        "stacks (pid 9 is gone)")
+    # Waiting in different collectives: a mismatch.
+    assert summary([_as_rank(waiting, 0), _as_rank(in_reduce, 1)], source) == (
+        "trainer rank 0 waiting on the GPU in synchronize after all_reduce; rank 1 blocked in "
+        "barrier (not the same collective: a mismatch)")
+    # Nobody waits on a peer: a lone rank apart from the rest is still the odd one.
+    assert summary([_as_rank(sleeping, 0), _as_rank(sleeping, 1), _as_rank(gone, 2)],
+                   source) == (
+        "trainer ranks 0, 1 sleeping in stop_calling_all_reduce; rank 2 no stacks; rank 2 is "
+        "the odd one out: no stacks (pid 9 is gone)")
+    # One rank, or none: its verdict says it all; other components do not count.
+    assert summary([_as_rank(waiting, 0), _as_rank(sleeping, 1, "orchestrator")]) is None
+    assert summary([]) is None

@@ -8,9 +8,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from airvisor.stacks import (
@@ -179,6 +181,8 @@ def test_a_stopped_process_is_read_without_pausing_it(sleeper: subprocess.Popen[
     ("unexpected waitpid result PtraceEvent(... SIGSTOP ...)"); read again without pausing,
     the process has stacks, says it is stopped, and keeps py-spy's whole error."""
     os.kill(sleeper.pid, signal.SIGSTOP)
+    while psutil.Process(sleeper.pid).status() != psutil.STATUS_STOPPED:
+        time.sleep(0.01)  # the stop is delivered asynchronously
     try:
         result = capture([Target(pid=sleeper.pid, component="trainer", rank=1)], run_id="r",
                          attempt=1, reason="stall", budget=10)
@@ -189,8 +193,9 @@ def test_a_stopped_process_is_read_without_pausing_it(sleeper: subprocess.Popen[
     thread = main_thread(process)
     assert thread is not None, process.note
     assert "stuck_here" in [f.name for f in thread.frames]
-    assert process.verdict.startswith(
-        "trainer rank 1: stopped (SIGSTOP or a tracer), while sleeping in stuck_here (")
+    # (Read without pausing, py-spy's line number may lag: the kind of wait is not asserted.)
+    assert process.verdict.startswith("trainer rank 1: stopped (SIGSTOP or a tracer), while ")
+    assert "stuck_here (" in process.verdict
     assert process.note is not None and "read without pausing it" in process.note
     # Each failed read is kept whole: py-spy's cause is there, not cut at 3 lines.
     assert process.errors and all("--pid" in e for e in process.errors)
