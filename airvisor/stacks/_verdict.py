@@ -321,7 +321,7 @@ def _gpu_wait(frames: Sequence[Frame], python: Sequence[int],
             return None
         op = f".{match.group(1)}()" if match.group(1) else "synchronize()"
     if py_index is not None:
-        what = frames[py_index].name.rsplit(".", 1)[-1]
+        what = frames[py_index].name
         text = f"{GPU} {frames[py_index].name} ({frames[py_index].short}:" \
                f"{frames[py_index].line}" + (f"; {cuda})" if cuda else ")")
     else:
