@@ -58,6 +58,7 @@ from airvisor.primerl import (
     PreparedAttempt,
     child_failure_from_line,
     milestone_from_log_line,
+    plan_ahead,
     prepare_attempt,
     prepare_run,
     run_layout,
@@ -86,6 +87,10 @@ FINISH_TIMEOUT = 150.0  # seconds for the launcher to exit once training has fin
 # a short run's members may live for a second only.
 MEMBER_SCAN_INTERVAL = 0.25
 MEMBER_RESCAN_INTERVAL = 60.0  # once inference, trainer and orchestrator are found
+# Seconds between looks ahead at the next attempt's resolution (issue 30 item 4): a look is a
+# checkpoint listing and a hash; prime-rl resolves only when a newer checkpoint completed (a
+# real run's come minutes apart).
+PLAN_AHEAD_INTERVAL = 10.0
 ADOPT_CATCH_UP_LINES = 200  # of each log's end, read when a live attempt is adopted
 
 
@@ -303,6 +308,7 @@ class RunSupervisor(SupervisorCore):
         self._keep_next = False
         self._keeping = False  # the stop under way spares the kept server
         self._prl_run_id: str | None = None
+        self._next_plan_ahead = 0.0  # when to look ahead at the next attempt's plan again
 
     def _on_terminal(self) -> None:
         for view in self.views.values():
@@ -1073,6 +1079,7 @@ class RunSupervisor(SupervisorCore):
     def _watch(self, now: float) -> None:
         self._poll_adopted()
         self._read_progress(now)
+        self._plan_next_attempt(now)
         if self._check_rollouts():
             return
         if self.mode == "launcher" and now >= self._next_member_scan:
@@ -1123,6 +1130,16 @@ class RunSupervisor(SupervisorCore):
                 return TaskOutcome(changes, _pool_status(pool))
 
             self._run_task(Task.CONTAINERS, check)
+
+    def _plan_next_attempt(self, now: float) -> None:
+        """Have prime-rl resolve, ahead and on its own worker, the attempt a failure now would
+        launch (the newest complete checkpoint's): the preflight then finds it done. Looked at
+        every PLAN_AHEAD_INTERVAL while the attempt lives: a look whose inputs (checkpoint,
+        profile, config files, hashed) are unchanged resolves nothing."""
+        if self.layout is None or now < self._next_plan_ahead:
+            return
+        self._next_plan_ahead = now + PLAN_AHEAD_INTERVAL
+        plan_ahead(self.profile, self.layout, split=self.profile.restart.scope == "auto")
 
     def _poll_adopted(self) -> None:
         for handle in self.components.values():

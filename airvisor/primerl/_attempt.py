@@ -15,7 +15,8 @@ from typing import Any
 from airvisor.policy import ResumeChoice, choose_resume_step
 from airvisor.primerl._adapters import AttemptPlan, run_layout
 from airvisor.primerl._layout import RunLayout
-from airvisor.primerl._prepare import prepare_run
+from airvisor.primerl._planahead import PLANS, resolution_key
+from airvisor.primerl._prepare import prepare_run, resolve_in_scratch
 from airvisor.profile._schema import Profile
 
 # Free space the state directory needs for an attempt's logs before it is launched.
@@ -122,6 +123,24 @@ def prepare_attempt(profile: Profile, layout: RunLayout | None, *, number: int,
         summary += f"; the earlier launch's logs kept in {attempt_dir / 'previous-logs'}"
     return PreparedAttempt(number, choice, prepared.plan, prepared.profile, summary,
                            kept_logs=tuple(moved_logs.items()))
+
+
+def plan_ahead(profile: Profile, layout: RunLayout, *, split: bool) -> bool:
+    """Have prime-rl resolve the attempt a failure now would launch (the newest complete
+    checkpoint's resume step, `prepare_attempt`'s inputs exactly), on the plan-ahead worker:
+    the preflight then finds it done (issue 30 item 4). Nothing when it is already known or
+    training is complete. True when queued."""
+    def job() -> None:
+        choice = choose_resume(layout)
+        if training_complete(choice.step, profile.run.max_steps):
+            return
+        key = resolution_key(profile, resume_step=choice.step, split=split, environ=None)
+        if key is None or key in PLANS:
+            return
+        PLANS.resolve(key, lambda: resolve_in_scratch(profile, resume_step=choice.step,
+                                                      environ=None, split=split))
+
+    return PLANS.warm(job)
 
 
 def choose_resume(layout: RunLayout) -> ResumeChoice:

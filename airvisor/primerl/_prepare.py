@@ -17,6 +17,7 @@ from airvisor.primerl._adapters import (
     resolve_profile,
 )
 from airvisor.primerl._layout import FIRST_RESUMABLE_STEP, resume_step_refusal
+from airvisor.primerl._planahead import PLANS, resolution_key
 from airvisor.primerl._resolve import Resolution, ResolveError
 from airvisor.profile import Problem, Profile, check_profile, semantic_problems
 from airvisor.profile._checks import profile_where
@@ -109,6 +110,15 @@ def _user_resume_problems(profile: Profile, resolution: Resolution,
         "earlier run, start with `airvisor start --resume`")]
 
 
+def resolve_in_scratch(profile: Profile, *, resume_step: int | None,
+                       environ: Mapping[str, str] | None, split: bool) -> Resolution:
+    """prime-rl's resolution of the profile, its overrides file written to a temporary
+    directory that is gone after."""
+    with tempfile.TemporaryDirectory(prefix="airvisor-plan-") as scratch:
+        return resolve_profile(profile, resume_step=resume_step, scratch=Path(scratch),
+                               environ=environ, split=split)
+
+
 def prepare_run(
     profile: Profile,
     *,
@@ -128,12 +138,14 @@ def prepare_run(
         return PreparedRun(profile, None, None, problems)
     names = list(container_names) if container_names is not None else [
         f"<container-{i + 1}>" for i in range(profile.containers.count)]
-    with tempfile.TemporaryDirectory(prefix="airvisor-plan-") as scratch:
-        try:
-            resolution = resolve_profile(profile, resume_step=resume_step,
-                                         scratch=Path(scratch), environ=environ, split=split)
-        except ResolveError as exc:
-            return PreparedRun(profile, None, None, exc.problems)
+    try:
+        # Computed ahead when the supervisor saw the checkpoint complete (primerl/_planahead).
+        resolution = PLANS.resolve(
+            resolution_key(profile, resume_step=resume_step, split=split, environ=environ),
+            lambda: resolve_in_scratch(profile, resume_step=resume_step, environ=environ,
+                                       split=split))
+    except ResolveError as exc:
+        return PreparedRun(profile, None, None, exc.problems)
     bound = bind(profile, resolution)
     problems = component_mode_problems(bound, resolution)
     problems += _user_resume_problems(profile, resolution, resume_step)
