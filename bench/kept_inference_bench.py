@@ -39,9 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _recovery_timeline import LAUNCHED, Recovery, RecoveryClock, drive, recovery_of, report
 
-from airvisor.engine import RunManager
+from airvisor.engine import RunManager, _supervisor
 from airvisor.engine._supervisor import RunSupervisor
 from airvisor.policy import RunState
+from airvisor.primerl import choose_resume
+from airvisor.primerl._planahead import PLANS, resolution_key
 from airvisor.profile import load_profile
 from airvisor.store import Store
 from tests.engine.conftest import demo_profile_dict, write_profile
@@ -92,6 +94,17 @@ def inference_pid(sup: RunSupervisor) -> int | None:
         if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
             return conn.pid
     return None
+
+
+def planned_ahead(sup: RunSupervisor) -> bool:
+    """The resolution a relaunch now would use is known (issue 30 item 4): in a real run a
+    checkpoint completes minutes before a failure, and the supervisor has prime-rl resolve its
+    relaunch ahead; the bench's run checkpoints every few seconds, so each kill waits for it."""
+    if sup.layout is None:
+        return False
+    key = resolution_key(sup.profile, resume_step=choose_resume(sup.layout).step,
+                         split=sup.profile.restart.scope == "auto", environ=None)
+    return key in PLANS
 
 
 def one_run(tmp: Path, scope: str, startup_delay: float, kills: int,
@@ -151,12 +164,13 @@ def _kills(manager: RunManager, sup: RunSupervisor, store: Store, clock: Recover
         def training(n: int = n, since: float = relaunched) -> bool:
             return bool(sup.attempt == n and sup.state == RunState.RUNNING
                         and (sup.step or 0) >= 3 and sup.members.get("trainer")
-                        and time.time() - since > WINDOW + 1.0)
+                        and time.time() - since > WINDOW + 1.0 and planned_ahead(sup))
 
         def next_step(n: int = n) -> bool:
             return sup.attempt == n + 1 and sup._attempt_progress is not None
 
         drive(manager, training, "a training step", bound)
+        PLANS.wait_idle(bound)
         pid = sup.members["trainer"]
         server_before = inference_pid(sup)
         events = store.events(sup.run_id, after_id=0, limit=100000)
@@ -191,6 +205,7 @@ def main() -> int:
                              f"scripts/setup_vllm_cpu.sh, default {VLLM_VENV}); "
                              "--startup-delay is then unused")
     args = parser.parse_args()
+    _supervisor.PLAN_AHEAD_INTERVAL = 0.5  # (see planned_ahead)
     if args.real_vllm is not None and not (args.real_vllm / "tiny-model").is_dir():
         raise SystemExit(f"no vLLM venv with a tiny model at {args.real_vllm}: "
                          "scripts/setup_vllm_cpu.sh builds it")
