@@ -264,6 +264,8 @@ def reap_command(profile_ref: str | None, overrides: tuple[str, ...], pids: tupl
     if dry_run:
         return
     if not candidates and not leftovers.removed and not containers:
+        # Nothing to stop; what was left alone of a run still goes on that run's record.
+        _record(process_outcomes([], blocked, None))
         return
     if not yes:
         if not sys.stdin.isatty():
@@ -283,6 +285,7 @@ def reap_command(profile_ref: str | None, overrides: tuple[str, ...], pids: tupl
         click.echo("Processes (pid, command line, owner, reason):")
         for outcome in outcomes:
             click.echo(f"  {outcome.line()}")
+    _record(outcomes)
     if containers:
         containers, _, container_note = judge_containers(live, dry_run=False,
                                                          reap_all=reap_all)
@@ -296,6 +299,17 @@ def reap_command(profile_ref: str | None, overrides: tuple[str, ...], pids: tupl
         for s in report.kill.survivors:
             click.echo(f"  still alive: {s.pid} ({s.status}) {s.cmdline[:80]}", err=True)
         sys.exit(EXIT_FAILED)
+
+
+def _record(outcomes: list[Any]) -> None:
+    """Each run's part of this reap goes into that run's events (who ran it included); a run
+    no state dir knows is said to be so."""
+    # lazy: the reaper only for the commands that reap
+    from airvisor.reaper import record_reap, this_reaper
+
+    notes = record_reap(outcomes, this_reaper("airvisor reap"), own_state_dir=str(state_dir()))
+    for note in notes:
+        click.echo(note.text, err=note.recorded_in is None)
 
 
 def _print_kept_leftovers(kept: list[tuple[str, str]]) -> None:

@@ -33,6 +33,15 @@ from airvisor.reaper._reap import (
     process_outcomes,
     reap,
 )
+from airvisor.reaper._record import (
+    REAP_EVENT,
+    Reaper,
+    RecordNote,
+    RunOutcomes,
+    by_run,
+    record_reap,
+    this_reaper,
+)
 from airvisor.reaper._slurm import JobAsker, slurm_job_phases
 from airvisor.reaper._table import format_age, format_candidates
 from airvisor.reaper._verdict import (
@@ -50,6 +59,7 @@ from airvisor.reaper._verdict import (
 __all__ = [
     "KIND_LABELS",
     "PRIME_RL_SCRIPTS",
+    "REAP_EVENT",
     "BusyPort",
     "Candidate",
     "Discovery",
@@ -62,9 +72,13 @@ __all__ = [
     "ProcessOutcome",
     "ReapContext",
     "ReapReport",
+    "Reaper",
+    "RecordNote",
+    "RunOutcomes",
     "Verdict",
     "build_candidates",
     "busy_ports",
+    "by_run",
     "classify",
     "default_context",
     "discover",
@@ -88,10 +102,12 @@ __all__ = [
     "profile_gpus",
     "profile_ports",
     "reap",
+    "record_reap",
     "remove_leftovers",
     "resolve_owners",
     "slurm_job_claims",
     "slurm_job_phases",
     "store_view",
     "supervisor_alive",
+    "this_reaper",
 ]

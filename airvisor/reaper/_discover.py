@@ -44,6 +44,9 @@ class Candidate:
     blocked_by: str | None = None  # set on processes left alone (not ours, a safety rule)
     cgroup: str | None = None  # the airvisor run cgroup it sits in (relative to the hierarchy)
     owner: str = ""  # whose it is, in words ("airvisor run R", "Slurm job 12 (running ...)")
+    # The airvisor run it belongs to and that airvisor's state dir (see Verdict).
+    run_id: str | None = None
+    run_state_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,8 @@ def build_candidates(
             marker_run_id=f.marker.run_id if f.marker else None,
             blocked_by=j.verdict.blocked_by,
             cgroup=f.cgroup if f.cgroup_run is not None else None,
-            owner=j.verdict.owner,
+            owner=j.verdict.owner, run_id=j.verdict.run_id,
+            run_state_dir=j.verdict.run_state_dir,
         ))
         for child in sorted(kids.get(pid, ())):
             visit(child, depth + 1)

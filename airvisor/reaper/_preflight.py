@@ -24,6 +24,7 @@ from airvisor.gpu import (
     list_gpus,
     wait_for_free_memory,
 )
+from airvisor.proc._cgroup import own_state_dir
 from airvisor.profile._schema import Profile
 from airvisor.reaper._discover import Candidate, default_context, discover_all
 from airvisor.reaper._reap import (
@@ -35,6 +36,7 @@ from airvisor.reaper._reap import (
     process_outcomes,
     reap,
 )
+from airvisor.reaper._record import record_reap, this_reaper
 from airvisor.reaper._slurm import JobAsker
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
@@ -182,9 +184,16 @@ def prepare_machine(
                       spare=own_pids)
         busy = reaped.busy_ports
         outcomes = process_outcomes(candidates, left_alone, reaped.kill)
+        # The runs the processes belong to get it on their record too (this run's own are in
+        # its events through `log`).
+        by = this_reaper(f"the preflight of run {run_id}")
+        recorded = record_reap(outcomes, by, own_state_dir=own_state_dir(),
+                               skip_runs=(run_id,) if log is not None else ())
         if log is not None and outcomes:
             log("reaper.processes", {"message": outcomes_message(outcomes),
-                                     "processes": [o.as_dict() for o in outcomes]})
+                                     "processes": [o.as_dict() for o in outcomes],
+                                     "by": by.as_dict(),
+                                     "recorded": [note.text for note in recorded]})
     else:
         busy = busy_ports(ports)
 

@@ -70,12 +70,16 @@ class ProcessOutcome:
     reason: str
     action: str  # "stopped" (SIGTERM), "killed" (SIGKILL), "survived", "would stop", "left"
     why_left: str | None = None
+    run_id: str | None = None  # the airvisor run it belongs to (whose events record it)
+    run_state_dir: str | None = None  # that run's airvisor (None: unknown)
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"pid": self.pid, "command": self.command, "owner": self.owner,
                                 "reason": self.reason, "action": self.action}
         if self.why_left is not None:
             data["why_left"] = self.why_left
+        if self.run_id is not None:
+            data["run_id"] = self.run_id
         return data
 
     def line(self, command_width: int = 100) -> str:
@@ -110,10 +114,12 @@ def process_outcomes(
             action = "stopped"
         else:
             action = "gone"  # exited before the kill reached it
-        found.append(ProcessOutcome(c.pid, c.command, c.owner, c.reason, action))
+        found.append(ProcessOutcome(c.pid, c.command, c.owner, c.reason, action,
+                                    run_id=c.run_id, run_state_dir=c.run_state_dir))
     for c in left:
         found.append(ProcessOutcome(c.pid, c.command, c.owner, c.reason, "left",
-                                    c.blocked_by))
+                                    c.blocked_by, run_id=c.run_id,
+                                    run_state_dir=c.run_state_dir))
     return found
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from airvisor.proc._argv import PRIME_RL_SCRIPTS, parse_program
 from airvisor.proc._facts import ProcessFacts
@@ -178,6 +178,10 @@ class Verdict:
     # Whose process it is, in words: "airvisor run R", "Slurm job 12", "nobody (not started by
     # airvisor)", ... (recorded with every process a reap stops or leaves).
     owner: str = ""
+    # The airvisor run it belongs to, and that airvisor's state dir (None: unknown, a marker
+    # of an older airvisor): whose events a reap of it is recorded in.
+    run_id: str | None = None
+    run_state_dir: str | None = None
 
     @property
     def stale(self) -> bool:
@@ -459,7 +463,9 @@ def classify(facts: ProcessFacts, context: ReapContext) -> Verdict | None:
             and not context.allow_other_users:
         blocked = (f"belongs to user {facts.username or facts.uid} "
                    f"(set reaper.allow_other_users to include it)")
-    return Verdict(kind, reason, blocked, basis, owner)
+    return Verdict(kind, reason, blocked, basis, owner,
+                   run_id=own.run_id if own is not None else None,
+                   run_state_dir=own.state_dir if own is not None else None)
 
 
 @dataclass(frozen=True)
@@ -512,8 +518,9 @@ def judge_all(facts_by_pid: Mapping[int, ProcessFacts], context: ReapContext) ->
                       f"({KIND_LABELS[owner.verdict.kind]})")
             if facts.ppid == 1:
                 reason += "; orphaned (parent is init)"
-            stale[facts.pid] = Judged(facts, Verdict("mp-helper", reason, None, "relative",
-                                                     owner.verdict.owner))
+            stale[facts.pid] = Judged(facts, Verdict(
+                "mp-helper", reason, None, "relative", owner.verdict.owner,
+                run_id=owner.verdict.run_id, run_state_dir=owner.verdict.run_state_dir))
     blocked = _add_in_the_way_groups(context, stale, blocked)
     _add_uv_launchers(facts_by_pid, context, stale, blocked)
     return Judgement(stale=sorted(stale.values(), key=lambda j: j.facts.pid), blocked=blocked)
@@ -538,8 +545,8 @@ def _add_in_the_way_groups(context: ReapContext, stale: dict[int, Judged],
             continue
         reason = (f"{j.verdict.reason}; in the process group of pid {owner.facts.pid}, which "
                   f"is in the profile's way")
-        stale[j.facts.pid] = Judged(j.facts, Verdict(j.verdict.kind, reason, None, "relative",
-                                                     j.verdict.owner))
+        stale[j.facts.pid] = Judged(j.facts, replace(j.verdict, reason=reason, blocked_by=None,
+                                                     basis="relative"))
     return still
 
 
@@ -560,12 +567,12 @@ def _add_uv_launchers(facts_by_pid: Mapping[int, ProcessFacts], context: ReapCon
         reason = (f"{KIND_LABELS['uv-launcher']} of pid {judged.facts.pid} "
                   f"({KIND_LABELS['prime-rl']}): {judged.verdict.reason}")
         verdict = Verdict("uv-launcher", reason, judged.verdict.blocked_by,
-                          owner=judged.verdict.owner)
+                          owner=judged.verdict.owner, run_id=judged.verdict.run_id,
+                          run_state_dir=judged.verdict.run_state_dir)
         if verdict.stale and parent.uid != context.own_uid and not context.allow_other_users:
-            verdict = Verdict("uv-launcher", reason, f"belongs to user "
+            verdict = replace(verdict, blocked_by=f"belongs to user "
                               f"{parent.username or parent.uid} (set "
-                              f"reaper.allow_other_users to include it)",
-                              owner=judged.verdict.owner)
+                              f"reaper.allow_other_users to include it)")
         listed.add(parent.pid)
         if verdict.stale:
             stale[parent.pid] = Judged(parent, verdict)

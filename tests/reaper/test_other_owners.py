@@ -184,3 +184,12 @@ def test_the_engines_preflight_records_each_process_in_the_runs_events(
     assert left["action"] == "left" and left["owner"] == "nobody (not started by airvisor)"
     assert "not ours" in left["why_left"] and left["command"].startswith("vllm serve")
     assert f"pid {dead}" in event["message"] and f"pid {nobodys}" in event["message"]
+    # Who reaped, and the record in the stopped run's own events (issue 33 item 3).
+    assert event["data"]["by"]["what"] == "the preflight of run r-new"
+    assert event["data"]["by"]["uid"] == result["uid"]
+    assert event["data"]["recorded"] == ["recorded in run r-dead's events (state dir "
+                                         f"{tmp_path / 'state'})"]
+    [theirs] = result["dead_events"]
+    assert [p["pid"] for p in theirs["data"]["processes"]] == [dead]
+    assert theirs["data"]["by"]["what"] == "the preflight of run r-new"
+    assert "(reap: the preflight of run r-new, run by user" in theirs["message"]

@@ -64,6 +64,10 @@ def main() -> None:
         "alive": {"dead": planting.pid_alive(dead.root),
                   "nobodys": planting.pid_alive(nobodys.root)},
         "events": [{"message": e.message, "data": e.data} for e in events],
+        # The run whose process it stopped has it on its own record too.
+        "dead_events": [{"message": e.message, "data": e.data}
+                        for e in store.events("r-dead") if e.kind == "reap"],
+        "uid": os.getuid(),
     }
     p.cleanup()
     print(json.dumps(result))
