@@ -231,14 +231,16 @@ def test_not_confirmed_then_checked_with_status(api: Api, gated: GatedService) -
 
 
 def test_a_timed_out_submission_the_daemon_then_refuses(api: Api, gated: GatedService) -> None:
-    """The second run of the profile conflicts with the first (its GPUs, its output dir): the
-    daemon refuses it after the client gave up waiting; the lookup reports the refusal."""
+    """The second run of a profile conflicts with the first, still training (its output dir):
+    the daemon refuses it after the client gave up waiting; the lookup reports the refusal."""
+    endless = write_profile(api.profiles / "endless.toml",
+                            api_profile(api.tmp, "endless", max_steps=10**9))
     gated.gate.set()
-    code, out, err = cli(api, "start", PROFILE_NAME, "--request-id", "first")
+    code, out, err = cli(api, "start", str(endless), "--request-id", "first")
     assert code == 0, (out, err)
     gated.gate.clear()
     gated.waiting.clear()
-    start = Cli(api, "start", PROFILE_NAME, "--request-id", "second",
+    start = Cli(api, "start", str(endless), "--request-id", "second",
                 AIRVISOR_SUBMIT_TIMEOUT="1")
     wait_for(lambda: start.said("not confirmed"), "the CLI says the submission is not confirmed")
     gated.gate.set()
