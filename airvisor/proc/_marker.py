@@ -52,8 +52,21 @@ def parse_environ(raw: bytes) -> Marker | None:
 
 
 def environ_visible(raw: bytes) -> bool:
-    """Does the raw environ show anything? (setproctitle leaves only NUL bytes behind.)"""
-    return bool(raw.strip(b"\0"))
+    """Does the raw environ show the environment the process was started with, so that a
+    marker missing from it shows the process carries none?
+
+    Only when it reads as execve wrote it: consecutive `NAME=value` entries. Not when it is
+    empty (unreadable, a zombie), nor when a process title (setproctitle) was written over
+    it: setproctitle clears the area it takes, and how far that reaches depends on the
+    process (it stops at the first variable no longer in the original block), so a real
+    vLLM's `VLLM::EngineCore` still shows the tail of its original environment after a run of
+    NULs (or after the end of a long title), without the marker that stood before it. Such a
+    remnant is no evidence either way.
+    """
+    body = raw.rstrip(b"\0")
+    if not body or body.startswith(b"\0") or b"\0\0" in body:
+        return False
+    return b"=" in body.split(b"\0", 1)[0]
 
 
 def read_environ_marker(pid: int) -> tuple[Marker | None, bool]:
@@ -77,7 +90,8 @@ def infer_session_marker(
     is gone (vLLM's API server SIGKILLed) or its environment cannot be read, the session is
     the run's only if every member whose environment can be read carries that run's marker:
     one unmarked visible member (a login shell's job, say) and nothing is inferred. Members
-    with an unreadable or wiped environment (setproctitle) do not count either way.
+    with an unreadable or wiped environment (setproctitle, wholly or from its start: see
+    `environ_visible`) do not count either way.
     """
     if leader is not None and leader[1]:
         return leader[0]

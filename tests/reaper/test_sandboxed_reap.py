@@ -163,3 +163,57 @@ def test_real_vllm_supervised_in_the_fallback_is_reaped_after_its_server_dies(
     assert all(owner.startswith("airvisor run r-vllm") for _, _, owner in found.values()), found
     assert result["alive_after"] == [], result["summary"]
     assert result["bystander_alive"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(900)
+def test_real_vllm_with_a_marker_and_no_supervisor_is_reaped_and_recorded(
+        scenario: Any, vllm_venv: Path) -> None:
+    """Issue 33 item 2: a real vLLM started with a run's marker, without a supervisor (no
+    cgroup, no recorded tree). After a SIGKILL of its API server, the standalone `airvisor
+    reap` stops EngineCore, Worker and the resource tracker (the session the marked server
+    made, which only the tracker still shows to be the run's), records it in the run's events
+    (item 3), and leaves what merely looks like vLLM."""
+    result = scenario("vllm_unsupervised", str(vllm_venv), timeout=850)
+    if "error" in result:
+        raise AssertionError(result["error"])
+    orphans = {int(pid): cmd for pid, cmd in result["orphans"].items()}
+    engines = [pid for pid, cmd in orphans.items() if cmd.startswith("VLLM::EngineCore")]
+    workers = [pid for pid, cmd in orphans.items() if cmd.startswith("VLLM::Worker")]
+    assert engines and workers, orphans
+    # As the issue saw: retitled, a readable tail of the environment without the marker.
+    assert any(cmd.startswith("VLLM::EngineCore") for cmd in result["remnant_unmarked"]), \
+        result["remnant_unmarked"]
+    out = result["reap_out"]
+    assert result["reap_rc"] == 0, (out, result["reap_err"])
+    assert result["alive_after"] == [], out
+    lines = {int(line.split(" pid ", 1)[1].split()[0]): line.strip()
+             for line in out.splitlines() if " pid " in line and "owner:" in line}
+    for pid in engines + workers:
+        assert lines[pid].startswith(("stopped pid", "killed pid")), lines[pid]
+        assert "marker of its session: run r-vllm-alone" in lines[pid]
+    # What can't be shown to be the run's is left.
+    assert result["decoys_alive"] == {"lone-engine": True, "mixed-worker": True,
+                                      "mixed-unmarked": True}, out
+    for role, title in (("lone-engine", "VLLM::EngineCore"), ("mixed-worker", "VLLM::Worker")):
+        line = lines[result["decoys"][role]]
+        assert line.startswith("left pid") and f"[{title}" in line and "not ours" in line, line
+    # A process that shows the run's marker itself is the run's, whatever its session.
+    assert result["marked_sleeper_alive"] is False
+    # The reap is on the run's record: each process, its owner and reason, and who reaped.
+    [event] = [e for e in result["events"] if e["kind"] == "reap"]
+    recorded = {p["pid"]: p for p in event["data"]["processes"]}
+    assert set(orphans) | {result["marked_sleeper"]} <= set(recorded), event
+    for pid in orphans:
+        assert recorded[pid]["action"] in ("stopped", "killed")
+        assert recorded[pid]["owner"].startswith("airvisor run r-vllm-alone")
+        assert "r-vllm-alone" in recorded[pid]["reason"]
+        assert recorded[pid]["command"] == orphans[pid][:len(recorded[pid]["command"])]
+    by = event["data"]["by"]
+    assert by["what"] == "airvisor reap" and by["uid"] == result["uid"] and by["pid"] > 1
+    assert f"run by user {by['user']} (uid {by['uid']}) as pid {by['pid']}" in event["message"]
+    assert "recorded in run r-vllm-alone's events" in out
+    # A run no state dir knows: left, and the reap says so.
+    assert result["ghost_alive"] is True
+    assert "run r-ghost is known to no airvisor state dir" in result["reap_err"]
