@@ -36,6 +36,7 @@ from airvisor.core import (
 from airvisor.engine._members import launcher_members
 from airvisor.engine._probe import InferenceProber, inference_base_url
 from airvisor.engine._rollouts import RolloutWatcher, event_of
+from airvisor.engine._takeover import component_alive
 from airvisor.policy import Phase, StallRule, stalled_for
 from airvisor.policy._rollouts import NeedsPerson
 from airvisor.policy._scope import InferenceHealth, ScopeDecision
@@ -70,7 +71,7 @@ from airvisor.primerl._split import (
     resolve_split,
     split_of,
 )
-from airvisor.proc import ProcessIdentity, containment, launch
+from airvisor.proc import ProcessIdentity, containment, identity_of, launch
 from airvisor.proc._deathwatch import Death, DeathWatch
 from airvisor.proc._serverhealth import probe_kept_server
 from airvisor.profile._schema import Profile
@@ -662,6 +663,8 @@ class RunSupervisor(SupervisorCore):
                    else step is None)
         # The old supervisor died before the server was ready: wait for it again.
         self._decide(TakenOver(Phase.STARTING if waiting else Phase.RUNNING))
+        if self.mode == "launcher":
+            self._adopt_members()
         if self.mode == "components" and "orchestrator" not in handles:
             self._rebuild_specs(resume_step)
         if self.profile.containers.enabled and self._hooks.container_pool is not None:
@@ -1194,15 +1197,41 @@ class RunSupervisor(SupervisorCore):
             if self._members.get(name) == pid:
                 continue
             self._members[name] = pid
-            self._watch_member(name, pid)
+            # With its start time: a new daemon tells it from a later process with its pid.
+            identity = identity_of(pid)
+            create_time = identity.create_time if identity is not None else None
+            self._watch_member(name, pid, create_time)
             log_path = self.layout.log_file(name) if name in VIEWED else None  # type: ignore[arg-type]
             gpus = list(getattr(self.profile.gpus, name, [])) if name in VIEWED else []
             self.store.upsert_component(
                 self.run_id, self.attempt, name, kind="member", state="running", pid=pid,
-                pgid=launcher.pgid, argv=[], gpus=gpus,
+                pgid=launcher.pgid, create_time=create_time, argv=[], gpus=gpus,
                 log_path=str(log_path) if log_path is not None else None, exit_code=None)
 
-    def _watch_member(self, name: str, pid: int) -> None:
+    def _adopt_members(self) -> None:
+        """The members the last supervisor recorded for the adopted attempt: each still alive
+        (pid and start time) is watched again; one already dead (it died while no supervisor
+        watched, its launcher still alive) is that member's failure now, decided as for a
+        death seen live (its scope too: a healthy kept server is kept), not left to show as
+        running until some unrelated exit is acted on."""
+        dead = []
+        for comp in self.store.components(self.run_id, self.attempt):
+            if comp.kind != "member" or comp.state not in ("running", "starting") \
+                    or comp.pid is None:
+                continue
+            self._members[comp.name] = comp.pid
+            if component_alive(comp, self.run_id):
+                self._watch_member(comp.name, comp.pid, comp.create_time)
+            else:
+                dead.append(comp)
+        for comp in dead:
+            assert comp.pid is not None
+            self.store.upsert_component(self.run_id, self.attempt, comp.name, state="exited")
+            # Its status was its parent's to collect, while nobody watched.
+            self._post(MemberExited(self.run_id, self.attempt, comp.name, comp.pid, None,
+                                    self._wall()))
+
+    def _watch_member(self, name: str, pid: int, create_time: float | None = None) -> None:
         """Watch a member's exit directly: the report is posted as a MemberExited event, so the
         main loop wakes for it at once."""
         if self._death_watch is None:
@@ -1213,7 +1242,7 @@ class RunSupervisor(SupervisorCore):
                                   death.seen_at))
 
             self._death_watch = self._hooks.death_watch(on_death)
-        self._death_watch.watch(name, pid)
+        self._death_watch.watch(name, pid, create_time)
 
     def _record_containers(self, statuses: tuple[Any, ...]) -> None:
         for status in statuses:

@@ -111,7 +111,9 @@ def _process_logs(store: Store, run: RunRecord, profile: Profile | None = None
     return logs
 
 
-def _alive(comp: ComponentRecord, run_id: str) -> bool:
+def component_alive(comp: ComponentRecord, run_id: str) -> bool:
+    """A recorded process of the run still runs: by pid and start time (pids are reused); a
+    launcher's member recorded without its start time (by an earlier version) by its marker."""
     if not comp.pid:
         return False
     if comp.create_time:
@@ -135,7 +137,7 @@ def finish_if_completed(store: Store, run: RunRecord, profile: Profile,
     both_finished = set(FINISH_MILESTONES) <= facts.finished
     for comp in comps:
         cleaning_up = comp.name in OUTLIVE_TRAINING or (comp.name == LAUNCHER and both_finished)
-        if not cleaning_up and _alive(comp, run.id):
+        if not cleaning_up and component_alive(comp, run.id):
             return False
     report = terminate_tree([], pgids=[], marker_run_id=run.id,
                             grace=profile.restart.stop_grace, identities={})

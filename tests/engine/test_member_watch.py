@@ -17,14 +17,19 @@ import pytest
 
 from airvisor.policy import RunState
 from airvisor.primerl import LAUNCHER
+from airvisor.proc import ProcessIdentity
 
 from .conftest import Harness
 from .test_kept_inference import (
+    details,
     drive,
+    new_daemon,
     profile_of,
     running_attempt,
+    server,
     start,
     stop_and_check_nothing_left,
+    training_with_trainer,
 )
 
 
@@ -74,4 +79,40 @@ def test_a_killed_trainer_is_seen_without_prime_rls_launcher(harness: Harness,
     drive(harness, "the next attempt training", lambda: running_attempt(harness, sup, 2, step=1))
     assert len(harness.events(run_id, "failure")) == 1
     assert sup.state == RunState.RUNNING
+    stop_and_check_nothing_left(harness, run_id, sup)
+
+
+def test_a_new_daemon_acts_at_once_on_a_member_that_died_before_it_adopted(
+        harness: Harness) -> None:
+    """Issue 29: the daemon dies, then the trainer dies while its parent (prime-rl's launcher,
+    stopped here) has neither reaped nor reported it; a new daemon adopts the run (its launcher
+    and the split's inference server alive). The recorded trainer is dead by pid and start
+    time: its failure is acted on at once, as a death seen live, with the same scope decision
+    (the healthy server is kept), not shown as running until an unrelated exit."""
+    run_id, sup, kept, trainer = training_with_trainer(harness)
+    recorded = next(c for c in harness.store.components(run_id, 1) if c.name == "trainer")
+    assert recorded.kind == "member" and recorded.create_time is not None
+    parent = psutil.Process(trainer).ppid()
+    harness.manager.shutdown(stop_runs=False)  # the daemon goes (its watch with it)
+    os.kill(parent, signal.SIGSTOP)
+    try:
+        drive(harness, "the trainer's parent stopped", lambda: all_threads_stopped(parent))
+        os.kill(trainer, signal.SIGKILL)
+        drive(harness, "the trainer dead",
+              lambda: not ProcessIdentity(trainer, recorded.create_time or 0.0).alive())
+        _, sup = new_daemon(harness, run_id)
+        failure = drive(harness, "the trainer's failure",
+                        lambda: next(iter(harness.events(run_id, "failure")), None),
+                        manager=harness.manager)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(parent, signal.SIGCONT)
+    assert failure.component == "trainer"
+    assert [e.kind for e in harness.store.events(run_id)].index("adopted") < \
+        [e.kind for e in harness.store.events(run_id)].index("failure")
+    drive(harness, "the next attempt running", lambda: running_attempt(harness, sup, 2),
+          manager=harness.manager)
+    assert server(harness, run_id, 2) == kept  # the healthy server was kept
+    assert details(harness, run_id, 2)["scope"] == "keep_inference"
+    assert len(harness.events(run_id, "failure")) == 1
     stop_and_check_nothing_left(harness, run_id, sup)
