@@ -32,6 +32,7 @@ from airvisor.policy._scope import (
     decide_scope,
     probing,
 )
+from airvisor.policy._stop import remaining_grace
 from airvisor.policy._transition import (
     AmendFailure,
     AttemptFailed,
@@ -127,6 +128,9 @@ class SupervisorCore:
         self._scope_pending: Failure | None = None
         self._down_held = False
         self._stacks_taken: int | None = None  # the attempt whose stacks were taken
+        # When the stop under way began (wall time, persisted with the run): a new supervisor
+        # that takes it over gives what still runs only the rest of the grace.
+        self._stop_began_at: float | None = None
 
     # -- what a backend provides -------------------------------------------------------------
     def _stop_processes(self, *, stacks: bool = False) -> None:
@@ -352,6 +356,10 @@ class SupervisorCore:
         for effect in acts:
             if isinstance(effect, StopProcesses):
                 self._backoff_until = None
+                if self._stop_began_at is None:
+                    self._stop_began_at = self._wall()
+                    self.store.merge_run_details(self.run_id,
+                                                 stop_began_at=self._stop_began_at)
                 # Stacks once per hung attempt (the transition asks only on its first stop;
                 # recorded here too, so no later stop of the attempt overwrites them).
                 stacks = effect.stacks and self._stacks_taken != self.attempt
@@ -419,6 +427,17 @@ class SupervisorCore:
                 continue  # unreadable: no fact either way (the failure stays a crash)
         return disks
 
+    def _stop_grace(self) -> float:
+        """The grace the stop under way gives what still runs: restart.stop_grace, less what
+        has passed since the stop began (a stop a new supervisor took over)."""
+        return remaining_grace(self.profile.restart.stop_grace, self._stop_began_at,
+                               self._wall())
+
+    def _take_over_stop(self, run: RunRecord | None) -> None:
+        """A new supervisor takes over the stop the last one began (if it had): its start."""
+        began = ((run.details or {}) if run is not None else {}).get("stop_began_at")
+        self._stop_began_at = float(began) if isinstance(began, (int, float)) else None
+
     def _exit_status_read(self, component: str, code: str) -> None:
         """prime-rl's launcher named `component`'s exit status: the failure recorded without
         it (the launcher reaped the process first) gets it (README: a failure's reason names
@@ -468,6 +487,9 @@ class SupervisorCore:
         if self._scope_pending is not None and self.phase == Phase.RECOVERY_STOPPING:
             self._down_held = True
             return
+        if self._stop_began_at is not None:
+            self._stop_began_at = None  # that stop is over
+            self.store.merge_run_details(self.run_id, stop_began_at=None)
         history = self.store.restart_history(self.run_id)
         self._decide(ProcessesDown(
             failure=self._failure, policy=self._restart_policy(),

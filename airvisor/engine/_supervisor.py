@@ -711,6 +711,7 @@ class RunSupervisor(SupervisorCore):
         recorded restart history; with `restart.resume_on_boot` off the run ends failed."""
         self.attempt = attempt
         self.components = survivors
+        self._take_over_stop(self.store.get_run(self.run_id))
         if failure.kind == "boot" and not self.profile.restart.resume_on_boot:
             self._decide(Abort(f"{failure.reason}; restart.resume_on_boot is off"))
             return
@@ -771,7 +772,8 @@ class RunSupervisor(SupervisorCore):
                     target: Phase) -> None:
         """Boot takeover of a run that was stopping: finish the stop, end as it was to end."""
         self.attempt = attempt
-        self.components = survivors
+        self.components = survivors  # (only what still runs: gone processes need no grace)
+        self._take_over_stop(self.store.get_run(self.run_id))
         self._decide(TakenOver(target))
 
     def detach(self) -> None:
@@ -1007,7 +1009,7 @@ class RunSupervisor(SupervisorCore):
         if self._prober is not None:
             self._prober.stop()
         handles = [h for h in self.components.values() if h.name != keep]
-        grace = self.profile.restart.stop_grace
+        grace = self._stop_grace()  # (the rest of it, for a stop taken over)
         pool = self._pool
         pool_lock = self._pool_lock
         run_id = self.run_id

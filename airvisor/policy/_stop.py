@@ -44,3 +44,12 @@ def decide_stop_route(*, supervisor_kind: str | None, supervisor_alive: bool,
                             "airvisor daemon: it is never signalled")
     return StopDecision(StopRoute.SIGNAL_FOREGROUND, "a foreground `airvisor start` "
                         "supervises it")
+
+
+def remaining_grace(grace: float, began_at: float | None, now: float) -> float:
+    """The grace a stop still owes the processes it stops (issue 29): a stop that a new
+    supervisor takes over began at `began_at` (wall time, recorded with the run; None: it
+    begins now), so what still runs gets only what is left of `grace`, never all of it again."""
+    if began_at is None:
+        return grace
+    return min(grace, max(0.0, grace - (now - began_at)))

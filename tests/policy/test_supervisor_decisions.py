@@ -11,6 +11,7 @@ import pytest
 from airvisor.policy import Phase, RestartPolicy
 from airvisor.policy._disk import DiskState, disk_condition
 from airvisor.policy._scope import ScopeDecision
+from airvisor.policy._stop import remaining_grace
 from airvisor.policy._transition import (
     AmendFailure,
     AttemptFailed,
@@ -149,3 +150,16 @@ BUG = "internal error: KeyError: 'job'"
 def test_an_internal_error_never_leaves_the_run_wedged(phase: Phase, expected_phase: Phase,
                                                        expected: list[object]) -> None:
     assert transition(phase, InternalError(BUG)) == (expected_phase, tuple(expected))
+
+
+@pytest.mark.parametrize(("began_at", "now", "expected"), [
+    (None, 1_000.0, 30.0),  # a stop that begins now: the whole grace
+    (1_000.0, 1_000.0, 30.0),
+    (1_000.0, 1_020.0, 10.0),  # taken over 20 s in: what is left
+    (1_000.0, 1_030.0, 0.0),
+    (1_000.0, 1_100.0, 0.0),  # long past: never negative
+    (1_000.0, 990.0, 30.0),  # a wall clock set back: never more than the grace
+])
+def test_a_stop_taken_over_owes_only_the_rest_of_its_grace(
+        began_at: float | None, now: float, expected: float) -> None:
+    assert remaining_grace(30.0, began_at, now) == expected
