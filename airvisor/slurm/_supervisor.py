@@ -38,7 +38,6 @@ from airvisor.policy._transition import (
     Preparing,
     Ready,
     RecoveryResumed,
-    StopAsked,
     TakenOver,
 )
 from airvisor.primerl import (
@@ -449,8 +448,10 @@ class SlurmRunSupervisor(SupervisorCore):
             return
         self._read_reports()
         self._read_progress(self._clock())
+        # A live attempt's job ended by itself or outside airvisor (an scancel of its own is the
+        # cancel task's to report, `_on_cancelled`, in a stopping phase): never "on request".
         decision = decide_job_end(
-            job, training_done=self._training_done(), stop_requested=self.phase.stopping,
+            job, training_done=self._training_done(), stop_requested=False,
             child_failure=(f"{self._child_failure.describe()} (reported by prime-rl's "
                            "launcher)" if self._child_failure is not None else None))
         self._on_job_ended(job, decision, polled.node_states)
@@ -459,10 +460,6 @@ class SlurmRunSupervisor(SupervisorCore):
                       node_states: dict[str, str]) -> None:
         if decision.action == "succeeded":
             self._succeed(decision.reason)  # (the job has ended: nothing to cancel)
-            return
-        if decision.action == "stopped":
-            self._decide(StopAsked(deferred=True))  # (the job is already gone: nothing to stop)
-            self._processes_down()
             return
         failed_checks = [host for host, report in self._reports().items()
                          if not report.get("ok")]

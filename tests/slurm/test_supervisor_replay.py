@@ -363,3 +363,38 @@ def test_an_exception_in_a_handler_never_leaves_the_run_wedged(tmp_path: Path,
     assert "the store's disk hiccupped" in failure
     (restart,) = d.store.restart_history(d.run_id)
     assert restart.kind == "crash" and restart.counted
+
+
+def test_a_job_cancelled_outside_airvisor_is_a_failure_and_resubmitted(
+        tmp_path: Path, profile: Profile) -> None:
+    """Issue 29: what a cancelled job does. Cancelled by someone else (scancel, an admin) while
+    its attempt runs: a failure of the attempt that says so, recovered like any crash (the
+    run's own stop cancels through airvisor: test_stop_cancels_the_job)."""
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    first = slurm.last
+    slurm.set(first, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    slurm.set(first, "CANCELLED")
+    d.pump(lambda: len(slurm.submissions) == 2 and d.sup.state == RunState.STARTING)
+    (failure,) = d.messages("failure")
+    assert f"job {first} was cancelled outside airvisor" in failure
+    assert slurm.cancelled == []  # it had ended: nothing to cancel
+    (restart,) = d.store.restart_history(d.run_id)
+    assert restart.kind == "crash" and restart.counted
+    assert d.store.attempts(d.run_id)[0]["outcome"] == "failed"
+
+
+def test_a_job_that_ends_while_airvisor_cancels_it_ends_the_run_stopped(
+        tmp_path: Path, profile: Profile) -> None:
+    """The job ends (here: cancelled) while the run's own stop is cancelling it: the stop's
+    cancel reports the end; the run ends stopped, never taken for a failure."""
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    slurm.set(slurm.last, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    slurm.set(slurm.last, "CANCELLED")
+    d.sup.handle(Command(d.run_id, "stop"))
+    d.pump(lambda: d.sup.finished.is_set())
+    assert d.sup.state == RunState.STOPPED and d.messages("failure") == []
+    assert d.store.attempts(d.run_id)[0]["outcome"] == "stopped"
