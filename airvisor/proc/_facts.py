@@ -362,14 +362,13 @@ def collect_facts(
                            if (found := _sid(protected)) is not None}
     by_session = session_markers(raw, ignore_sessions)
     jobs_by_session = session_slurm_jobs(raw, ignore_sessions)
-    return {
-        pid: _with_ancestry(
-            replace(facts, session_marker=by_session.get(facts.sid) if facts.sid else None)
-            if facts.marker is None else facts,
-            raw, jobs_by_session,
-        )
+    with_sessions = {
+        pid: replace(facts, session_marker=by_session.get(facts.sid) if facts.sid else None)
+        if facts.marker is None else facts
         for pid, facts in raw.items()
     }
+    return {pid: _with_ancestry(facts, with_sessions, jobs_by_session)
+            for pid, facts in with_sessions.items()}
 
 
 def session_slurm_jobs(
@@ -402,8 +401,10 @@ def _with_ancestry(facts: ProcessFacts, all_facts: Mapping[int, ProcessFacts],
         parent = all_facts.get(ppid)
         if parent is None:
             break
-        if parent.marker is not None:
-            markers.append(parent.marker)
+        # The parent's own marker, else its session's (a retitled vLLM EngineCore whose
+        # environment no longer shows it): a child of the run's process is the run's.
+        if (marker := parent.marker or parent.session_marker) is not None:
+            markers.append(marker)
         if job is None:
             job = parent.slurm_job
         ppid = parent.ppid

@@ -55,11 +55,15 @@ def test_a_leaderless_session_with_a_marked_member_and_remnants_is_the_runs() ->
 
 # Changes a variable that follows the marker, then retitles itself: setproctitle clears the
 # environment up to that variable and leaves the rest (as a real vLLM EngineCore shows).
+# Then it starts a child in a session of its own with a fresh environment (no marker, a
+# visible environment): the run's only by its parent.
 RETITLED = textwrap.dedent("""
-    import os, sys, time, setproctitle
+    import os, subprocess, sys, time, setproctitle
     os.environ["AFTER_THE_MARKER"] = "changed"
     setproctitle.setproctitle(sys.argv[1])
-    print("titled", flush=True)
+    child = subprocess.Popen(["sleep", "600"], env={"PATH": os.environ["PATH"]},
+                             start_new_session=True)
+    print(child.pid, flush=True)
     time.sleep(600)
 """)
 LEADER = textwrap.dedent("""
@@ -67,8 +71,8 @@ LEADER = textwrap.dedent("""
     children = [subprocess.Popen(["sleep", "600"]),
                 subprocess.Popen([sys.executable, "-c", sys.argv[1], "VLLM::EngineCore"],
                                  stdout=subprocess.PIPE, text=True)]
-    children[1].stdout.readline()
-    print(" ".join(str(c.pid) for c in children), flush=True)
+    grandchild = children[1].stdout.readline().strip()
+    print(" ".join(str(c.pid) for c in children), grandchild, flush=True)
     time.sleep(600)
 """)
 
@@ -82,38 +86,46 @@ def marked_env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def session(marked_env: dict[str, str]) -> Iterator[tuple[int, int]]:
+def session(marked_env: dict[str, str]) -> Iterator[tuple[int, int, int]]:
     """A session whose leader (marked) started a marked `sleep` and a retitled child, then
-    was SIGKILLed: (the sleep's pid, the retitled child's pid)."""
+    was SIGKILLed: (the sleep's pid, the retitled child's pid, the retitled child's child)."""
     leader = subprocess.Popen([sys.executable, "-c", LEADER, RETITLED], env=marked_env,
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert leader.stdout is not None
-    sleeper, retitled = (int(pid) for pid in leader.stdout.readline().split())
+    sleeper, retitled, grandchild = (int(pid) for pid in leader.stdout.readline().split())
     leader.kill()
     leader.wait()
     try:
-        yield sleeper, retitled
+        yield sleeper, retitled, grandchild
     finally:
-        for pid in (sleeper, retitled):
+        for pid in (grandchild, sleeper, retitled):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
 
 
 def test_a_retitled_process_shows_a_remnant_without_the_marker(
-    session: tuple[int, int],
+    session: tuple[int, int, int],
 ) -> None:
-    _, retitled = session
+    _, retitled, _ = session
     raw = Path(f"/proc/{retitled}/environ").read_bytes()
     assert b"TAIL=kept" in raw and MARKER_RUN_ENV.encode() not in raw  # the issue's shape
     assert read_environ_marker(retitled) == (None, False)
 
 
 def test_the_retitled_member_of_the_dead_leaders_session_is_the_runs(
-    session: tuple[int, int], tmp_path: Path,
+    session: tuple[int, int, int], tmp_path: Path,
 ) -> None:
-    sleeper, retitled = session
+    sleeper, retitled, grandchild = session
+    run = Marker("r-remnant", owner=str(tmp_path))
     facts = collect_facts({})
     assert facts[retitled].sid == facts[sleeper].sid != os.getsid(0)
     assert facts[retitled].marker is None
-    assert facts[retitled].session_marker == Marker("r-remnant", owner=str(tmp_path))
-    assert facts[sleeper].marker == Marker("r-remnant", owner=str(tmp_path))
+    assert facts[retitled].session_marker == run
+    assert facts[sleeper].marker == run
+    # Its child left the session and the marker behind: the run's by the parent chain, as
+    # the kernel shows it at discovery (the parent alive, its start before the child's).
+    child = facts[grandchild]
+    assert child.marker is None and child.session_marker is None
+    assert child.sid == grandchild and child.ancestors[0] == retitled
+    assert facts[retitled].create_time <= child.create_time
+    assert child.ancestor_markers[0] == run
