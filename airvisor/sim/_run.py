@@ -3,10 +3,11 @@ policy, primerl's preparation of each attempt, the real SQLite store) in the sim
 with the invariants checked after every step of sim time.
 
 What is the world's, not the daemon's: every hook of `engine.Hooks` (launch, stop_tree,
-members, death_watch, prober, prepare_machine, background), the clocks, and two functions
+members, death_watch, prober, prepare_machine, background), the clocks, and the functions
 patched for the length of a schedule because no hook reaches them: `process_alive` (a
-simulated pid is alive as the world's process table says) and the free space the preflight
-reads (`shutil.disk_usage` as `primerl._attempt` sees it).
+simulated pid is alive as the world's process table says), a member's start time
+(`identity_of`), the takeover's direct `terminate_tree`, and the free space the preflight and
+the core read (`shutil.disk_usage` as `primerl._attempt` and `profile._checks` see it).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ import structlog
 import tomli_w
 
 import airvisor.engine._supervisor as engine_module
+import airvisor.engine._takeover as takeover_module
 import airvisor.primerl._attempt as attempt_module
 import airvisor.proc._launch as launch_module
+import airvisor.profile._checks as checks_module
 from airvisor.engine import RunConflict, RunManager
 from airvisor.engine._supervisor import Hooks
 from airvisor.policy import Phase, RunState, phase_of_record
@@ -34,6 +37,7 @@ from airvisor.primerl import prepare_run, run_layout
 from airvisor.profile import Profile, load_profile
 from airvisor.sim._schedule import (
     Crash,
+    CrashLoop,
     DaemonKill,
     DiskFull,
     Fault,
@@ -173,17 +177,25 @@ def _patched(world: World, shape: tuple[Any, ...]) -> Iterator[None]:
         same inputs give the same plan (the files it names are the first schedule's)."""
         key = (shape, kw.get("resume_step"), kw.get("split"),
                tuple(kw.get("container_names") or ()))
-        if key not in _PLANS:
-            _PLANS[key] = real_prepare(profile, **kw)
-        return _PLANS[key]
+        if key in _PLANS:
+            return _PLANS[key]
+        prepared = real_prepare(profile, **kw)
+        if not prepared.problems:  # (a refusal may be the machine's now: asked again)
+            _PLANS[key] = prepared
+        return prepared
 
     saved_logging = structlog.get_config()
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(launch_module, "process_alive", alive))
+        # The free space the preflight and the core's look at a dead attempt read.
         stack.enter_context(mock.patch.object(attempt_module, "shutil", _DiskView(world)))
+        stack.enter_context(mock.patch.object(checks_module, "shutil", _DiskView(world)))
         stack.enter_context(mock.patch.object(attempt_module, "prepare_run", prepare))
         # A used run directory is set aside under the wall clock's second: the world's.
         stack.enter_context(mock.patch.object(attempt_module, "datetime", _SimDatetime(world)))
+        # A takeover that finds the run completed stops what is left by the run's marker.
+        stack.enter_context(mock.patch.object(takeover_module, "terminate_tree",
+                                              world.terminate_tree))
         if hasattr(engine_module, "identity_of"):
             # A member's start time, read from the process table when it is found.
             stack.enter_context(mock.patch.object(engine_module, "identity_of", world.identity))
@@ -233,6 +245,8 @@ class Simulation:
         self.took_over_stop = False
         self.down_until: float | None = None
         self.terminal_seen = False
+        self.crash_loop_left = 0  # attempts a CrashLoop still kills
+        self.crash_looped: set[int] = set()
         self._partial: Landed | None = None
 
     # -- the daemon ------------------------------------------------------------------------------
@@ -259,7 +273,8 @@ class Simulation:
         self.history.append(f"t={self.world.now:g}: a new daemon took over")
 
     def _drain(self) -> None:
-        """Run the worker jobs this tick's random choices let run, the main loop after each."""
+        """The main loop, then the worker jobs this tick's random choices let run (each
+        reports to the main loop's queue), again until none is let run."""
         for round_ in range(64):
             if self.manager is not None:
                 self.manager.tick(0.0)
@@ -275,8 +290,6 @@ class Simulation:
                     continue
                 self.world.jobs.remove(job)
                 ran = True
-                if self.manager is not None:
-                    self.manager.tick(0.0)
             if not ran:
                 return
 
@@ -300,6 +313,9 @@ class Simulation:
             if self.manager is not None:
                 self._kill_daemon()
                 self.down_until = w.now + fault.down
+            return
+        if isinstance(fault, CrashLoop):
+            self.crash_loop_left = max(self.crash_loop_left, fault.attempts)
             return
         if isinstance(fault, DiskFull):
             w.disk_full_until = max(w.disk_full_until, w.now + fault.seconds)
@@ -360,6 +376,19 @@ class Simulation:
         except RunConflict:
             pass
 
+    def _crash_loop(self) -> None:
+        current = self._current()
+        if self.crash_loop_left <= 0 or current is None or current[0] in self.crash_looped:
+            return
+        trainer = current[1].get("trainer")
+        if trainer is None or not trainer.alive or self.world.now < trainer.started + 2:
+            return
+        self.crash_looped.add(current[0])
+        self.crash_loop_left -= 1
+        self.landed.append(Landed(self.world.now, current[0], "trainer", "crash", 1,
+                                  certain=not self._masked()))
+        self.world.exit(trainer, 1, reaped_first=True)
+
     def _on_exit(self, proc: Proc) -> None:
         """A trainer that died writing a checkpoint (the world's doing: a full disk or the
         schedule's mid-checkpoint crash) is a fault that landed."""
@@ -390,6 +419,7 @@ class Simulation:
                 if w.probe_hung_from is not None \
                         and w.now >= w.probe_hung_from + PROBE_HANG_SECONDS:
                     w.probe_hung_from = None
+                self._crash_loop()
                 w.advance()
                 self._drain()
                 self._check_step()

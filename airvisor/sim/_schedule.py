@@ -58,6 +58,15 @@ class DiskFull:
 
 
 @dataclass(frozen=True)
+class CrashLoop:
+    """The trainer dies (exit 1) two seconds into each of the next `attempts` attempts: a
+    crash loop (a bad node, a poisoned checkpoint) that then heals."""
+
+    at: float
+    attempts: int
+
+
+@dataclass(frozen=True)
 class DaemonKill:
     """The daemon is SIGKILLed; a new one starts `down` seconds later on the same store."""
 
@@ -75,8 +84,8 @@ class OperatorRestart:
     at: float
 
 
-Fault = Crash | Hang | LauncherDies | ProbeHang | DiskFull | DaemonKill | OperatorStop \
-    | OperatorRestart
+Fault = Crash | Hang | LauncherDies | ProbeHang | DiskFull | CrashLoop | DaemonKill \
+    | OperatorStop | OperatorRestart
 
 
 @dataclass(frozen=True)
@@ -113,6 +122,8 @@ def describe_fault(fault: Fault) -> str:
         return f"disk full for {fault.seconds:g} s"
     if isinstance(fault, DaemonKill):
         return f"daemon SIGKILLed, a new one {fault.down:g} s later"
+    if isinstance(fault, CrashLoop):
+        return f"the trainer dies 2 s into each of the next {fault.attempts} attempts"
     return type(fault).__name__
 
 
@@ -133,7 +144,7 @@ def draw(seed: int) -> Schedule:
     version: Version = rng.choice(("0.4", "main"))
     d = _Draw(rng, horizon=30.0)
     for _ in range(rng.choice((0, 1, 1, 2, 2, 3, 4, 5))):
-        kind = rng.randrange(8)
+        kind = rng.randrange(9)
         if kind == 0:
             d.faults.append(Crash(d.at(), rng.choice(("trainer", "orchestrator", "inference")),
                                   rng.choice((1, 3, -9)), rng.random() < 0.7,
@@ -150,8 +161,10 @@ def draw(seed: int) -> Schedule:
             d.faults.append(DaemonKill(d.at(), float(rng.choice((0, 1, 5, 20)))))
         elif kind == 6:
             d.faults.append(OperatorStop(d.at()))
-        else:
+        elif kind == 7:
             d.faults.append(OperatorRestart(d.at()))
+        else:
+            d.faults.append(CrashLoop(d.at(), rng.choice((2, 3, 4))))
     faults = tuple(sorted(d.faults, key=lambda f: f.at))
     return Schedule(seed=seed, version=version, faults=faults,
                     max_steps=rng.choice((4, 6, 8)), max_restarts=rng.choice((2, 3)))

@@ -28,12 +28,14 @@ from airvisor.primerl import RunLayout
 from airvisor.primerl._layout import PROGRESS_FILE, STABLE, TRAINER_MARKER, V04_BUFFER_FILES
 from airvisor.proc import ProcessIdentity, identity_of
 from airvisor.proc._deathwatch import Death
+from airvisor.proc._kill import KillReport
 
 # Far above any kernel's pid_max (2**22): a simulated pid is never a real process.
 PID_BASE = 10_000_000
 STEP_SECONDS = 1.0  # one training step
 INFERENCE_STARTUP = 2.0  # the server answers /health this long after its start
-MONITOR_PERIOD = 1.0  # the launcher's `time.sleep(1)` between looks at its error queue
+INFERENCE_SHUTDOWN = 3.0  # the inference server's exit after SIGTERM
+CLEANUP_WAIT = 60.0  # the launcher's wait for a child that ignores SIGTERM, then SIGKILL
 LAUNCHER_NAMES = {"0.4": "RL training finished!", "main": "Training finished!"}
 
 State = Literal["running", "stopped", "exited"]
@@ -87,6 +89,8 @@ class Launcher:
     errors: list[str] = field(default_factory=list)  # the monitor threads' queue
     exited_ok: set[str] = field(default_factory=set)
     partial_next: bool = False  # the next checkpoint write dies halfway
+    cleanup_until: float | None = None  # stopping its children; exits then with exit_code
+    exit_code: int = 1
 
 
 @dataclass
@@ -344,6 +348,20 @@ class World:
                     self.exit(proc, -9 if proc.state == "stopped" else -15)
         return "sim stop"
 
+    def terminate_tree(self, pids: list[int], *, marker_run_id: str | None = None,
+                       grace: float, **_: Any) -> KillReport:
+        """`proc.terminate_tree` (what a takeover calls directly, outside the hooks): the
+        given trees and every carrier of the run's marker."""
+        self.stops.append(StopCall(self.now, grace, tuple(pids)))
+        before = {p.pid for p in self.procs.values() if p.alive}
+        for pid in pids:
+            self.kill_tree(pid, grace)
+        for proc in list(self.procs.values()):
+            if marker_run_id is not None and proc.run_id == marker_run_id and proc.alive:
+                self.exit(proc, -9 if proc.state == "stopped" else -15)
+        gone = sorted(before - {p.pid for p in self.procs.values() if p.alive})
+        return KillReport(terminated=gone)
+
     def members(self, launcher_pid: int) -> dict[str, int]:
         launcher = self.launchers.get(launcher_pid)
         if launcher is None:
@@ -445,20 +463,36 @@ class World:
             self.exit(orchestrator, 0)
 
     def _monitor(self, launcher: Launcher) -> None:
-        """The launcher's main loop, once a second (see the module's docstring)."""
+        """The launcher's main loop, once a second (see the module's docstring), and its
+        `cleanup_processes`: SIGTERM to each child, then up to 60 s for it to exit before a
+        SIGKILL (v0.4 rl.py:529-536, main utils/process.py:83-93). The trainer and the
+        orchestrator go at once; the inference server's shutdown takes a few seconds; a
+        stopped (SIGSTOP) child the whole 60 s."""
+        if launcher.cleanup_until is not None:
+            if self.now >= launcher.cleanup_until:
+                for member in launcher.members.values():
+                    if member.alive and member.parent == launcher.proc.pid:
+                        self.exit(member, -9 if member.state == "stopped" else -15)
+                self.exit(launcher.proc, launcher.exit_code)
+            return
         if launcher.errors:
             self.write(launcher.log, f"ERROR Error: {launcher.errors[0]}")
             self.write(launcher.log, "ERROR Terminating all processes...")
-            for member in launcher.members.values():
-                if member.alive and member.parent == launcher.proc.pid:
-                    self.exit(member, -9 if member.state == "stopped" else -15)
-            self.exit(launcher.proc, 1)
+            launcher.exit_code = 1
         elif {"trainer", "orchestrator"} <= launcher.exited_ok:
             self.write(launcher.log, f"SUCCESS {LAUNCHER_NAMES[launcher.version]}")
-            inference = launcher.members["inference"]
-            if inference.alive:
-                self.exit(inference, -15, reaped_first=True)
-            self.exit(launcher.proc, 0)
+            launcher.exit_code = 0
+        else:
+            return
+        stopped = False
+        for member in launcher.members.values():
+            if not member.alive or member.parent != launcher.proc.pid:
+                continue
+            if member.state == "stopped":
+                stopped = True
+            elif member.name != "inference":
+                self.exit(member, -15)
+        launcher.cleanup_until = self.now + (CLEANUP_WAIT if stopped else INFERENCE_SHUTDOWN)
 
     def _probe(self) -> None:
         for prober in self.probers:

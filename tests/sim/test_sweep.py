@@ -19,15 +19,14 @@ WORKERS = 2  # this machine's cores: one world per process
 
 # invariant -> the defect of issue 29's "Why" (or found by the sweep) that still breaks it.
 OPEN_DEFECTS: dict[str, str] = {
-    "machine-death-uncounted": "the attempt that dies of a full disk is recorded as a counted "
-                               "crash (engine/_supervisor.py -> core _fail kind 'crash')",
-    "takeover-stop-grace": "a new daemon that takes over a stop waits the whole stop grace "
-                           "again",
+    "right-component": "issue 29 Why, bullet 1 (afbf706 fixes part): a daemon adopting the run "
+                       "a second after its trainer died records a member the launcher's "
+                       "clean-up stopped (test_regressions.py)",
+    "exit-status": "the same schedules: the status the launcher logged while no daemon "
+                   "watched is not read",
     "fault-recorded": "found by the sweep: a member that dies while no daemon watches is "
                       "recorded by the next daemon as a 'boot' restart with no failure naming "
-                      "it (the launcher's 'failed with exit code N' line is not read)",
-    "one-failure-per-fault": "found by the sweep: main's set-aside of a used run directory "
-                             "fails (ENOTEMPTY) when a name under the same second exists",
+                      "it (test_regressions.py)",
 }
 
 
