@@ -50,7 +50,7 @@ def test_two_state_dirs_run_one_profile_side_by_side(
             """owner state dir -> container name, of these two airvisors' running ones."""
             found = docker_client.containers.list(
                 filters={"label": "airvisor.run_name=shared", "status": "running"})
-            return {c.labels.get("airvisor.owner", ""): c.name for c in found
+            return {c.labels.get("airvisor.owner", ""): str(c.name) for c in found
                     if c.labels.get("airvisor.owner") in state.values()}
 
         # Until both run at once (the bound only turns a hang into a failure).
