@@ -7,6 +7,8 @@ by the engine, which wakes the thread. Each wake-up (a release, or every `interv
 - the component logs of live runs under the state directory are capped (proc/_logcap.py);
 - a retention pass runs (store/_retention.py) after a release, and every `prune_interval`;
 - the C allocator's free memory is handed back to the system (`trim_allocator`).
+Memory in use stays flat too: SQLite's page caches are bounded for the process
+(`limit_sqlite_memory`, at start).
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ log = get_logger("airvisor.daemon.housekeeping")
 
 INTERVAL_SECONDS = 30.0
 PRUNE_INTERVAL_SECONDS = 600.0
+# SQLite's memory, all connections of the process together (SQLite's soft heap limit): each
+# thread's connection has its own page cache (2 MB by default), which fills as the database
+# grows, so a daemon whose API threads each read a growing database grew with every run. Over
+# the limit SQLite reuses cache pages instead of allocating; the OS's file cache still holds the
+# database, so reads stay fast.
+SQLITE_SOFT_HEAP_LIMIT = 2 * 2**20
 
 
 @functools.cache
@@ -54,6 +62,11 @@ def trim_allocator() -> bool:
     library wraps it. True when glibc released something; False without glibc."""
     trim = _malloc_trim()
     return bool(trim(0)) if trim is not None else False
+
+
+def limit_sqlite_memory(store: Store, limit: int = SQLITE_SOFT_HEAP_LIMIT) -> None:
+    """Bound SQLite's heap for the whole process (`PRAGMA soft_heap_limit`, process-wide)."""
+    store._conn().execute(f"PRAGMA soft_heap_limit = {int(limit)}")
 
 
 def cap_run_logs(store: Store, settings: StateSection) -> int:
@@ -96,6 +109,7 @@ class Housekeeping:
         self.last_report: PruneReport | None = None
 
     def start(self) -> None:
+        limit_sqlite_memory(self.store)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:

@@ -143,6 +143,8 @@ def launch(
         become_subreaper()
         reap_adopted_zombies()
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    # O_APPEND: the child writes its log itself (training never depends on the supervisor
+    # carrying its output), so the log's size cap truncates it in place (proc/_logcap.py).
     with open(log_path, "ab", buffering=0) as log:
         popen = subprocess.Popen(
             argv,

@@ -78,11 +78,28 @@ async function refreshRuns() {
     item.addEventListener("click", () => select(run.id));
     return item;
   }));
+  refreshRetention();
   if (!page.runId) {
     const chosen = fromHash() || (runs.find((r) => r.live) || runs[0] || {}).id;
     if (chosen) select(chosen);
     else { $("empty").hidden = false; $("run").hidden = true; }
   }
+}
+
+// What the state directory keeps and what the newest pruning pass removed (GET /state).
+async function refreshRetention() {
+  let state;
+  try {
+    state = await getJSON("/state");
+  } catch (err) {
+    return;  // an older daemon: nothing to say
+  }
+  const keeps = `keeps ${state.keep_runs || "all"} finished runs, ${state.keep_days || "any"} days`;
+  const last = state.pruned[0];
+  $("retention").textContent = last
+    ? `state dir ${keeps}; last pruned ${clock(last.at)}: ${last.summary}`
+    : `state dir ${keeps}; nothing pruned yet`;
+  $("retention").title = last ? last.runs.map((r) => `${r.id}: ${r.reason}`).join("\n") : "";
 }
 
 function fromHash() {
