@@ -18,6 +18,7 @@ from rich.text import Text
 
 from airvisor.primerl import strip_ansi
 from airvisor.reaper import format_age
+from airvisor.store import LIVE_STATES
 from airvisor.view._model import AttemptView, EventView, RunSummaryView, RunView
 
 STATE_STYLES = {
@@ -240,6 +241,15 @@ def stamp(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
+def listed_state(run: RunSummaryView) -> Text:
+    """A run's state in a list; a live state whose run is not live says its supervisor is
+    gone (a row must not read "running" for a run nobody supervises)."""
+    text = _state(run.state)
+    if run.state in LIVE_STATES and not run.live:
+        text.append(" (supervisor gone)", style="bold red")
+    return text
+
+
 def render_runs(runs: list[RunSummaryView]) -> RenderableType:
     """The runs as `airvisor runs` lists them, newest first: one row each."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
@@ -249,7 +259,7 @@ def render_runs(runs: list[RunSummaryView]) -> RenderableType:
         table.add_column(name, justify=justify,  # type: ignore[arg-type]
                          no_wrap=name in ("RUN", "STARTED", "ENDED"))
     for run in runs:
-        table.add_row(run.id, run.profile_name, _state(run.state), step_text(run),
+        table.add_row(run.id, run.profile_name, listed_state(run), step_text(run),
                       str(run.attempt), str(run.restarts), stamp(run.created_at),
                       stamp(run.ended_at))
     return table
