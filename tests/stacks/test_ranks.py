@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from airvisor.stacks import Seen, capture, live_targets, run_roots
+from airvisor.stacks import Seen, Target, capture, live_targets, run_roots
 from airvisor.stacks._targets import is_torchrun, rank_of
 
 from .conftest import Harness
@@ -97,24 +97,36 @@ def test_a_live_rank_is_named_by_its_torchrun_log(tmp_path: Path) -> None:
         agent.wait()
 
 
+def _retitled(target: Target) -> bool:
+    return bool(target.argv) and target.argv[0].startswith("PRIME-RL::Trainer")
+
+
 def test_mains_launcher_names_every_trainer_rank(harness: Harness) -> None:
     """prime-rl main's real `rl` (stand-ins for inference, orchestrator, torchrun and the
     trainer, which retitles itself as main's does): 3 trainer ranks, each named."""
     profile = harness.profile(version="main", rl={
         "max_steps": 100000, "deployment": {"num_train_gpus": 3, "num_infer_gpus": 1}},
         prime_rl={"env": {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}},
-        demo={"trainer": {"step_time": 0.2}})
+        demo={"trainer": {"step_time": 0.2}},
+        # Only the processes matter here, not the steps: no stall rule on a loaded machine.
+        health={"ready_timeout": 120, "stall_timeout": 600, "first_step_grace": 600})
     record = harness.manager.submit(profile)
     harness.run_ids.append(record.id)
     sup = harness.manager.supervisor(record.id)
     assert sup is not None
-    deadline = time.monotonic() + 90
-    while not (sup.step is not None and sup.step >= 1) and time.monotonic() < deadline:
-        assert not sup.state.terminal, harness.events(record.id)
-        harness.manager.tick(0.1)
-    assert sup.step is not None, "the run did not reach a step"
-    targets = live_targets(run_roots(harness.store, record.id, sup.attempt))
-    trainer = [t for t in targets if t.component == "trainer"]
+    deadline = time.monotonic() + 120
+
+    def trainer_targets() -> list[Target]:
+        return [t for t in live_targets(run_roots(harness.store, record.id, sup.attempt))
+                if t.component == "trainer"]
+
+    # Until the three ranks have retitled themselves (each does so first thing, as main's do).
+    trainer = trainer_targets()
+    while sum(_retitled(t) for t in trainer) < 3 \
+            and time.monotonic() < deadline:
+        assert not sup.state.terminal, [(e.kind, e.message) for e in harness.events(record.id)]
+        harness.manager.tick(0.2)
+        trainer = trainer_targets()
     ranks = sorted(t.rank for t in trainer if t.rank is not None)
     assert ranks == [0, 1, 2], [(t.pid, t.argv, t.rank) for t in trainer]
     for target in trainer:
@@ -122,7 +134,7 @@ def test_mains_launcher_names_every_trainer_rank(harness: Harness) -> None:
             # The fallback is what named them: main's retitling left no RANK to read.
             environ = Path(f"/proc/{target.pid}/environ").read_bytes()
             assert b"RANK=" not in environ
-            assert target.argv[0].startswith("PRIME-RL::Trainer")
+            assert _retitled(target)
     result = capture(trainer, run_id=record.id, attempt=sup.attempt, reason="on demand")
     labels = {p.target.label for p in result.processes}
     assert {"trainer rank 0", "trainer rank 1", "trainer rank 2"} <= labels
