@@ -428,7 +428,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
         return HealthOut(
             version=__version__, pid=os.getpid(), uptime_seconds=time.time() - ctx.started_at,
             nvml_available=gpus.nvml_available, nvml_error=gpus.error,
-            auth_required=ctx.token is not None, live_runs=len(ctx.store.live_runs()),
+            auth_required=ctx.token is not None,
+            # Live: a live state and a supervisor that runs (not one left by a killed one).
+            live_runs=sum(run.live for run in ctx.store.live_runs()),
             state_dir=str(ctx.state_dir),
         )
 

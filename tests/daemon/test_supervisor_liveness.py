@@ -87,6 +87,7 @@ def test_the_api_shows_a_run_whose_supervisor_was_killed_as_not_live(api: Api) -
         api.store.set_phase("orphan-1", Phase.PREFLIGHT, previous=Phase.PENDING)
         with api.client() as client:
             assert client.get("/runs/orphan-1").json()["live"] is True
+            assert client.get("/health").json()["live_runs"] == 1
             supervisor.kill()
             supervisor.wait()
             api.ctx.snapshot.invalidate()
@@ -97,6 +98,7 @@ def test_the_api_shows_a_run_whose_supervisor_was_killed_as_not_live(api: Api) -
             assert listed["orphan-1"]["live"] is False
             current = client.get("/runs/current").json()
             assert current["id"] == "orphan-1" and current["live"] is False
+            assert client.get("/health").json()["live_runs"] == 0
             # Nothing to stop through this daemon: it does not supervise it.
             assert client.post("/runs/orphan-1/stop").status_code == 409
     finally:
