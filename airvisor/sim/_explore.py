@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,18 +21,23 @@ class SweepResult:
     schedules: int  # runs of the real stack (a schedule with a kill at 0 s counts once)
     failures: tuple[tuple[int, tuple[str, ...]], ...]  # (seed, violations)
     states: dict[str, int]
+    cpu_seconds: float  # the workers' CPU time over their schedules
 
 
-def _sweep_part(seeds: list[int]) -> tuple[list[tuple[int, tuple[str, ...]]], dict[str, int]]:
+Part = tuple[list[tuple[int, tuple[str, ...]]], dict[str, int], float]
+
+
+def _sweep_part(seeds: list[int]) -> Part:
     failures: list[tuple[int, tuple[str, ...]]] = []
     states: dict[str, int] = {}
+    cpu = time.process_time()
     with tempfile.TemporaryDirectory(prefix="airvisor-sim-", dir=_fast_dir()) as root:
         for seed in seeds:
             outcome = simulate(draw(seed), Path(root))
             states[outcome.state] = states.get(outcome.state, 0) + 1
             if outcome.violations:
                 failures.append((seed, tuple(outcome.violations)))
-    return failures, states
+    return failures, states, time.process_time() - cpu
 
 
 def sweep(seeds: Iterable[int], *, workers: int = 1) -> SweepResult:
@@ -43,12 +49,12 @@ def sweep(seeds: Iterable[int], *, workers: int = 1) -> SweepResult:
     else:
         with multiprocessing.get_context("forkserver").Pool(workers) as pool:
             results = pool.map(_sweep_part, parts)
-    failures = sorted(f for part, _ in results for f in part)
+    failures = sorted(f for part, _, _ in results for f in part)
     states: dict[str, int] = {}
-    for _, counted in results:
+    for _, counted, _ in results:
         for state, n in counted.items():
             states[state] = states.get(state, 0) + n
-    return SweepResult(len(seeds), tuple(failures), states)
+    return SweepResult(len(seeds), tuple(failures), states, sum(cpu for _, _, cpu in results))
 
 
 def invariant_of(violation: str) -> str:

@@ -231,6 +231,10 @@ class Simulation:
             Store(template)  # (its schema; each thread closes its own connection)
         shutil.copyfile(template, state / "airvisor.sqlite3")
         self.store = Store(state / "airvisor.sqlite3")
+        # The real store, on a tmpfs, without waiting for the disk: every write is still
+        # SQL against the same schema; only durability across a power cut is given up.
+        connection = self.store._conn()  # (the one thread the whole simulation runs on)
+        connection.execute("PRAGMA synchronous=OFF")
         self.world = World(root, schedule.seed, version=schedule.version,
                            max_steps=schedule.max_steps, interval=2, layout=layout)
         self.world.on_member_exit = self._on_exit
@@ -423,13 +427,19 @@ class Simulation:
                 w.advance()
                 self._drain()
                 self._check_step()
-                if self.terminal_seen and not pending:
-                    break
+                if self.terminal_seen:
+                    break  # (a fault after the end meets no process and no supervisor)
                 w.now += 1.0
             return self._finish()
 
     def _check_step(self) -> None:
         w = self.world
+        if self.manager is None and not self.terminal_seen:
+            run = self.store.get_run(self.run_id)
+            if run is not None and run.live:
+                self._violate("dead-supervisor-not-live",
+                              f"the daemon is dead and `status` shows the run live ({run.state}"
+                              f", supervisor pid {run.supervisor_pid})")
         servers = [p.pid for p in w.live(self.run_id) if p.name == "inference"]
         if len(servers) > 1:
             self._violate("one-inference-server",
@@ -468,6 +478,7 @@ class Simulation:
                           "last fault")
         self._check_launches()
         self._check_failures()
+        self._check_stacks()
         self._check_restarts(history)
         self._check_grace()
         if self.world.final_step_reached and self.stopped_at is None \
@@ -536,6 +547,31 @@ class Simulation:
                                   f"attempt {number}: the {first.component}'s exit status "
                                   f"{first.code} is known (prime-rl's launcher logged it) but "
                                   f"the failure says {said!r}")
+
+    def _check_stacks(self) -> None:
+        """Each hung attempt has one stacks capture, taken before its processes were stopped;
+        any other attempt none. (Of its members: the world's processes are not Python ones a
+        py-spy can read, so the capture's targets are not checked here.)"""
+        events = self.store.events(self.run_id, limit=100_000)
+        hung = {int(e.data.get("attempt") or 0) for e in events
+                if e.kind == "failure" and e.data.get("failure_kind") == "hang"}
+        for number in sorted(hung | {int(e.data.get("attempt") or 0) for e in events
+                                     if e.kind == "stacks"}):
+            looks = [e for e in events if e.kind == "stacks"
+                     and int(e.data.get("attempt") or 0) == number]
+            if number in hung and len(looks) != 1:
+                self._violate("stacks-once-per-hang",
+                              f"attempt {number} hung and has {len(looks)} stacks captures")
+            elif number not in hung and looks:
+                self._violate("stacks-once-per-hang",
+                              f"attempt {number} did not hang and has stacks: {looks[0].message}")
+            failure = next((e for e in events if e.kind == "failure"
+                            and int(e.data.get("attempt") or 0) == number), None)
+            stop = next((e for e in events if e.kind == "stopped_components"
+                         and failure is not None and e.id > failure.id), None)
+            if looks and stop is not None and looks[0].id > stop.id:
+                self._violate("stacks-once-per-hang",
+                              f"attempt {number}'s stacks were taken after its stop")
 
     def _status_known(self, landed: Landed) -> bool:
         """prime-rl's launcher wrote its "failed with exit code N" line for this attempt, or

@@ -1,0 +1,43 @@
+"""Deterministic simulation throughput (issue 29, Measure): schedules per second of the seed
+sweep (`airvisor.sim.sweep`), the real supervisor stack per schedule, one world per worker
+process; with the machine's load average, which on a shared box moves the number most.
+
+Usage: .venv/bin/python bench/sim_bench.py [--seeds 1000] [--workers 1 2] [--first 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+from airvisor.sim import sweep
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=1000)
+    parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args()
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores, python "
+          f"{platform.python_version()}")
+    for workers in args.workers:
+        load_before = os.getloadavg()[0]
+        started = time.perf_counter()
+        result = sweep(range(args.first, args.first + args.seeds), workers=workers)
+        elapsed = time.perf_counter() - started
+        cpu = result.cpu_seconds
+        print(f"workers {workers}: {result.schedules} schedules in {elapsed:.1f} s = "
+              f"{result.schedules / elapsed:.1f} schedules/s; load average "
+              f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}; with a violation: "
+              f"{len(result.failures)}; ended {dict(sorted(result.states.items()))}")
+        # The workers' CPU time does not move with the other work on a shared machine the
+        # way wall time does: what idle cores would do.
+        print(f"  CPU {cpu:.1f} s = {1000 * cpu / result.schedules:.1f} ms per schedule "
+              f"({result.schedules / cpu:.1f} schedules per CPU-second)")
+
+
+if __name__ == "__main__":
+    main()
