@@ -8,8 +8,11 @@ engine; the stand-in trainer (or orchestrator) stops in `inject_faults_before_st
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 
-from airvisor.stacks import read_capture
+from airvisor.stacks import live_targets, read_capture, run_roots
 
 from .conftest import Harness, airvisor_cli, api_over, demo_profile
 
@@ -75,3 +78,38 @@ def test_orchestrator_hang_names_the_orchestrator(harness: Harness) -> None:
     _, event = _stall_stacks(harness, "orchestrator")
     assert "orchestrator (pid " in event.message  # type: ignore[attr-defined]
     assert f"sleeping in {HANGING_FUNCTION}" in event.message  # type: ignore[attr-defined]
+
+
+def test_a_sigstopped_rank_has_stacks_at_the_stall_kill(harness: Harness) -> None:
+    """The chaos tests' hang: a trainer rank stopped with SIGSTOP. The stall kill's look reads
+    it without pausing it (py-spy cannot pause what is stopped) and says it is stopped."""
+    profile = demo_profile(harness.tmp, rl={"max_steps": 100000, "trainer_gpu_ids": [1, 2]})
+    record = harness.manager.submit(profile)
+    harness.run_ids.append(record.id)
+    sup = harness.manager.supervisor(record.id)
+    assert sup is not None
+    deadline = time.monotonic() + 120
+    rank0: list[int] = []
+    while not rank0 and time.monotonic() < deadline:
+        harness.manager.tick(0.2)
+        if sup.step is not None and sup.step >= 2 and "trainer" in sup.members:
+            rank0 = [t.pid for t in live_targets(run_roots(harness.store, record.id,
+                                                           sup.attempt))
+                     if t.component == "trainer" and t.rank == 0]
+    assert rank0, [(e.kind, e.message) for e in harness.events(record.id)]
+    os.kill(rank0[0], signal.SIGSTOP)  # the run's own rank, found by its pid
+    while not any(e.kind == "stacks" for e in harness.events(record.id)) \
+            and time.monotonic() < deadline:
+        harness.manager.tick(0.2)
+    event = next(e for e in harness.events(record.id) if e.kind == "stacks")
+    stopped = [v for v in event.data["verdicts"] if v.startswith("trainer rank 0: ")]
+    assert stopped and stopped[0].startswith(
+        "trainer rank 0: stopped (SIGSTOP or a tracer), while "), event.data["verdicts"]
+    capture = read_capture(harness.store.path.parent / "runs" / record.id / "attempt_1")
+    assert capture is not None
+    (stacks,) = [p for p in capture.processes if p.target.rank == 0]
+    assert stacks.stopped and stacks.threads, stacks.note
+    assert stacks.errors and "SIGSTOP" in stacks.errors[0]  # py-spy's paused read, whole
+    harness.manager.request_stop(record.id)
+    while not sup.state.terminal and time.monotonic() < deadline + 60:
+        harness.manager.tick(0.2)
