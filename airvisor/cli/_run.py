@@ -80,7 +80,8 @@ def start(profile: str, start_mode: str | None, overrides: tuple[str, ...], fore
     # lazy: the API's rule for request ids (the daemon's models) only when one is given
     from airvisor.daemon._models import REQUEST_ID_RULE, is_request_id
 
-    if request_id is not None and not is_request_id(request_id):
+    # (Stricter than the API's "pattern" read as Python reads it: no final newline.)
+    if request_id is not None and (not is_request_id(request_id) or "\n" in request_id):
         raise click.BadParameter(f"a request id is {REQUEST_ID_RULE}", param_hint="--request-id")
     request_id = request_id or str(uuid.uuid4())
 

@@ -128,6 +128,15 @@ def submit_to_daemon(client: Any, profile_ref: str, overrides: dict[str, Any], m
         answer = client.submit_once(profile_ref, overrides, mode, request_id=request_id,
                                     timeout=timeout)
     except DaemonError as err:
+        if err.status == 422 and "request_id: Extra inputs are not permitted" in str(err):
+            # An airvisor from before request ids (a daemon not restarted after an upgrade):
+            # refused, rather than sent without one, which could make two runs again.
+            version = client.health_info.get("version", "unknown")
+            click.echo(f"airvisor: the daemon at {client.url} runs an older airvisor "
+                       f"({version}) that does not take request ids: restart it after the "
+                       "upgrade (systemctl restart airvisor), or start with --foreground",
+                       err=True)
+            return None, EXIT_BAD_INPUT
         if err.status < 500:
             click.echo(f"airvisor: the daemon refused the run: {err}", err=True)
             return None, EXIT_BAD_INPUT

@@ -48,7 +48,8 @@ def test_a_repeated_foreground_start_with_the_same_request_id_starts_nothing(
     assert missing.returncode == 2
     assert "no run was created for request id 'nightly-8'" in missing.stderr
 
-    bad = airvisor("start", str(profile), "--request-id", "not ok", env=env)
-    assert bad.returncode == 2 and "--request-id" in bad.stderr and "a request id is" \
-        in bad.stderr
+    for wrong in ("not ok", "ends-in-a-newline\n", "-leading-dash"):
+        bad = airvisor("start", str(profile), "--request-id", wrong, env=env)
+        assert bad.returncode == 2, (wrong, bad.stdout, bad.stderr)
+        assert "--request-id" in bad.stderr and "a request id is" in bad.stderr, bad.stderr
     assert len(store.list_runs()) == 1
