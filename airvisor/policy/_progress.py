@@ -45,14 +45,16 @@ PREFERENCE = ("trainer", "orchestrator")
 
 
 def stalled_component(progress: Sequence[ComponentProgress], *, now: float,
-                      attempt_started_at: float, default: str = "trainer") -> StalledComponent:
+                      attempt_started_at: float, resume_step: int | None = None,
+                      default: str = "trainer") -> StalledComponent:
     """The component that stopped: the one silent the longest, counting one that logged no
     step in the attempt as silent since its start. prime-rl's trainer and orchestrator wait on
     each other (the orchestrator runs at most `async_level` steps ahead, the trainer needs its
     rollouts), so when one stops the other goes on for a little and then waits: the first to
     fall silent is the one that stopped, and its own last step (not the attempt's highest) is
     where. A tie (both seen in one look) goes to the lower step, then to the trainer. With no
-    step anywhere, `default` (the stall rule's first-step case)."""
+    step anywhere, `default` (the stall rule's first-step case). An attempt resumed from a
+    checkpoint (`resume_step`) starts every component at that step."""
     def since(p: ComponentProgress) -> float:
         return p.advanced_at if p.advanced_at is not None and p.last_step is not None \
             else attempt_started_at
@@ -67,6 +69,8 @@ def stalled_component(progress: Sequence[ComponentProgress], *, now: float,
     named = [p for p in progress if p.component == default]
     first = sorted(progress, key=order)[0] if stepped else \
         (named[0] if named else ComponentProgress(default, None, None))
+    if first.last_step is None and resume_step is not None:
+        first = ComponentProgress(first.component, resume_step, None)
     others = tuple(sorted((p for p in progress if p.component != first.component),
                           key=lambda p: -since(p)))
     return StalledComponent(component=first.component, step=first.last_step,

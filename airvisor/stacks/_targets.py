@@ -12,7 +12,9 @@ overwrites the environment's memory, so `/proc/<pid>/environ` no longer holds RA
 its RANK where the environment is still readable (v0.4 does not retitle); the file its stdout or
 stderr goes to, where torchrun's `--log-dir` with `--redirect` put it
 (`<log_dir>/<run_id>/attempt_<n>/<local_rank>/stdout.log`, torch/distributed/elastic/
-multiprocessing/api.py; both versions pass `--log-dir` and `--redirect=3`); else its place
+multiprocessing/api.py; the worker's own stdout is that file, opened by torchrun's
+SubprocessHandler and passed to Popen; both versions pass `--log-dir` and `--redirect=3`;
+airvisor's demo stand-in of torchrun pipes instead, so it is named by the next way); else its place
 among its torchrun agent's workers, which the agent starts in local-rank order, one after the
 other (`start_processes`: `for local_rank in range(nprocs)`). The last two give the local rank:
 the rank on a single node, which is how prime-rl's `rl` runs the trainer; where the agent's

@@ -50,3 +50,24 @@ def test_the_stall_names_the_component_that_stopped(
     assert (stalled.component, stalled.step, stalled.silent_for) == (named, step, silent)
     assert stall_message(stalled, RULE) == message
     assert [p.component for p in stalled.others] == [p[0] for p in progress if p[0] != named]
+
+
+@pytest.mark.parametrize(("progress", "named", "step", "message"), [
+    # Resumed from step 6: nothing logged since; the trainer stands for the run at 6.
+    ([(TR, None, None), (OR, None, None)], TR, 6,
+     "hung: step 6 has not advanced for 9 s (health.stall_timeout = 3)"),
+    ([], TR, 6, "hung: step 6 has not advanced for 9 s (health.stall_timeout = 3)"),
+    # The orchestrator went on to 7; the trainer logged nothing since the resume at 6.
+    ([(TR, None, None), (OR, 7, 4.0)], TR, 6,
+     "hung: step 6 has not advanced for 9 s (health.stall_timeout = 3); orchestrator: step 7"),
+    # Both went on: the resume step says nothing more.
+    ([(TR, 8, 5.0), (OR, 9, 6.0)], TR, 8,
+     "hung: step 8 has not advanced for 4 s (health.stall_timeout = 3); orchestrator: step 9"),
+])
+def test_a_resumed_attempt_starts_at_its_resume_step(
+        progress: list[tuple[str, int | None, float | None]], named: str, step: int,
+        message: str) -> None:
+    stalled = stalled_component([ComponentProgress(*p) for p in progress], now=9.0,
+                                attempt_started_at=0.0, resume_step=6)
+    assert (stalled.component, stalled.step) == (named, step)
+    assert stall_message(stalled, RULE) == message
