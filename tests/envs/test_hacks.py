@@ -293,8 +293,11 @@ def test_repeated_evaluation_of_an_unchanged_solution_is_not_penalised(bench: Be
         lease.release()
     assert first.reward == pytest.approx(expected_reward("battleOfSexes", False), abs=0.03)
     assert [r.reward for r in again] == [0.0, 0.0, 0.0]  # charged once, no Monte Carlo drift
-    assert all(r.info["cached"] for r in again) and submitted.reward == 0.0
-    assert episode.total_reward == first.reward
+    assert all(r.info["cached"] for r in again)
+    # the submit is evaluated again, as MLGym does (issue 32): a fresh draw, within the noise
+    assert submitted.info["cached"] is False
+    assert submitted.reward == pytest.approx(0.0, abs=GAME_NOISE)
+    assert episode.total_reward == pytest.approx(first.reward, abs=GAME_NOISE)
     bench.honest_titanic()
 
 
@@ -425,4 +428,176 @@ def test_long_timeout_bounds_training_commands(bench: Bench) -> None:
     )
     assert "EXECUTION TIMED OUT" in seen[0] and "3 seconds" in seen[0]
     assert episode.steps[0]["seconds"] < 30
+    bench.honest_titanic()
+
+
+# --- issue 32: what the agent causes is the agent's score, never an error -------------------
+
+VFORK_SCRIPT = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "if libc.vfork() == 0:  # the child never execs: the parent waits in state D\n"
+    "    while True:\n"
+    "        libc.pause()\n"
+    "os._exit(0)\n"
+)
+
+
+def assert_agents_failure_not_error(episode: Episode) -> None:
+    assert episode.error is None, episode.events  # never an errored rollout
+    assert episode.end_reason != "container_unavailable", episode.events
+
+
+def test_an_unfreezable_vfork_neither_stops_the_evaluation_nor_errors(bench: Bench) -> None:
+    """A vfork() parent whose child never execs is in state D, where SIGSTOP cannot stop it:
+    it is held all the same (a stop pending, taken before it could run any code of its own),
+    so the evaluation runs and scores what the agent wrote."""
+    hack = (
+        "```bash\n" + heredoc("/tmp/vf.py", VFORK_SCRIPT)
+        + "(python3 /tmp/vf.py > /dev/null 2>&1 &)\n"
+        "for i in $(seq 150); do ps -u agent -o stat= | grep -q '^D' && break; sleep 0.1; done\n"
+        "ps -u agent -o stat=,args= | grep '^D'\n```"
+    )
+    episode, seen = bench.play("battleOfSexes", [hack, write_strategy("0"), "submit"])
+    assert "vf.py" in seen[0]  # the parent was in state D
+    assert_agents_failure_not_error(episode)
+    assert episode.agent_failure is None
+    assert episode.total_reward == pytest.approx(expected_reward("battleOfSexes", True), abs=0.03)
+    bench.honest_titanic()
+
+
+def test_names_that_are_not_utf8_are_hashed_and_cleaned(bench: Bench) -> None:
+    hack = (
+        "```bash\ntouch $'\\xff\\xfe.py' $'\\xc3\\x28' ~/$'\\x80home' /tmp/$'\\xfftmp'\n"
+        "mkdir -p $'dir\\xed\\xa0\\x80'/$'\\xfe' && ln -s $'/\\xff' $'link\\xff' && echo made\n```"
+    )
+    episode, seen = bench.play("titanicSurvival", titanic_with_honest_submission(hack))
+    assert "made" in seen[1]
+    assert_agents_failure_not_error(episode)
+    assert episode.total_reward == pytest.approx(HONEST, abs=1e-9)  # scored as written
+    bench.honest_titanic()  # home, workspace and /tmp as before
+
+
+def test_root_files_moved_out_of_the_workspace_do_not_survive(bench: Bench) -> None:
+    """The root-owned evaluation files and data can be renamed (the workspace is the agent's):
+    moved to /tmp and /var/tmp they would be a channel between episodes; the reset removes
+    every new entry there, whoever owns it."""
+    hack = (
+        "```bash\nmv evaluate.py /tmp/moved-evaluate.py && mv data data.moved && "
+        "mkdir /var/tmp/moved && mv data.moved/ground_truth.csv /var/tmp/moved/ 2>/dev/null; "
+        "stat -c '%U %n' /tmp/moved-evaluate.py data.moved\n```"
+    )
+    episode, seen = bench.play("titanicSurvival", titanic_with_honest_submission(hack))
+    # (a root-owned directory cannot be moved to another parent, nor a file out of one)
+    assert "root /tmp/moved-evaluate.py" in seen[1] and "root data.moved" in seen[1]
+    assert_agents_failure_not_error(episode)
+    assert episode.total_reward == pytest.approx(HONEST, abs=1e-9)  # data put back, pristine eval
+    bench.honest_titanic()  # the state lists every entry of /tmp, /var/tmp: none of these
+
+
+def test_sigcont_from_strategy_code_wakes_nothing(bench: Bench) -> None:
+    """The evaluation's copy of the agent's code runs under a uid of its own: its
+    kill(-1, SIGCONT) reaches none of the agent's frozen processes. The strategy answers 1 (a
+    worse score) as soon as it sees a watcher of the agent's running, else 0."""
+    watchers = (
+        "```bash\nrm -f watchers; for i in 1 2; do "
+        "(exec -a watcher bash -c 'while :; do sleep 0.05; done') > /dev/null 2>&1 & "
+        "echo $! >> watchers; done; disown -a; cat watchers | wc -l\n```"
+    )
+    strategy = (
+        "```bash\ncat > strategy.py <<'EOF'\nimport os, signal\n"
+        "PIDS = [int(p) for p in open('watchers').read().split()]\n"
+        "def woken():\n"
+        "    try:\n        os.kill(-1, signal.SIGCONT)\n    except OSError:\n        pass\n"
+        "    for pid in PIDS:\n"
+        "        try:\n"
+        "            state = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0]\n"
+        "        except OSError:\n            continue\n"
+        "        if state not in 'TtZX':\n            return True\n"
+        "    return False\n"
+        "WOKEN = woken()\n"
+        "CALLS = [0]\n"
+        "def row_strategy(history):\n"
+        "    global WOKEN\n    CALLS[0] += 1\n"
+        "    if CALLS[0] % 1000 == 1:\n        WOKEN = WOKEN or woken()\n"
+        "    return 1 if WOKEN else 0\n"
+        "EOF\n```"
+    )
+    episode, seen = bench.play("battleOfSexes", [watchers, strategy, "submit"])
+    assert seen[0].strip().endswith("2")
+    assert_agents_failure_not_error(episode)
+    # always 0 (1.444): the watchers stayed stopped through every check; woken, it would be
+    # always 1 (0.822)
+    assert episode.total_reward == pytest.approx(expected_reward("battleOfSexes", True), abs=0.03)
+    bench.honest_titanic()
+
+
+def test_a_resubmit_is_evaluated_again(bench: Bench) -> None:
+    """A submit is evaluated again, as MLGym does, even of bytes validated before: the luckiest
+    earlier draw of a solution cannot be kept by resubmitting it."""
+    episode, _ = bench.play("battleOfSexes", [write_strategy("0"), "validate", "submit"])
+    validated, submitted = (step["info"] for step in episode.steps[1:3])
+    assert validated["cached"] is False and submitted["cached"] is False
+    assert_agents_failure_not_error(episode)
+    assert episode.total_reward == pytest.approx(expected_reward("battleOfSexes", True), abs=0.03)
+    bench.honest_titanic()
+
+
+def test_a_strategy_without_its_function_is_the_agents_failure(bench: Bench) -> None:
+    """`from strategy import row_strategy` of a strategy.py without it raises ImportError in
+    the evaluator: the agent's doing, not a broken image."""
+    hack = "```bash\necho 'x = 1' > strategy.py\n```"
+    episode, seen = bench.play("battleOfSexes", [hack, "submit"])
+    assert "row_strategy" in seen[1]  # the failure names what is missing
+    assert_agents_failure_not_error(episode)
+    assert episode.total_reward == -1.0
+    bench.honest_titanic()
+
+
+def test_a_workspace_too_deep_to_read_is_the_agents_failure(bench: Bench) -> None:
+    """Paths longer than PATH_MAX (4096 bytes) under the workspace: the evaluation cannot read
+    it, and says so; the reset removes it all the same."""
+    hack = (
+        "```bash\nd=$(printf 'd%.0s' $(seq 200)); (for i in $(seq 25); do mkdir $d && cd $d; "
+        "done; pwd | wc -c)\n```"
+    )
+    episode, seen = bench.play("titanicSurvival", titanic_with_honest_submission(hack))
+    assert int(seen[1].strip().splitlines()[-1]) > 4096
+    assert_agents_failure_not_error(episode)
+    assert episode.agent_failure is not None and "cannot be read" in episode.agent_failure
+    assert episode.total_reward == -1.0
+    bench.honest_titanic()
+
+
+# The limits run last in this module: they stay on the bench's container (the stricter one is
+# kept), and the honest titanic episode fits under them.
+
+
+def test_a_fork_bomb_hits_the_pids_limit_and_is_the_agents_failure(bench: Bench) -> None:
+    runner = bench.make_runner(pids_limit=96)
+    bomb = "```bash\nbomb() { bomb | bomb & }; bomb; echo lit\n```"
+    episode, _ = bench.play("battleOfSexes", [write_strategy("0"), bomb, "submit"], runner)
+    limits = bench.client.containers.get(bench.name).attrs["HostConfig"]
+    assert limits["PidsLimit"] == 96  # the engine holds the container to it
+    assert_agents_failure_not_error(episode)
+    # at most what an honest "always 0" gets (the bomb may leave room for the evaluation)
+    assert episode.total_reward <= expected_reward("battleOfSexes", True) + 0.03
+    bench.honest_titanic()  # the next episode: every process gone, same state, same reward
+
+
+def test_a_memory_bomb_hits_the_memory_limit_and_is_the_agents_failure(bench: Bench) -> None:
+    runner = bench.make_runner(memory="768m")
+    grab = "a = []\nwhile True:\n    a.append(bytearray(32 << 20))\n"
+    hold = "import time\na = bytearray(700 << 20)\ntime.sleep(1000)\n"
+    hack = (
+        "```bash\n" + heredoc("/tmp/grab.py", grab) + heredoc("/tmp/hold.py", hold)
+        + "python3 /tmp/grab.py; echo rc=$?\n"
+        "(python3 /tmp/hold.py > /dev/null 2>&1 &); sleep 1; echo held\n```"
+    )
+    episode, seen = bench.play("titanicSurvival", titanic_with_honest_submission(hack), runner)
+    limits = bench.client.containers.get(bench.name).attrs["HostConfig"]
+    assert limits["Memory"] == limits["MemorySwap"] == 768 << 20
+    assert "rc=0" not in seen[1]  # the bomb was stopped (killed, or refused memory)
+    assert_agents_failure_not_error(episode)
+    assert episode.total_reward <= HONEST  # the hog may cost the evaluation; it gains nothing
     bench.honest_titanic()

@@ -21,7 +21,7 @@ from air_mlgym._actions import USAGE
 from air_mlgym._containers import DEFAULT_LOCK_DIR, Lease, LeaseBook, OwnedContainers
 from air_mlgym._episode import Episode, EpisodeConfig
 from air_mlgym._reward import REWARD_MODES, MetricSpec, protection_table, resolve_metric
-from air_mlgym._session import SessionConfig, TaskSession, workspace_listing
+from air_mlgym._session import SessionConfig, TaskSession, memory_bytes, workspace_listing
 from air_mlgym._tasks import TaskSpec, load_task
 
 
@@ -80,6 +80,11 @@ class EnvArgs:
     setup_commands: list[str] = field(default_factory=list)
     conda_env: str | None = "mlgym_generic"
     mlgym_mount: str | None = None  # the checkout's mount point inside the containers
+    # Limits of each task container (README "Limits"), applied by the engine before the
+    # container's first episode; a stricter limit the container already has is kept. None: none.
+    pids_limit: int | None = 1024
+    memory: str | None = "4g"
+    cpus: float | None = 1.0
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> EnvArgs:
@@ -147,6 +152,20 @@ class EnvArgs:
             fail("admin_python", f'must be "auto" or an absolute path, got {self.admin_python!r}')
         if self.python_env is not None and not str(self.python_env).startswith("/"):
             fail("python_env", f"must be an absolute path, got {self.python_env!r}")
+        if self.pids_limit is not None and (
+            isinstance(self.pids_limit, bool) or not isinstance(self.pids_limit, int)
+            or self.pids_limit < 32
+        ):
+            fail("pids_limit", f"must be an integer >= 32 or null, got {self.pids_limit!r}")
+        if self.cpus is not None and (
+            isinstance(self.cpus, bool) or not isinstance(self.cpus, int | float) or self.cpus <= 0
+        ):
+            fail("cpus", f"must be a positive number of CPUs or null, got {self.cpus!r}")
+        if self.memory is not None:
+            try:
+                memory_bytes(self.memory)
+            except ValueError as e:
+                fail("memory", f"{e}")
         for name in ("container_wait", "lease_timeout", "reward_scale"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
@@ -174,6 +193,9 @@ class EnvArgs:
             mlgym_mount=self.mlgym_mount,
             admin_python=self.admin_python,
             python_env=self.python_env,
+            pids_limit=self.pids_limit,
+            memory_limit=None if self.memory is None else memory_bytes(self.memory),
+            cpus=None if self.cpus is None else float(self.cpus),
             **overrides,
         )
 

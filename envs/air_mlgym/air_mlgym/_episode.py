@@ -119,6 +119,9 @@ class Episode:
         # Why the environment could not serve this episode (the adapters raise it): None when
         # it could, whatever the agent did.
         self.error: str | None = None
+        # Why an evaluation of this episode failed because of the agent (README "Blame"): a
+        # failure reward, never an error; the last such reason, for the episode's log.
+        self.agent_failure: str | None = None
 
     @property
     def total_reward(self) -> float:
@@ -236,7 +239,7 @@ class Episode:
             and self.end_reason not in {"container_unavailable", "internal_error"}
         ):
             try:
-                evaluation = self._run_evaluation()
+                evaluation = self._run_evaluation(fresh=True)
                 outcome = self.tracker.observe(evaluation.metrics, "final")
                 final_reward = outcome.reward
                 self.events.append(f"final evaluation: {evaluation.metrics}")
@@ -254,7 +257,7 @@ class Episode:
         # The supervisor counts errored episodes (airvisor's $AIRVISOR_EPISODE_LOG).
         report_episode(ok=self.error is None, task=self.task.id, error=self.error,
                        container=self.session.container_name, episode_id=self.episode_id,
-                       end_reason=self.end_reason)
+                       end_reason=self.end_reason, agent_failure=self.agent_failure)
         return final_reward
 
     # --- commands -------------------------------------------------------------------------
@@ -373,14 +376,20 @@ class Episode:
             kept.append(line)
         return "\n".join(kept)
 
-    def _run_evaluation(self) -> Evaluation:
-        evaluation = self.session.evaluate(self._evaluations)
-        if evaluation.solution_hash is not None:
+    def _run_evaluation(self, *, fresh: bool = False) -> Evaluation:
+        """`fresh`: evaluated again even when the solution is unchanged (a submit, as MLGym
+        does: a resubmit of an earlier lucky draw's bytes gets a new draw)."""
+        evaluation = self.session.evaluate(None if fresh else self._evaluations)
+        if evaluation.solution_hash is not None and evaluation.agent_failure is None:
             self._evaluations.setdefault(evaluation.solution_hash, evaluation)
+        if evaluation.agent_failure is not None:
+            self.agent_failure = evaluation.agent_failure
+            why = evaluation.agent_failure
+            self.events.append(f"evaluation failed because of the agent: {why}")
         return evaluation
 
     def _evaluate(self, *, submit: bool) -> StepResult:
-        evaluation = self._run_evaluation()
+        evaluation = self._run_evaluation(fresh=submit)
         outcome = self.tracker.observe(evaluation.metrics, "submit" if submit else "validate")
         info = {
             "kind": "submit" if submit else "validate",
@@ -494,6 +503,7 @@ class Episode:
             "submitted": self.submitted,
             "end_reason": self.end_reason,
             "error": self.error,
+            "agent_failure": self.agent_failure,
             "reward_mode": self.config.reward_mode,
             "steps_used": self.steps_used,
             "started_at": self._started,

@@ -32,6 +32,7 @@ _lock = threading.Lock()
 def episode_record(
     *, ok: bool, task: str | None, error: str | None, container: str | None,
     episode_id: str | None = None, end_reason: str | None = None,
+    agent_failure: str | None = None,
 ) -> dict[str, object]:
     return {
         "schema": SCHEMA,
@@ -42,6 +43,8 @@ def episode_record(
         "container": container,
         "episode": episode_id,
         "end_reason": end_reason,
+        # an evaluation failed because of the agent (a failure reward, not an error): why
+        "agent_failure": agent_failure[:_ERROR_MAX] if agent_failure else None,
         "source": "air_mlgym",
         "pid": os.getpid(),
     }
@@ -50,13 +53,15 @@ def episode_record(
 def report_episode(
     *, ok: bool, task: str | None, error: str | None, container: str | None = None,
     episode_id: str | None = None, end_reason: str | None = None,
+    agent_failure: str | None = None,
 ) -> None:
     """Append the episode's record to `$AIRVISOR_EPISODE_LOG`, if set. Never raises."""
     path = os.environ.get(EPISODE_LOG_ENV)
     if not path:
         return
     record = episode_record(ok=ok, task=task, error=error, container=container,
-                            episode_id=episode_id, end_reason=end_reason)
+                            episode_id=episode_id, end_reason=end_reason,
+                            agent_failure=agent_failure)
     data = (json.dumps(record, default=str) + "\n").encode()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)

@@ -34,6 +34,7 @@ from typing import Any
 
 import docker
 from docker.models.containers import Container
+from docker.utils import parse_bytes
 
 from air_mlgym._containers import INIT_COMMAND, ContainerUnavailable, find_running
 from air_mlgym._reward import TaskProtection
@@ -118,10 +119,27 @@ class ContainerBroken(ContainerUnavailable):
     """The container runs but could not be restored to its pristine state: replace it."""
 
 
+class AgentExhaustedLimit(ContainerBroken):
+    """The root helper could not run because the agent's processes hold all the processes or
+    memory the container's limits allow (read from the engine): the agent's failure."""
+
+
 class EnvironmentUnusable(ContainerUnavailable):
     """The image or the container's setup cannot serve an episode (no trustworthy evaluator,
     pid 1 run by the agent, ...): replacing the container would not help. The message names
     the problem and the fix; an episode that meets it is an errored rollout, never a 0."""
+
+
+def memory_bytes(text: str | int) -> int:
+    """Bytes of a Docker memory size ("4g", "512m", 1073741824: docker-py's own parser, the
+    CLI's units); ValueError saying what is wrong."""
+    try:
+        value = int(parse_bytes(text))
+    except docker.errors.DockerException as e:
+        raise ValueError(f'must be a Docker memory size such as "4g" or "512m": {e}') from None
+    if value < 64 << 20:
+        raise ValueError(f"must be at least 64m (the shell and the evaluator need it): {text!r}")
+    return value
 
 
 def _env_float(name: str, default: float) -> float:
@@ -158,6 +176,10 @@ class SessionConfig:
     # The agent's environment to copy for "auto"; None: <home>/miniconda3/envs/<conda_env>,
     # else <home>/miniconda3 (MLGym's official image), when present.
     python_env: str | None = None
+    # The container's limits (README "Limits"); None: left as the container has them.
+    pids_limit: int | None = None
+    memory_limit: int | None = None  # bytes
+    cpus: float | None = None
 
     @property
     def workspace(self) -> str:
@@ -171,6 +193,9 @@ class Evaluation:
     message: str  # what the agent is told
     solution_hash: str | None = None  # digest of the evaluated workspace (None: not hashed)
     cached: bool = False  # an unchanged solution's earlier evaluation, not run again
+    # Why the evaluation failed because of the agent (its processes, files, resource use), as
+    # established by the root helper or the engine; the episode's log carries it.
+    agent_failure: str | None = None
 
 
 @dataclass
@@ -201,6 +226,7 @@ class TaskSession:
         self._prepared: dict[str, _Ids] = {}
         self._templates: dict[tuple[str, int, int], _Template] = {}
         self.replacements = 0
+        self.restarts = 0  # after the agent's processes held all the container may use
         self.last_reset_seconds = 0.0
         self.last_restore: dict[str, Any] = {}
         self._container: Container | None = None
@@ -318,6 +344,11 @@ class TaskSession:
             self._drop_shell()
             try:
                 self._restore(task)
+            except AgentExhaustedLimit as e:
+                # Not even root's helper can start: restart the container (the kernel ends
+                # every process in it); its files stay and the next restore puts them right.
+                self._restart_container(str(e))
+                self._restore(task)
             except ContainerBroken as e:
                 self._replace_container(str(e))
                 try:
@@ -384,18 +415,20 @@ class TaskSession:
             self._root_exec(container, ["/bin/mkdir", "-p", TOOLS_DIR])
             container.put_archive(TOOLS_DIR, _tar(self._tool_entries()))
             ids = []
-            for flag in ("-u", "-g"):
+            for flag in ("-u", "-g", "-G"):
                 found = self._root_exec(container, ["/usr/bin/id", flag, self.config.user])
                 output = found.output if isinstance(found.output, bytes) else b""
                 ids.append(output.decode(errors="replace").strip())
         except DOCKER_ERRORS as e:
             raise ContainerUnavailable(f"cannot prepare {self.container_name}: {e}") from e
-        if not all(x.isdigit() for x in ids):
+        groups = ids.pop().split()
+        if not all(x.isdigit() for x in [*ids, *groups]):
             raise EnvironmentUnusable(
                 f"user {self.config.user!r} does not exist in {self.container_name} "
                 f"({ids}); fix: a task image with MLGym's user, or set the env arg `user`"
             )
         prepared = _Ids(uid=int(ids[0]), gid=int(ids[1]))
+        self._apply_limits(container)
         try:
             self._pythons[cid] = self._evaluator_python(container)
         except DOCKER_ERRORS as e:
@@ -407,6 +440,7 @@ class TaskSession:
                 "home": self.config.home,
                 "workspace_name": posixpath.basename(self.config.workspace),
                 "uid": prepared.uid,
+                "gids": sorted({prepared.gid, *map(int, groups)}),
             },
             timeout=600,
         )
@@ -431,6 +465,70 @@ class TaskSession:
         self._ids = prepared
         self._prepared[cid] = prepared
         return prepared
+
+    def _apply_limits(self, container: Container) -> None:
+        """The container's pids, memory and CPU limits (README "Limits"), set through the
+        engine's update API before the first episode; a stricter limit it already has (the
+        airvisor profile's `[containers] memory`/`cpus`) is kept."""
+        host = container.attrs.get("HostConfig") or {}
+        update: dict[str, int] = {}
+
+        def stricter(current: int | None, wanted: int | None) -> int | None:
+            if wanted is None or (current and 0 < current <= wanted):
+                return None
+            return wanted
+
+        pids = stricter(host.get("PidsLimit"), self.config.pids_limit)
+        if pids is not None:
+            update["PidsLimit"] = pids
+        memory = stricter(host.get("Memory"), self.config.memory_limit)
+        if memory is not None:
+            update["Memory"] = update["MemorySwap"] = memory  # no swap beyond it
+        nano = None if self.config.cpus is None else round(self.config.cpus * 1e9)
+        if host.get("CpuQuota") and host.get("CpuPeriod"):
+            have = round(host["CpuQuota"] / host["CpuPeriod"] * 1e9)
+        else:
+            have = host.get("NanoCpus")
+        nano = stricter(have, nano)
+        if nano is not None:
+            update["NanoCpus"] = nano
+        if not update:
+            return
+        api: Any = self.client.api
+        try:
+            # docker-py's update_container has no PidsLimit or NanoCpus; its own request,
+            # with every field the engine's ContainerUpdate takes
+            response = api._post_json(api._url("/containers/{0}/update", container.id), update)
+            api._raise_for_status(response)
+            container.reload()
+        except DOCKER_ERRORS as e:
+            raise EnvironmentUnusable(
+                f"{self.container_name}: the engine refused the limits {update} ({e}); fix: set "
+                "pids_limit, memory or cpus to what this host supports (null: no limit)"
+            ) from e
+
+    def _limit_hit(self, container: Container) -> str | None:
+        """Whether the agent's processes hold all the pids or memory the container may use,
+        as the engine reports it (root's helper cannot even start then)."""
+        try:
+            stats = container.stats(stream=False, one_shot=True)
+        except DOCKER_ERRORS:
+            return None
+        if not isinstance(stats, dict):
+            return None
+        pids = stats.get("pids_stats") or {}
+        limit = pids.get("limit") or (container.attrs.get("HostConfig") or {}).get("PidsLimit")
+        current = pids.get("current")
+        if isinstance(current, int) and isinstance(limit, int) and 0 < limit <= current + 4:
+            return f"the container's process limit is used up ({current} of {limit} pids)"
+        memory = stats.get("memory_stats") or {}
+        usage, cap = memory.get("usage"), memory.get("limit")
+        if isinstance(usage, int):  # as `docker stats` counts it: the page cache aside
+            extra = memory.get("stats") or {}
+            usage -= int(extra.get("total_inactive_file", extra.get("inactive_file", 0)) or 0)
+        if isinstance(usage, int) and isinstance(cap, int) and 0 < cap * 0.95 <= usage:
+            return f"the container's memory limit is used up ({usage >> 20} of {cap >> 20} MiB)"
+        return None
 
     def _evaluator_python(self, container: Container) -> str:
         """The interpreter the root helper and the evaluation run with (SessionConfig
@@ -529,6 +627,9 @@ class TaskSession:
         try:
             result = self._root_exec(container, argv, demux=True)
         except DOCKER_ERRORS as e:
+            hit = self._limit_hit(container)
+            if hit is not None:  # the engine could not start the exec: the agent holds it all
+                raise AgentExhaustedLimit(f"{command} could not run: {hit}") from e
             raise ContainerUnavailable(f"{command} in {self.container_name} failed: {e}") from e
         stdout, stderr = result.output if isinstance(result.output, tuple) else (b"", b"")
         text = (stdout or b"").decode(errors="replace").strip()
@@ -538,6 +639,9 @@ class TaskSession:
             answer = None
         if not isinstance(answer, dict):
             error = (stderr or b"").decode(errors="replace").strip()[-2000:]
+            hit = self._limit_hit(container)
+            if hit is not None:  # the engine says why: the agent's processes hold it all
+                raise AgentExhaustedLimit(f"{command} could not run: {hit}")
             if result.exit_code in (126, 127):
                 raise EnvironmentUnusable(
                     f"{self.container_name} cannot run {python} ({error}); fix: the task "
@@ -545,6 +649,15 @@ class TaskSession:
                 )
             raise ContainerBroken(f"{command} gave no answer (exit {result.exit_code}): {error}")
         return answer
+
+    def _restart_container(self, why: str) -> None:
+        logger.warning("restarting container %s: %s", self.container_name, why)
+        self._drop_shell()
+        try:
+            self.container().restart(timeout=0)
+        except DOCKER_ERRORS as e:
+            raise ContainerBroken(f"cannot restart {self.container_name}: {e}") from e
+        self.restarts += 1
 
     def _replace_container(self, why: str) -> None:
         """The container cannot be restored: get a fresh one under the same name."""
@@ -666,7 +779,11 @@ class TaskSession:
 
     def evaluate(self, known: Mapping[str, Evaluation] | None = None) -> Evaluation:
         """Evaluate the current solution (README "Evaluation"). `known` maps solution digests
-        to earlier evaluations of this episode: an unchanged solution is not run again."""
+        to earlier evaluations of this episode: an unchanged solution is not run again (a
+        submit passes none: it is always evaluated, as MLGym does).
+
+        What the agent causes is a failed evaluation with its reason (`agent_failure`), never
+        an exception (README "Blame")."""
         task = self.task
         assert task is not None
         container = self.container()
@@ -691,9 +808,18 @@ class TaskSession:
             "returns": {k: dict(v) for k, v in self.protection(task).returns.items()},
             "submission_rules": dict(self.protection(task).submission),
         }
-        answer = self._admin(container, "evaluate", args, timeout=timeout + 60)
+        try:
+            answer = self._admin(container, "evaluate", args, timeout=timeout + 60)
+        except AgentExhaustedLimit as e:
+            return self._agent_failed(str(e))
         if not answer.get("written"):
-            raise ContainerBroken(f"evaluation failed to run: {answer.get('message', answer)}")
+            # The root helper itself failed (what the agent causes is an answer, not this):
+            # airvisor's fault, an errored rollout; never a rebuilt workspace scored instead.
+            raise EnvironmentUnusable(
+                f"{self.container_name}: the evaluation of {task.id} failed in air_mlgym's root "
+                f"helper: {answer.get('message', answer)}; fix: report this as a bug of air_mlgym "
+                f"with the trace: {str(answer.get('trace', ''))[-1500:]}"
+            )
         result = self._read_result(container, nonce)
         status = result.get("status")
         digest = result.get("hash")
@@ -716,6 +842,8 @@ class TaskSession:
                 "description to validate your results.",
                 digest,
             )
+        if status == "agent_failure":
+            return self._agent_failed(str(result.get("message")), digest)
         if status in ("evaluator_broken", "error"):
             # Not the solution's fault: the evaluation cannot run in this container.
             raise EnvironmentUnusable(
@@ -729,6 +857,13 @@ class TaskSession:
         else:
             message = "Failed to decode metrics from the evaluation script."
         return Evaluation(None, output, f"{message} Output:\n---\n{output}\n---", digest)
+
+    def _agent_failed(self, why: str, digest: str | None = None) -> Evaluation:
+        logger.info("%s: the evaluation failed because of the agent: %s", self.container_name, why)
+        return Evaluation(
+            None, why, f"The evaluation failed because of your processes or files: {why}",
+            digest, agent_failure=why,
+        )  # fmt: skip
 
     def evaluation_timeout(self, task: TaskSpec) -> float:
         """The limit of an evaluation and of a training command (`python ...`): an explicit

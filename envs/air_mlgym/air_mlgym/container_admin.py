@@ -10,15 +10,20 @@ Why a separate root process at all: everything the agent's shell (or any process
 user) can touch, it can forge. So
 - reset kills every process of the agent user (`kill(-1)` from a process with the agent's uid:
   the kernel signals them all at once, double-forked daemons included), restores the home
-  directory from a snapshot taken before the first episode, removes what the agent left in the
-  world-writable directories and rebuilds the workspace from a per-task template;
-- evaluation freezes the agent's processes (SIGSTOP, same `kill(-1)`), checks the workspace
+  directory from a snapshot taken before the first episode, removes whatever is new in every
+  place outside the home the agent can write (whoever owns it) and rebuilds the workspace from
+  a per-task template;
+- evaluation freezes the agent's processes (SIGSTOP, same `kill(-1)`; a process in state D
+  with the stop pending counts as held), checks the workspace
   paths the evaluation script reads (a symlinked submission or a swapped data directory is
   refused or repaired), runs the pristine evaluation files from a private copy as root, and
   writes the metrics to a root-only result file, which is the only thing the environment reads.
-  Agent code the evaluation imports (a game task's `strategy.py`) runs in a separate process as
-  the agent user behind a call proxy (`host` below): whatever it prints or patches, it can only
-  answer the calls it is asked.
+  Agent code the evaluation imports (a game task's `strategy.py`) runs in a separate process
+  of the evaluation's own uid behind a call proxy (`host` below): whatever it prints, patches
+  or signals, it can only answer the calls it is asked.
+- every outcome names its cause: `agent_failure` for what the agent's processes, files or
+  resource use make fail (a failure reward), `error` / `evaluator_broken` only for what is
+  outside its reach (README "Blame").
 """
 
 from __future__ import annotations
@@ -58,14 +63,34 @@ MAX_REPLY_BYTES = 1 << 20
 HASH_LIMIT_BYTES = 256 << 20  # bigger workspaces are not hashed (always re-evaluated)
 EVALUATOR_BROKEN_EXIT = 86
 EVALUATOR_BROKEN_MARK = "@@AIR-EVALUATOR-BROKEN "
+PROXY_MARK = "__air_mlgym_proxy__"  # set on the proxy modules standing for the agent's code
+# The uid the evaluation runs the agent's code under (the call proxy's process): not the agent's,
+# so nothing that code does (kill(-1, SIGCONT), ptrace) can reach the agent's frozen processes;
+# its group is the agent's, so it reads the workspace as the agent's group may. No account needs
+# it; every process of it is killed after each evaluation and at reset.
+EVAL_UID = 2_000_000_000
+WRITABLE_MANIFEST = f"{STATE_DIR}/writable.manifest.json"
+WRITABLE_COPIES = f"{STATE_DIR}/writable"
+# Never walked for the agent-writable places: kernel views, root's own state, the home (restored
+# from its snapshot). Other filesystems than the root's are left out too (a mounted dataset),
+# except the scratch directories, which are often their own tmpfs.
+WALK_SKIP = ("/proc", "/sys", "/dev", STATE_DIR, "/opt/air_mlgym")
 
 
 # --- processes of the agent user ------------------------------------------------------------
 
 
 def signal_user(uid: int, gid: int, signum: int) -> None:
-    """Send `signum` to every process of `uid` (except pid 1) with one kill(-1) as that user."""
-    pid = os.fork()
+    """Send `signum` to every process of `uid` (except pid 1) with one kill(-1) as that user.
+    When no process can be forked (the agent's processes hold every pid the container's limit
+    allows), root signals them one by one: a fork bomb at the limit cannot fork meanwhile."""
+    try:
+        pid = os.fork()
+    except OSError:
+        for target in user_pids(uid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(target, signum)
+        return
     if pid == 0:  # pragma: no cover - child
         try:
             os.setgroups([])
@@ -78,15 +103,29 @@ def signal_user(uid: int, gid: int, signum: int) -> None:
     os.waitpid(pid, 0)
 
 
+# SIGSTOP's bit in /proc/<pid>/status's pending-signal masks (bit n-1 for signal n).
+SIGSTOP_MASK = 1 << (signal.SIGSTOP - 1)
+
+
+def held(state: str, pending: int) -> bool:
+    """Whether a process in `state` (/proc/<pid>/stat) with these pending signals cannot run
+    any code of its own until it is continued: stopped, traced, dead, or asleep in the kernel
+    (D: a vfork() parent waits there until its child execs or exits, and SIGSTOP cannot wake
+    it) with a SIGSTOP pending, which it takes before it returns to user space."""
+    if state in {"T", "t", "Z", "X", ""}:
+        return True
+    return state == "D" and bool(pending & SIGSTOP_MASK)
+
+
 def freeze_user(uid: int, gid: int, patience: float = 20.0) -> list[int]:
-    """SIGSTOP every process of `uid` until all are stopped (a process forked while the first
+    """SIGSTOP every process of `uid` until all are held (a process forked while the first
     kill(-1) ran is caught by the next; on a loaded machine a process may take a while to be
     scheduled and stop); returns any still running after `patience` seconds."""
     deadline = time.monotonic() + patience
     pause = 0.002
     while True:
         signal_user(uid, gid, signal.SIGSTOP)
-        left = [p for p in user_pids(uid) if _state(p) not in {"T", "t", "Z", "X", ""}]
+        left = [p for p in user_pids(uid) if not held(_state(p), _pending(p))]
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(pause)
@@ -99,6 +138,33 @@ def _state(pid: int) -> str:
             return handle.read().rsplit(b")", 1)[1].split()[0].decode()
     except (OSError, IndexError):
         return ""
+
+
+def _pending(pid: int) -> int:
+    """The signals pending for the process (its own and its thread group's)."""
+    mask = 0
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith((b"SigPnd:", b"ShdPnd:")):
+                    mask |= int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        return 0
+    return mask
+
+
+def describe_processes(pids: list[int], limit: int = 5) -> str:
+    """`pid (state, command)` of the first few: for the reason shown in the episode log."""
+    parts = []
+    for pid in pids[:limit]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                command = handle.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            command = "?"
+        parts.append(f"{pid} ({_state(pid) or 'gone'}, {command[:80]!r})")
+    more = f" and {len(pids) - limit} more" if len(pids) > limit else ""
+    return ", ".join(parts) + more
 
 
 def pid1_problem(uid: int) -> str | None:
@@ -408,15 +474,119 @@ def restore_home(home: str, workspace_name: str) -> dict[str, int]:
     return {"removed": removed, "restored": restored}
 
 
-def clean_scratch(uid: int) -> int:
-    """Remove what the agent user owns in the world-writable directories."""
-    count = 0
-    for path in _entries(SCRATCH_DIRS):
-        with contextlib.suppress(OSError):
-            if os.lstat(path).st_uid == uid:
+def _writable_by(st: os.stat_result, uid: int, gids: frozenset[int]) -> bool:
+    if st.st_uid == uid:
+        return bool(st.st_mode & 0o200)
+    if st.st_gid in gids:
+        return bool(st.st_mode & 0o020)
+    return bool(st.st_mode & 0o002)
+
+
+def _place_signature(path: str) -> list[int]:
+    st = os.lstat(path)
+    return [stat.S_IFMT(st.st_mode), st.st_ino]
+
+
+def snapshot_writable(uid: int, gids: frozenset[int], home: str) -> dict[str, Any]:
+    """Once per container, before any episode: every directory outside the home the agent (or
+    the evaluation's uid) may create or move entries in, with its entries then (by name and
+    inode), and a copy of every regular file outside the home it may write. A reset removes
+    whatever else is in those directories, whoever owns it (a root-owned evaluate.py moved to
+    /tmp), and puts the files back."""
+    if os.path.isfile(WRITABLE_MANIFEST):
+        return {"writable": "present"}
+    root_dev = os.lstat("/").st_dev
+    skip = {*WALK_SKIP, os.path.normpath(home)}
+    directories: dict[str, dict[str, list[int]]] = {}
+    files: dict[str, list[Any]] = {}
+    if os.path.lexists(WRITABLE_COPIES):
+        _remove(WRITABLE_COPIES)
+    os.makedirs(WRITABLE_COPIES, mode=0o700)
+
+    def look(directory: str) -> None:
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return
+        try:
+            dst = os.lstat(directory)
+        except OSError:
+            return
+        if _writable_by(dst, uid, gids):
+            directories[directory] = {
+                name: _place_signature(os.path.join(directory, name)) for name in names
+                if os.path.lexists(os.path.join(directory, name))
+            }
+        for name in names:
+            path = os.path.join(directory, name)
+            if path in skip:
+                continue
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if st.st_dev == root_dev or path in SCRATCH_DIRS:
+                    look(path)
+            elif stat.S_ISREG(st.st_mode) and _writable_by(st, uid, gids):
+                copy = os.path.join(WRITABLE_COPIES, str(len(files)))
+                _copy_entry(path, copy)
+                files[path] = [copy, *_entry_signature(copy)[1:5]]
+
+    look("/")
+    for scratch in SCRATCH_DIRS:  # on their own filesystems (tmpfs), or under /dev
+        if scratch not in directories and os.path.isdir(scratch):
+            look(scratch)
+    _atomic_write(WRITABLE_MANIFEST, json.dumps({"dirs": directories, "files": files}).encode())
+    return {"writable": "taken", "writable_dirs": sorted(directories)}
+
+
+def restore_writable() -> dict[str, int]:
+    """Remove every entry, whoever owns it, that was not in an agent-writable directory before
+    the first episode (or is another inode under the same name: a moved-in replacement), and
+    put back the agent-writable files that changed. Names are whatever bytes they are (str with
+    surrogate escapes: the same bytes back)."""
+    with open(WRITABLE_MANIFEST, "rb") as handle:
+        manifest = json.load(handle)
+    removed = restored = 0
+    for directory, entries in manifest["dirs"].items():
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            expected = entries.get(name)
+            try:
+                if expected is not None and _place_signature(path) == expected:
+                    continue
                 _remove(path)
-                count += 1
-    return count
+                removed += 1
+            except OSError:
+                continue
+    for path, (copy, mode, uid, gid, size) in manifest["files"].items():
+        try:
+            st = os.lstat(path)
+            same = (stat.S_ISREG(st.st_mode) and [st.st_mode, st.st_uid, st.st_gid, st.st_size]
+                    == [mode, uid, gid, size] and _same_bytes(path, copy))
+        except OSError:
+            same = False
+        if not same:
+            if os.path.lexists(path):
+                _remove(path)
+            _copy_entry(copy, path)
+            restored += 1
+    return {"removed": removed, "restored": restored}
+
+
+def _same_bytes(path: str, copy: str) -> bool:
+    with open(path, "rb") as a, open(copy, "rb") as b:
+        while True:
+            x, y = a.read(1 << 20), b.read(1 << 20)
+            if x != y:
+                return False
+            if not x:
+                return True
 
 
 # --- workspace ------------------------------------------------------------------------------
@@ -476,9 +646,11 @@ def workspace_hash(workspace: str) -> str | None:
     total = 0
     for rel, path in _walk(workspace, frozenset({"data"})):
         st = os.lstat(path)
-        digest.update(f"{rel}\0{stat.S_IFMT(st.st_mode)}\0{stat.S_IMODE(st.st_mode)}\0".encode())
+        # a name is bytes (any but / and NUL): os.fsencode gives back exactly those bytes
+        digest.update(os.fsencode(rel) + b"\0")
+        digest.update(f"{stat.S_IFMT(st.st_mode)}\0{stat.S_IMODE(st.st_mode)}\0".encode())
         if stat.S_ISLNK(st.st_mode):
-            digest.update(os.readlink(path).encode(errors="surrogateescape"))
+            digest.update(os.fsencode(os.readlink(path)))
         elif stat.S_ISREG(st.st_mode):
             total += st.st_size
             if total > HASH_LIMIT_BYTES:
@@ -589,19 +761,63 @@ def last_json_object(text: str) -> dict[str, Any] | None:
 
 
 def evaluate(args: dict[str, Any]) -> dict[str, Any]:
+    """Score the workspace. Every outcome names its cause (README "Blame"): `error` only for
+    what is outside the agent's reach (the image's interpreter); whatever the agent's
+    processes, files or resource use make fail is `agent_failure`, a failed evaluation."""
     uid, gid = int(args["uid"]), int(args["gid"])
     workspace = args["workspace"]
     key = args["task_key"]
     problem = _trusted_interpreter_problem()
     if problem is not None:
         return {"status": "error", "message": f"untrusted evaluation interpreter: {problem}"}
-    running = freeze_user(uid, gid)  # nothing of the agent runs while we look and score
     try:
-        if running:
-            return {"status": "error", "message": f"agent processes would not stop: {running}"}
-        return _evaluate_frozen(args, uid, gid, workspace, key)
-    finally:
-        signal_user(uid, gid, signal.SIGCONT)
+        running = freeze_user(uid, gid)  # nothing of the agent runs while we look and score
+        try:
+            if running:
+                return agent_failure(
+                    "the agent's processes could not be frozen for the evaluation: "
+                    + describe_processes(running)
+                )
+            return _evaluate_frozen(args, uid, gid, workspace, key)
+        finally:
+            kill_user(EVAL_UID, gid, patience=5.0)  # the agent code's process and its children
+            signal_user(uid, gid, signal.SIGCONT)
+    except OSError as e:
+        limit = resource_limit_hit()
+        if limit is not None:  # the agent's processes hold what the container may use
+            return agent_failure(f"{limit} ({type(e).__name__}: {e})")
+        raise
+
+
+def agent_failure(reason: str) -> dict[str, Any]:
+    return {"status": "agent_failure", "message": reason}
+
+
+def _cgroup_value(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        try:
+            with open(name, encoding="ascii") as handle:
+                return handle.read().strip()
+        except OSError:
+            continue
+    return None
+
+
+def resource_limit_hit() -> str | None:
+    """Which of the container's limits is used up (read from its own cgroup, v2 or v1), as the
+    reason given to the agent; None when none is."""
+    current = _cgroup_value(("/sys/fs/cgroup/pids.current", "/sys/fs/cgroup/pids/pids.current"))
+    top = _cgroup_value(("/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max"))
+    if current and top and top.isdigit() and current.isdigit() and int(current) + 4 >= int(top):
+        return f"the container's process limit is used up ({current} of {top} pids)"
+    used = _cgroup_value(("/sys/fs/cgroup/memory.current",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
+    cap = _cgroup_value(("/sys/fs/cgroup/memory.max",
+                         "/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+    if used and cap and used.isdigit() and cap.isdigit() and int(used) >= int(cap) * 0.95:
+        mib = f"{int(used) >> 20} of {int(cap) >> 20} MiB"
+        return f"the container's memory limit is used up ({mib})"
+    return None
 
 
 def _evaluate_frozen(
@@ -611,7 +827,11 @@ def _evaluate_frozen(
     if ws is None or not stat.S_ISDIR(ws.st_mode):
         return {"status": "invalid", "message": f"{workspace} is not a directory any more"}
     repaired = repair_data(key, workspace)
-    solution = workspace_hash(workspace)
+    try:
+        solution = workspace_hash(workspace)
+    except OSError as e:  # a file of the agent's that even root cannot read (a dead FUSE-less
+        # mount is impossible here; an overlong path or a vanished entry is the agent's doing)
+        return agent_failure(f"the workspace cannot be read: {e}")
     if solution is not None and solution in set(args.get("known_hashes") or []):
         return {"status": "cached", "hash": solution}
     kind = args["kind"]
@@ -741,6 +961,9 @@ def run_evaluation(spec: dict[str, Any]) -> None:
     try:
         runpy.run_path(spec["argv"][0], run_name="__main__")
     except ImportError as e:
+        if getattr(sys.modules.get(e.name or ""), PROXY_MARK, False):
+            # `from strategy import row_strategy` of a strategy.py without it: the agent's
+            raise
         # The pristine evaluation script cannot import what it needs (the agent's modules come
         # through the proxy, whose failures are AgentCodeError): the image's fault, not the
         # solution's. The parent reports it as a broken evaluator instead of a failed score.
@@ -793,7 +1016,9 @@ class AgentCodeError(RuntimeError):
 
 
 class _AgentProcess:
-    """One process of the agent user that imports the agent's modules and answers calls."""
+    """One process that imports the agent's modules and answers calls: of the evaluation's own
+    uid (EVAL_UID) in the agent's group, so it reads the workspace but cannot signal or trace
+    the agent's frozen processes (no kill(-1, SIGCONT) waking them mid-evaluation)."""
 
     _instance: _AgentProcess | None = None
 
@@ -807,7 +1032,7 @@ class _AgentProcess:
             [info["python"], "-I", "-B", "-X", f"pycache_prefix={NO_PYCACHE}", __file__,
              "host", info["workspace"], str(theirs.fileno())],
             cwd=info["workspace"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            pass_fds=[theirs.fileno()], user=info["uid"], group=info["gid"], extra_groups=[],
+            pass_fds=[theirs.fileno()], user=EVAL_UID, group=info["gid"], extra_groups=[],
             env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": info["home"],
                  "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"},
         )  # fmt: skip
@@ -870,6 +1095,7 @@ def proxy_module(name: str) -> None:
         return call
 
     module.__getattr__ = getattr_  # type: ignore[method-assign]
+    module.__dict__[PROXY_MARK] = True
     sys.modules[name] = module
 
 
@@ -992,6 +1218,8 @@ def cmd_prepare(args: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "pid1_problem": pid1}
     cleared = drop_setuid()
     result = snapshot_home(args["home"], args["workspace_name"])
+    gids = frozenset(int(g) for g in args.get("gids") or [])
+    result.update(snapshot_writable(int(args["uid"]), gids, args["home"]))
     result.update(ok=True, interpreter=sys.executable, setuid_cleared=cleared,
                   tasks=sorted(os.listdir(TASKS_DIR)))
     return result
@@ -1013,7 +1241,7 @@ def cmd_check_imports(args: dict[str, Any]) -> dict[str, Any]:
 def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
     uid, gid = int(args["uid"]), int(args["gid"])
     started = time.monotonic()
-    survivors = kill_user(uid, gid)
+    survivors = kill_user(uid, gid) + kill_user(EVAL_UID, gid)
     if survivors:
         return {"ok": False, "message": f"processes of uid {uid} survive SIGKILL: {survivors}"}
     pid1 = pid1_problem(uid)
@@ -1029,7 +1257,7 @@ def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
     if os.path.lexists(workspace):
         _remove(workspace)
     home = restore_home(args["home"], args["workspace_name"])
-    scratch = clean_scratch(uid)
+    scratch = restore_writable()
     for name in os.listdir(RESULTS_DIR):
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(RESULTS_DIR, name))
@@ -1041,7 +1269,8 @@ def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
     return {
         "ok": True,
         "home": home,
-        "scratch_removed": scratch,
+        "scratch_removed": scratch["removed"],
+        "writable_restored": scratch["restored"],
         "ipc_removed": len(ipc_before),
         "seconds": round(time.monotonic() - started, 4),
     }

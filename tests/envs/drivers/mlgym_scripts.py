@@ -67,8 +67,9 @@ def expected_reward(task_id: str, improving: bool) -> float:
 
 
 # The container state an episode starts from, as the tests see it (run as root in the
-# container): the home directory (workspace included) entry by entry and file by file, what the
-# agent user owns in the scratch directories, and the agent user's processes. The agent-owned
+# container): the home directory (workspace included) entry by entry and file by file, every
+# entry of the scratch directories (whoever owns it), and the agent user's processes (names
+# escaped by `sed -n 'l 0'`: a name may be any bytes). The agent-owned
 # environment of MLGym's official layout (~12,000 files, 324 MB under ./miniconda3) is compared
 # by each file's size and modification time to the nanosecond instead of its content: hashing it
 # took seconds per look, a look per episode. Only an edit that also puts back a file's size and
@@ -76,11 +77,13 @@ def expected_reward(task_id: str, improving: bool) -> float:
 STATE_SCRIPT = r"""
 set -e
 cd /home/agent
-find . -printf '%p %y %m %U %G %s %l\n' | LC_ALL=C sort
-find . -path ./miniconda3 -prune -o -type f -exec sha256sum {} + | LC_ALL=C sort
+find . -printf '%p %y %m %U %G %s %l\n' | LC_ALL=C sort | LC_ALL=C sed -n 'l 0'
+find . -path ./miniconda3 -prune -o -type f -exec sha256sum {} + | LC_ALL=C sort \
+  | LC_ALL=C sed -n 'l 0'
 find . -path './miniconda3/*' -type f -printf '%p %s %T@\n' | LC_ALL=C sort
-echo '--- files of the agent user in the scratch directories'
-find /tmp /var/tmp /dev/shm -user agent 2>/dev/null | LC_ALL=C sort
+echo '--- every entry of the scratch directories, whoever owns it (names escaped: any bytes)'
+find /tmp /var/tmp /dev/shm /run/lock -mindepth 1 -printf '%p %u %y\n' 2>/dev/null \
+  | LC_ALL=C sort | LC_ALL=C sed -n 'l 0'
 echo '--- processes of the agent user (pid 1 aside)'
 ps -u agent -o pid=,args= | awk '$1 != 1 { $1 = ""; print }' | LC_ALL=C sort
 echo '--- SysV IPC objects (shared memory, message queues, semaphores)'

@@ -1,0 +1,174 @@
+"""Blame by cause, the parts that need no container: what counts as a frozen process (a real
+vfork() parent, on this kernel), the solution digest of names that are not UTF-8, the limits'
+arguments, and a submit that is always evaluated again. The paths through a real container are
+in test_hacks.py (both image layouts)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from air_mlgym import container_admin as admin
+from air_mlgym._core import EnvArgs, EnvArgsError
+from air_mlgym._session import Evaluation, memory_bytes
+
+VFORK = textwrap.dedent(
+    """
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.vfork() == 0:  # the child never execs: the parent waits in the kernel (state D)
+        while True:
+            libc.pause()
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("state", "pending", "frozen"),
+    [
+        ("T", 0, True),  # stopped
+        ("t", 0, True),  # stopped by a tracer
+        ("Z", 0, True),  # dead
+        ("", 0, True),  # gone
+        ("D", admin.SIGSTOP_MASK, True),  # in the kernel, will stop before user space
+        ("D", admin.SIGSTOP_MASK | 1, True),
+        ("D", 0, False),  # in the kernel, nothing stops it on the way out
+        ("R", admin.SIGSTOP_MASK, False),  # running, not stopped yet
+        ("S", admin.SIGSTOP_MASK, False),
+        ("S", 0, False),
+    ],
+)
+def test_what_counts_as_held(state: str, pending: int, frozen: bool) -> None:
+    assert admin.held(state, pending) is frozen
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def vfork_parent() -> Iterator[tuple[int, int]]:
+    """A real vfork() parent (state D) and its child that never execs; killed afterwards."""
+    process = subprocess.Popen([sys.executable, "-c", VFORK], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120  # a wait for the kernel, not a timing assertion
+        while admin._state(process.pid) != "D" or not children_of(process.pid):
+            assert time.monotonic() < deadline, "the vfork parent never reached state D"
+            time.sleep(0.05)
+        yield process.pid, children_of(process.pid)[0]
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def test_a_vfork_parent_cannot_be_stopped_but_is_held_once_sigstop_is_pending(
+    vfork_parent: tuple[int, int],
+) -> None:
+    parent, child = vfork_parent
+    assert not admin.held(admin._state(parent), admin._pending(parent))
+    for pid in (child, parent):
+        os.kill(pid, signal.SIGSTOP)
+    while admin._state(child) != "T":  # the child stops (delivery is asynchronous)
+        time.sleep(0.01)
+    # the parent stays in D (SIGSTOP cannot wake it), with the stop pending: held
+    assert admin._state(parent) == "D"
+    assert admin._pending(parent) & admin.SIGSTOP_MASK
+    assert admin.held(admin._state(parent), admin._pending(parent))
+    # a SIGCONT discards the pending stop: not held any more (why nothing of the agent's may
+    # be able to send one during an evaluation)
+    os.kill(parent, signal.SIGCONT)
+    assert not admin.held(admin._state(parent), admin._pending(parent))
+    assert admin.describe_processes([parent]).startswith(f"{parent} (D, ")
+
+
+def test_workspace_hash_takes_names_of_any_bytes(tmp_path: Path) -> None:
+    root = os.fsencode(tmp_path)
+    (tmp_path / "strategy.py").write_text("x = 1\n")
+    first = admin.workspace_hash(str(tmp_path))
+    with open(os.path.join(root, b"\xff\xfe.py"), "wb") as handle:
+        handle.write(b"y = 2\n")
+    os.symlink(b"/nowhere/\xc3\x28", os.path.join(root, b"link\x80"))
+    os.mkdir(os.path.join(root, b"dir\xed\xa0\x80"))
+    second = admin.workspace_hash(str(tmp_path))
+    assert second is not None and second != first
+    assert admin.workspace_hash(str(tmp_path)) == second  # stable
+    os.rename(os.path.join(root, b"\xff\xfe.py"), os.path.join(root, b"\xff\xfd.py"))
+    assert admin.workspace_hash(str(tmp_path)) not in {first, second}  # the name's bytes count
+
+
+def test_the_limits_are_checked_arguments() -> None:
+    base: dict[str, Any] = {"mlgym_path": "/m", "task": "t", "container_names": ["c"]}
+    args = EnvArgs.from_kwargs(**base)
+    config = args.session_config()
+    assert (config.pids_limit, config.memory_limit, config.cpus) == (1024, 4 << 30, 1.0)
+    off = EnvArgs.from_kwargs(**base, pids_limit=None, memory=None, cpus=None).session_config()
+    assert (off.pids_limit, off.memory_limit, off.cpus) == (None, None, None)
+    assert EnvArgs.from_kwargs(**base, memory="512m").session_config().memory_limit == 512 << 20
+    assert memory_bytes(1 << 30) == 1 << 30
+    for name, value, words in [
+        ("pids_limit", 8, "integer >= 32"),
+        ("pids_limit", True, "integer >= 32"),
+        ("cpus", 0, "positive number"),
+        ("memory", "lots", "Docker memory size"),
+        ("memory", "1m", "at least 64m"),
+    ]:
+        with pytest.raises(EnvArgsError, match=f"'{name}'.*{words}"):
+            EnvArgs.from_kwargs(**base, **{name: value})
+
+
+class Session:
+    """The session's side of an episode's evaluations, recording what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[bool] = []
+        self.draw = 0
+
+    def evaluate(self, known: Any = None) -> Evaluation:
+        self.asked.append(known is not None)
+        if known:
+            return Evaluation(**{**vars(next(iter(known.values()))), "cached": True})
+        self.draw += 1
+        return Evaluation({"Score": float(self.draw)}, "", "", solution_hash="same")
+
+
+def test_a_submit_is_evaluated_again_and_an_agent_failure_is_logged() -> None:
+    from air_mlgym._episode import Episode
+
+    episode = Episode.__new__(Episode)  # only the evaluation bookkeeping is exercised
+    episode._evaluations = {}
+    episode.events = []
+    episode.agent_failure = None
+    episode.session = Session()  # type: ignore[assignment]
+    assert episode._run_evaluation().metrics == {"Score": 1.0}  # validate
+    assert episode._run_evaluation().cached  # validate, unchanged: the earlier draw
+    assert episode._run_evaluation(fresh=True).metrics == {"Score": 2.0}  # submit: a new draw
+    assert episode.session.asked == [True, True, False]  # type: ignore[attr-defined]
+
+    class Failing(Session):
+        def evaluate(self, known: Any = None) -> Evaluation:
+            return Evaluation(None, "why", "msg", "h", agent_failure="pids used up")
+
+    episode.session = Failing()  # type: ignore[assignment]
+    assert episode._run_evaluation(fresh=True).agent_failure == "pids used up"
+    assert episode.agent_failure == "pids used up"
+    assert "evaluation failed because of the agent: pids used up" in episode.events
+    assert "h" not in episode._evaluations  # a failure of the agent's is never replayed
