@@ -86,7 +86,8 @@ class Launcher:
     members: dict[str, Proc] = field(default_factory=dict)
     done: int = 0  # steps completed
     next_step_at: float = 0.0
-    errors: list[str] = field(default_factory=list)  # the monitor threads' queue
+    # The monitor threads' queue: (when it was queued, the error).
+    errors: list[tuple[float, str]] = field(default_factory=list)
     exited_ok: set[str] = field(default_factory=set)
     partial_next: bool = False  # the next checkpoint write dies halfway
     cleanup_until: float | None = None  # stopping its children; exits then with exit_code
@@ -320,7 +321,8 @@ class World:
         launcher = self.launchers.get(proc.parent) if proc.parent is not None else None
         if launcher is not None and launcher.proc.alive:
             if code != 0:
-                launcher.errors.append(f"{proc.name.capitalize()} failed with exit code {code}")
+                launcher.errors.append(
+                    (self.now, f"{proc.name.capitalize()} failed with exit code {code}"))
             else:
                 launcher.exited_ok.add(proc.name)
         if proc.pid in self.launchers:
@@ -475,8 +477,10 @@ class World:
                         self.exit(member, -9 if member.state == "stopped" else -15)
                 self.exit(launcher.proc, launcher.exit_code)
             return
-        if launcher.errors:
-            self.write(launcher.log, f"ERROR Error: {launcher.errors[0]}")
+        # Its loop sleeps a second between looks: an error queued this second is seen at the
+        # next look, after airvisor's own watcher may have seen the death.
+        if launcher.errors and launcher.errors[0][0] < self.now:
+            self.write(launcher.log, f"ERROR Error: {launcher.errors[0][1]}")
             self.write(launcher.log, "ERROR Terminating all processes...")
             launcher.exit_code = 1
         elif {"trainer", "orchestrator"} <= launcher.exited_ok:

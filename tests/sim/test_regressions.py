@@ -35,8 +35,9 @@ def run(schedule: Schedule, root: Path) -> tuple[Simulation, Outcome]:
 def test_the_launchers_exit_code_line_names_the_status_it_reaped(
         tmp_path: Path, version: Version) -> None:
     """Why, bullet 5: prime-rl's launcher reaps the trainer before airvisor reads its status;
-    its later "Trainer failed with exit code 3" line must complete the failure's reason."""
-    sim, outcome = run(Schedule(1, version, (Crash(5.0, "trainer", 3, reaped_first=True),)),
+    its "Trainer failed with exit code 3" line, a second later (seed 4: before airvisor's stop
+    of the launcher ran), must complete the failure's reason (it did not before b4a1735)."""
+    sim, outcome = run(Schedule(4, version, (Crash(5.0, "trainer", 3, reaped_first=True),)),
                        tmp_path)
     assert not broken(outcome, "exit-status", "right-component", "fault-recorded")
     failures = [e for e in sim.store.events(sim.run_id) if e.kind == "failure"]
@@ -49,7 +50,8 @@ def test_the_launchers_exit_code_line_names_the_status_it_reaped(
 def test_an_attempt_that_dies_of_a_full_disk_is_not_a_counted_crash(
         tmp_path: Path, version: Version) -> None:
     """Why, bullet 4: the trainer dies on its checkpoint write into a full disk: uncounted,
-    so a disk that fills again and again never walks the run into the crash-loop limit."""
+    so a disk that fills again and again never walks the run into the crash-loop limit
+    (counted as a crash before 6eb771b)."""
     sim, outcome = run(Schedule(1, version, (DiskFull(2.0, 10.0),)), tmp_path)
     assert any(x.kind == "machine" for x in sim.landed), "the trainer never died of the disk"
     assert not broken(outcome, "machine-death-uncounted", "only-crashes-and-hangs-count")
@@ -63,8 +65,9 @@ def test_an_attempt_that_dies_of_a_full_disk_is_not_a_counted_crash(
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_daemon_adopting_a_second_after_the_trainer_died_names_the_trainer(
         tmp_path: Path, version: Version) -> None:
+    # The launcher logs the trainer's failure at t=11, before the new daemon (t=12) reads.
     _, outcome = run(Schedule(1, version, (Crash(10.0, "trainer", 3, reaped_first=True),
-                                           DaemonKill(10.0, 1.0))), tmp_path)
+                                           DaemonKill(10.0, 2.0))), tmp_path)
     assert any("took over" in line for line in outcome.history)
     assert not broken(outcome, "right-component", "exit-status", "fault-recorded")
 
@@ -78,6 +81,15 @@ def test_a_daemon_taking_over_a_stop_waits_only_the_grace_left(tmp_path: Path) -
     assert sim.took_over_stop, "the daemon died after the stop had finished"
     assert outcome.state == "stopped"
     assert not broken(outcome, "takeover-stop-grace")
+
+
+def test_a_dead_daemons_run_is_not_shown_live(tmp_path: Path) -> None:
+    """Why, bullet 6: after the daemon is SIGKILLed, `status` (the store's `live`) must not
+    show the run live with the dead supervisor's pid (it did before 4ec641b)."""
+    _, outcome = run(Schedule(1, "0.4", (DaemonKill(5.0, 5.0),)), tmp_path)
+    assert any("took over" in line for line in outcome.history)
+    assert not broken(outcome, "dead-supervisor-not-live")
+    assert outcome.state == "succeeded" and not outcome.violations
 
 
 @pytest.mark.xfail(strict=True, reason="found by the sweep (not in issue 29's list): a member "
