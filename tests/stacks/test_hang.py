@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import time
+from typing import Any
 
 from airvisor.stacks import live_targets, read_capture, run_roots
 
@@ -83,7 +84,8 @@ def test_orchestrator_hang_names_the_orchestrator(harness: Harness) -> None:
 def test_a_sigstopped_rank_has_stacks_at_the_stall_kill(harness: Harness) -> None:
     """The chaos tests' hang: a trainer rank stopped with SIGSTOP. The stall kill's look reads
     it without pausing it (py-spy cannot pause what is stopped) and says it is stopped."""
-    profile = demo_profile(harness.tmp, rl={"max_steps": 100000, "trainer_gpu_ids": [1, 2]})
+    profile = demo_profile(harness.tmp, rl={"max_steps": 100000, "trainer_gpu_ids": [1, 2]},
+                           health={"stall_timeout": 10})  # (no stall of its own under load)
     record = harness.manager.submit(profile)
     harness.run_ids.append(record.id)
     sup = harness.manager.supervisor(record.id)
@@ -97,15 +99,21 @@ def test_a_sigstopped_rank_has_stacks_at_the_stall_kill(harness: Harness) -> Non
                                                            sup.attempt))
                      if t.component == "trainer" and t.rank == 0]
     assert rank0, [(e.kind, e.message) for e in harness.events(record.id)]
+    attempt, seen = sup.attempt, len(harness.events(record.id))
     os.kill(rank0[0], signal.SIGSTOP)  # the run's own rank, found by its pid
-    while not any(e.kind == "stacks" for e in harness.events(record.id)) \
-            and time.monotonic() < deadline:
+
+    def looked() -> list[object]:
+        return [e for e in harness.events(record.id)[seen:]
+                if e.kind == "stacks" and e.data.get("attempt") == attempt]
+
+    while not looked() and time.monotonic() < deadline + 60:
         harness.manager.tick(0.2)
-    event = next(e for e in harness.events(record.id) if e.kind == "stacks")
+    assert looked(), [(e.kind, e.message) for e in harness.events(record.id)]
+    event: Any = looked()[0]
     stopped = [v for v in event.data["verdicts"] if v.startswith("trainer rank 0: ")]
     assert stopped and stopped[0].startswith(
         "trainer rank 0: stopped (SIGSTOP or a tracer), while "), event.data["verdicts"]
-    capture = read_capture(harness.store.path.parent / "runs" / record.id / "attempt_1")
+    capture = read_capture(harness.store.path.parent / "runs" / record.id / f"attempt_{attempt}")
     assert capture is not None
     (stacks,) = [p for p in capture.processes if p.target.rank == 0]
     assert stacks.stopped and stacks.threads, stacks.note
