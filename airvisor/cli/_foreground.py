@@ -206,8 +206,8 @@ def run_foreground(profile: Any, mode: str, *, request_id: str | None = None) ->
                                "crash_after", "unhealthy_after") and v}
             for fault, value in faults.items():
                 echo(f"  injected fault: the {component} {fault.replace('_', ' ')} {value}; "
-                     "watch airvisor notice it, stop every process and resume from the "
-                     "newest complete checkpoint")
+                     "watch airvisor notice it, resume from the newest complete checkpoint "
+                     "and keep the inference server when the trainer or orchestrator failed")
     echo(f"run {record.id}: output in {record.run_dir}")
     echo(f"state database {store.path}; `airvisor status` and `airvisor logs trainer` work "
          "from another terminal")

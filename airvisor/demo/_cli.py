@@ -10,7 +10,7 @@ from airvisor.demo._config import SETTINGS_MODELS, DemoConfigError, StandinName,
 from airvisor.demo._layout import DEFAULT_VERSION, DemoVersion
 
 PROG = "python -m airvisor.demo"
-SUBCOMMANDS = ("rl", "inference", "torchrun", "trainer", "orchestrator", "env-server")
+SUBCOMMANDS = ("rl", "inference", "torchrun", "trainer", "orchestrator", "env-server", "resolve")
 VERSIONS: tuple[DemoVersion, ...] = ("0.4", "main")
 
 USAGE = f"""\
@@ -74,6 +74,10 @@ def _runner(name: str) -> Callable[[Sequence[str], DemoVersion], int]:
         from airvisor.demo._env_server import main as env_server_main
 
         return env_server_main
+    if name == "resolve":
+        from airvisor.demo._resolve import main as resolve_main
+
+        return resolve_main
     from airvisor.demo._inference import ENGINE_CORE_SUBCOMMAND, engine_core_main
 
     assert name == ENGINE_CORE_SUBCOMMAND

@@ -82,6 +82,9 @@ class StepDemoSettings(_Strict):
     hang_at_step: int | None = Field(default=None, ge=1)  # stop during step N, print nothing
     # Write step N's checkpoint half without its completion marker, then crash (exit_code).
     half_checkpoint_at_step: int | None = Field(default=None, ge=1)
+    # Trainer, NCCL broadcast: die in the middle of broadcasting policy step N (half the
+    # payload sent): the inference worker is left stuck in its receive.
+    crash_mid_broadcast_at_step: int | None = Field(default=None, ge=0)
     ignore_sigterm: bool = False  # SIGTERM is ignored (only SIGKILL stops the process)
     # Orchestrator: how long it keeps retrying an unreachable inference server before failing.
     connect_timeout: float = Field(default=10.0, gt=0)
@@ -106,6 +109,8 @@ class InferenceDemoSettings(_Strict):
 class ServerSettings(_Lenient):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)  # 0: any free port (tests)
+    # main configs/inference.py:23: how long /liveness waits for the workers' no-op RPC
+    liveness_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
 class ClientSettings(_Lenient):
@@ -155,6 +160,12 @@ class SourcesSettings(_Lenient):
 
 class WeightBroadcastSettings(_Lenient):
     type: str = "filesystem"
+    # NCCL (main configs/trainer.py:556-575, the orchestrator's alike; v0.4 the same keys):
+    # where the trainer's rank 0 hosts the group, its timeout, the inference ranks.
+    host: str = "localhost"
+    port: int = Field(default=29501, ge=1, le=65535)
+    timeout: int = Field(default=1200, ge=1)
+    inference_world_size: int = Field(default=1, ge=1)
 
 
 class _CommonSettings(_Lenient):

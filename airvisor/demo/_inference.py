@@ -6,6 +6,14 @@ until `startup_delay` has passed (vLLM is loading the model), then 200. With
 its parent on SIGTERM but, like vLLM's, outlives a SIGKILL of its parent; with
 `engine_core_detached = true` that child also leaves the server's session and parentage and
 wipes its environment (the hardest case for finding a run's leftovers).
+
+Like vLLM's, the server's HTTP threads hand everything that needs the model to one engine loop
+(`_Engine`): generation, weight updates, `/init_broadcaster` and main's `/liveness` RPC. A weight
+receive that never ends (NCCL broadcast, the trainer dead mid-way: airvisor/demo/_broadcast.py)
+blocks that loop, so completions and `/liveness` stop answering while `/health` still does, as
+in prime-rl main (`inference/vllm/server.py:120-130`: 503 `engine_unresponsive` after the
+server's `liveness_timeout_seconds`). v0.4's server has no `/liveness` (404). Every completion
+is recorded with the policy step its weights were (`GET /airvisor/weight_updates`).
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from airvisor.demo._broadcast import BroadcastReceiver
 from airvisor.demo._config import InferenceSettings, parse_args
 from airvisor.demo._faults import claim_fault, has_fired
 from airvisor.demo._log import StandinLogger
@@ -33,7 +44,13 @@ from airvisor.demo._process import (
     print_exception_line,
     set_title,
 )
-from airvisor.demo._weights import RECORD_PATH, UPDATE_WEIGHTS, WeightCalls
+from airvisor.demo._weights import (
+    INIT_BROADCASTER,
+    RECORD_PATH,
+    RELOAD_WEIGHTS,
+    UPDATE_WEIGHTS,
+    WeightCalls,
+)
 
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
 RUN_DIR_ENV = "AIRVISOR_DEMO_RUN_DIR"  # set by the rl stand-in for its children
@@ -41,14 +58,50 @@ DETACH_FLAG = "--detach"
 ENGINE_CORE_SUBCOMMAND = "engine-core"  # internal: `python -m airvisor.demo engine-core`
 REPLY_TEXT = "Hello from the airvisor demo inference server."
 QUIET_PATHS = frozenset({"/health", "/metrics", "/liveness"})  # probed often; not logged
+STEP_DIR = re.compile(r"step_(\d+)")
+
+
+class _Engine:
+    """The one loop that runs what needs the model, in order (vLLM's engine core and its
+    workers' `collective_rpc`): a call blocked here blocks every later one."""
+
+    def __init__(self) -> None:
+        self._calls: queue.Queue[tuple[Any, queue.Queue[tuple[bool, Any]]]] = queue.Queue()
+        threading.Thread(target=self._loop, name="engine", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            work, reply = self._calls.get()
+            try:
+                reply.put((True, work()))
+            except Exception as exc:  # the route answers 500 with it, as vLLM's would
+                reply.put((False, exc))
+
+    def call(self, work: Any, timeout: float | None = None) -> Any:
+        """`work()` on the engine loop; raises TimeoutError when it has not run in `timeout`."""
+        reply: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
+        self._calls.put((work, reply))
+        try:
+            ok, value = reply.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError("the engine did not answer in time") from None
+        if not ok:
+            raise value
+        return value
 
 
 class _ServerState:
     """What the request handlers read; written by the main thread."""
 
-    def __init__(self, model: str, max_model_len: int, version: str = "main") -> None:
+    def __init__(self, model: str, max_model_len: int, version: str = "main",
+                 liveness_timeout: float = 30.0) -> None:
         self.model = model
         self.max_model_len = max_model_len
+        self.version = version
+        self.liveness_timeout = liveness_timeout
+        self.engine = _Engine()
+        self.weight_step = 0  # the policy step of the weights served (0: the base model)
+        self.receiver: BroadcastReceiver | None = None  # built by /init_broadcaster
         # The weight routes that version's orchestrator calls, and every call received
         # (airvisor/demo/_weights.py: a test reads them back from a kept server).
         self.weights = WeightCalls(version)
@@ -81,8 +134,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(
                 HTTPStatus.OK if healthy else HTTPStatus.SERVICE_UNAVAILABLE, b"", "text/plain"
             )
-        elif path == "/liveness":
-            self._send(HTTPStatus.OK, b"", "text/plain")
+        elif path == "/liveness" and state.version == "main":
+            # main inference/vllm/server.py:120-130: a no-op RPC to the workers, bounded.
+            try:
+                state.engine.call(lambda: None, timeout=state.liveness_timeout)
+            except TimeoutError:
+                self._json(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "engine_unresponsive"})
+                return
+            self._json(HTTPStatus.OK, {"status": "ok"})
         elif path == "/v1/models":
             if not state.ready.is_set():
                 self._error(HTTPStatus.SERVICE_UNAVAILABLE, "The model is still loading.")
@@ -103,7 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
         if state.weights.handles(path):
             self._weight_route(path, raw)
             return
-        if path != "/v1/chat/completions":
+        if path not in ("/v1/chat/completions", "/v1/completions"):
             self._error(HTTPStatus.NOT_FOUND, f"Not Found: {path}")
             return
         if not state.ready.is_set():
@@ -118,9 +177,15 @@ class _Handler(BaseHTTPRequestHandler):
         if model != state.model:
             self._error(HTTPStatus.NOT_FOUND, f"The model `{model}` does not exist.")
             return
+        # Generation runs on the engine loop: with the engine stuck, the request waits.
+        weight_step: int = state.engine.call(lambda: state.weight_step)
+        step = self.headers.get("X-Airvisor-Step")
+        state.weights.serve(weight_step, self.headers.get("X-Airvisor-Sender", ""),
+                            int(step) if step and step.lstrip("-").isdigit() else None)
         with state.lock:
             state.requests_total += 1
-        self._json(HTTPStatus.OK, _completion_payload(state.model))
+        self._json(HTTPStatus.OK, _completion_payload(state.model, chat=path.endswith("chat/"
+                                                                               "completions")))
 
     def _weight_route(self, path: str, raw: bytes) -> None:
         try:
@@ -128,11 +193,19 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError as exc:
             self._error(HTTPStatus.BAD_REQUEST, f"Invalid JSON body: {exc}")
             return
-        reply = self.server.state.weights.record(path, body,
-                                                 self.headers.get("X-Airvisor-Sender", ""))
+        state = self.server.state
+        reply = state.weights.record(path, body, self.headers.get("X-Airvisor-Sender", ""))
+        body = body if isinstance(body, dict) else {}
         if path == UPDATE_WEIGHTS:
-            weight_dir = body.get("weight_dir") if isinstance(body, dict) else None
-            self.server.logger.info(f"Updating weights from {weight_dir}")
+            self.server.logger.info(f"Updating weights from {body.get('weight_dir')}")
+            state.engine.call(lambda: _update_weights(state, body.get("weight_dir")))
+            self.server.logger.info(f"Weights updated to policy step {state.weight_step}")
+        elif path == RELOAD_WEIGHTS:  # v0.4: back to the base model
+            state.engine.call(lambda: setattr(state, "weight_step", 0))
+        elif path == INIT_BROADCASTER:
+            self.server.logger.info(f"Initializing NCCL broadcast receiver "
+                                    f"({body.get('host')}:{body.get('port')})")
+            state.engine.call(lambda: _init_broadcaster(state, body))
         self._json(HTTPStatus.OK, reply)
 
     def _json(self, status: HTTPStatus, payload: Any) -> None:
@@ -175,19 +248,42 @@ def _models_payload(state: _ServerState) -> dict[str, Any]:
     }
 
 
-def _completion_payload(model: str) -> dict[str, Any]:
+def _init_broadcaster(state: _ServerState, body: dict[str, Any]) -> None:
+    """The worker's init_broadcaster: a new receiver every call (main worker/nccl.py:95-130,
+    rank = rank_offset + local rank + 1; v0.4 worker/nccl.py:89-109, rank = server_rank *
+    tp * dp + 1), replacing the one of an earlier group."""
+    if state.version == "main":
+        rank = int(body.get("rank_offset") or 0) + 1
+    else:
+        rank = int(body.get("server_rank") or 0) + 1
+    old, state.receiver = state.receiver, None
+    if old is not None:
+        old.close()
+    state.receiver = BroadcastReceiver(str(body.get("host") or "localhost"),
+                                       int(body["port"]), rank, float(body.get("timeout") or 1200))
+
+
+def _update_weights(state: _ServerState, weight_dir: Any) -> None:
+    """NCCL: receive the trainer's broadcast (the weight_dir is only the orchestrator's marker
+    place); filesystem: load the step directory named."""
+    if state.receiver is not None:
+        state.weight_step = state.receiver.receive().step
+        return
+    found = STEP_DIR.findall(str(weight_dir or ""))
+    if found:
+        state.weight_step = int(found[-1])
+
+
+def _completion_payload(model: str, *, chat: bool = True) -> dict[str, Any]:
+    choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": REPLY_TEXT},
+                               "finish_reason": "stop"} if chat else
+                              {"index": 0, "text": REPLY_TEXT, "finish_reason": "stop"})
     return {
-        "id": f"chatcmpl-demo-{time.time_ns()}",
-        "object": "chat.completion",
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-demo-{time.time_ns()}",
+        "object": "chat.completion" if chat else "text_completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": REPLY_TEXT},
-                "finish_reason": "stop",
-            }
-        ],
+        "choices": [choice],
         "usage": {"prompt_tokens": 8, "completion_tokens": 9, "total_tokens": 17},
     }
 
@@ -226,7 +322,8 @@ def main(argv: Sequence[str], version: str = "main") -> int:
         logger.warning("Received SIGTERM; ignoring it (demo fault ignore_sigterm)")
 
     install_termination_handlers(ignore_sigterm=ignoring, on_ignored=on_ignored)
-    state = _ServerState(settings.served_model, max_model_len=4096, version=version)
+    state = _ServerState(settings.served_model, max_model_len=4096, version=version,
+                         liveness_timeout=settings.server.liveness_timeout_seconds)
     host, port = settings.server.host, settings.server.port
     try:
         server = _DemoServer((host, port), state, logger)

@@ -13,12 +13,20 @@ It keeps its version's order (prime-rl `orchestrator/orchestrator.py`):
   final checkpoint (the last shipped step) is written on any exit, SIGTERM included.
 
 Step N waits for the weights it may lag behind by (async level 1), so it runs at most one step
-ahead of the trainer, as prime-rl's default does.
+ahead of the trainer, as prime-rl's default does, and puts the server on them first (v0.4
+`orchestrator/scheduler.py:229-232`, main `orchestrator/watcher.py:138-141`). Each completion
+request names the orchestrator and its step, so the server records which policy step served it.
+
+With NCCL broadcast it forms the group at its start, after the inference pool is ready and
+before the resume's sync: `/init_broadcaster` (main `orchestrator/orchestrator.py:281-290`,
+v0.4 `orchestrator/orchestrator.py:232-236`), and then receives every policy version the trainer
+broadcasts, in order (each is a collective the trainer waits in).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -55,7 +63,7 @@ from airvisor.demo._steps import (
     wave,
 )
 from airvisor.demo._trainer import format_time
-from airvisor.demo._weights import send_startup_update
+from airvisor.demo._weights import init_broadcaster, send_startup_update, send_update
 
 POLL = 0.01
 RETRY_PAUSE = 0.2
@@ -138,6 +146,12 @@ def _run(settings: OrchestratorSettings, ctx: StepContext, progress: _Progress) 
     logger.info("Waiting for inference pool to be ready")
     _wait_healthy(base_url, settings.demo.connect_timeout)
     logger.success("Inference pool ready")
+    broadcast = settings.weight_broadcast
+    logger.info(f"Initializing weight broadcast (type={broadcast.type!r})")
+    if broadcast.type == "nccl":
+        init_broadcaster(ctx.version, server_root(base_url), host=broadcast.host,
+                         port=broadcast.port, timeout=broadcast.timeout,
+                         inference_world_size=broadcast.inference_world_size)
     time.sleep(settings.demo.startup_delay)
     if ctx.version == "0.4":
         return _run_v04(settings, ctx, progress, base_url, resume_step)
@@ -173,7 +187,7 @@ def _run_v04(
     else:
         logger.info("Training from scratch. Resetting weights to base model")
         send_startup_update("0.4", server_root(base_url), resume_step=None, weight_dir=None)
-    start = progress.step
+    loaded = progress.step  # the policy step the server is on (0: the base model)
     max_steps = settings.max_steps
     logger.info(f"Starting orchestrator loop (max_steps={max_steps or int(1e9)})")
     first = True
@@ -188,7 +202,7 @@ def _run_v04(
             save_checkpoint(ctx, step)
         if max_steps and step >= max_steps:
             break
-        _produce(settings, ctx, base_url, step, start)
+        loaded = _produce(settings, ctx, base_url, step, loaded)
         progress.step += 1
         first = False
     if _ckpt_configured(settings):
@@ -246,9 +260,10 @@ def _run_main(
                         weight_dir=str(ctx.paths.broadcast_dir(sync_version)))
     max_steps = settings.max_steps
     logger.info(f"Starting orchestrator loop (max_steps={max_steps or 'infinite'})")
+    loaded = sync_version
     while max_steps is None or progress.step <= max_steps:
         step = progress.step
-        _produce(settings, ctx, base_url, step, sync_version, lag=1)
+        loaded = _produce(settings, ctx, base_url, step, loaded, lag=1)
         progress.step += 1
         progress.shipped = True
         if half_checkpoint_due(ctx, step) or (
@@ -256,6 +271,10 @@ def _run_main(
             and (max_steps is None or step < max_steps)
         ):
             save_checkpoint(ctx, step)
+    if settings.weight_broadcast.type == "nccl" and max_steps is not None:
+        # Every version but the last is broadcast over NCCL and waits for its receiver: the
+        # orchestrator stays for each (main trainer/rl/train.py:582-593).
+        _catch_up(settings, ctx, base_url, loaded, max_steps - 1)
     logger.success("Orchestrator step loop done")
     _main_final_checkpoint(settings, ctx, progress)
     logger.success("Orchestrator finished.")  # main orchestrator/orchestrator.py:518
@@ -270,20 +289,42 @@ def _produce(
     loaded_version: int,
     *,
     lag: int = 0,
-) -> None:
+) -> int:
     """One batch: wait for the policy it may be built on, ask the server, publish rollouts."""
     inject_faults_before_step(ctx, step)
     begun = time.monotonic()
     # v0.4: async level 1 (step N needs v{N-1}); main ships step N once v{N-1-TARGET_LAG} is
     # out (orchestrator.py:104,668-680).
     required = step - 1 - lag
-    if required > loaded_version:
-        wait_for_file(ctx.paths.broadcast_dir(required) / BROADCAST_MARKER, poll=POLL)
-    reply = _chat(base_url, settings, settings.demo.connect_timeout)
+    loaded_version = _catch_up(settings, ctx, base_url, loaded_version, required)
+    reply = _chat(base_url, settings, settings.demo.connect_timeout, step)
     time.sleep(settings.demo.step_time)
     batch = json.dumps({"step": step, "completion": reply}).encode() + b"\n"
     publish_dir_atomically(ctx.paths.rollouts_dir(step), {ROLLOUTS_FILE: batch})
     _report_step(settings, ctx, step, time.monotonic() - begun)
+    return loaded_version
+
+
+def _catch_up(settings: OrchestratorSettings, ctx: StepContext, base_url: str, loaded: int,
+              required: int) -> int:
+    """Put the server on the policy step `required` at least (filesystem: that step's
+    directory once it is STABLE; NCCL: every version broadcast since `loaded`, in order, each
+    as soon as it is announced). Returns the step the server is on."""
+    def marker(version: int) -> Path:
+        return ctx.paths.broadcast_dir(version) / BROADCAST_MARKER
+
+    root = server_root(base_url)
+    if settings.weight_broadcast.type != "nccl":
+        if required > loaded:
+            wait_for_file(marker(required), poll=POLL)
+            send_update(ctx.version, root, str(ctx.paths.broadcast_dir(required)))
+            return required
+        return loaded
+    while loaded < required or marker(loaded + 1).exists():
+        wait_for_file(marker(loaded + 1), poll=POLL)
+        loaded += 1
+        send_update(ctx.version, root, str(ctx.paths.broadcast_dir(loaded)))
+    return loaded
 
 
 def _report_step(
@@ -330,26 +371,29 @@ def _wait_healthy(base_url: str, timeout: float) -> None:
     _with_retries(lambda: _request(url, None), url=url, timeout=timeout)
 
 
-def _chat(base_url: str, settings: OrchestratorSettings, timeout: float) -> str:
+def _chat(base_url: str, settings: OrchestratorSettings, timeout: float, step: int) -> str:
     url = f"{base_url}/chat/completions"
     body = {
         "model": settings.model.name,
         "messages": [{"role": "user", "content": "Say hello."}],
         "max_tokens": settings.sampling.max_tokens or 16,
     }
-    answer = _with_retries(lambda: _request(url, body), url=url, timeout=timeout)
+    # Who asks, for which step: the server records which policy step served it.
+    headers = {"X-Airvisor-Sender": str(os.getpid()), "X-Airvisor-Step": str(step)}
+    answer = _with_retries(lambda: _request(url, body, headers), url=url, timeout=timeout)
     try:
         return str(answer["choices"][0]["message"]["content"])
     except (KeyError, IndexError, TypeError):
         raise InferenceUnreachable(f"Unexpected reply from {url}: {answer!r}") from None
 
 
-def _request(url: str, body: dict[str, Any] | None) -> Any:
+def _request(url: str, body: dict[str, Any] | None,
+             headers: dict[str, str] | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
         url,
         data=data,
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **(headers or {})},
         method="POST" if data is not None else "GET",
     )
     with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:

@@ -10,6 +10,13 @@ It keeps its version's loop order (prime-rl `trainer/rl/train.py`):
   `Step N | 1.2s | Loss ...`, appends metrics.jsonl. Final checkpoint at the last step.
 
 Only rank 0 logs and writes; the other ranks follow rank 0's broadcasts, silently.
+
+With `weight_broadcast.type = "nccl"` rank 0 is the sender of the NCCL group (airvisor/demo/
+_broadcast.py): each policy step is announced (`broadcasts/step_N/STABLE`, v0.4
+trainer/rl/broadcast/nccl.py:156-165), then sent once the orchestrator's NCCL_READY marker is
+there; nothing is written to disk and nothing cleaned. As in prime-rl, NCCL skips the versions
+nobody samples from: v0.4 the last async level's steps (v0.4 trainer/rl/train.py:220-225), main
+v{max_steps} (main trainer/rl/train.py:582-593).
 """
 
 from __future__ import annotations
@@ -19,8 +26,11 @@ import shutil
 import time
 from collections.abc import Sequence
 
+from airvisor.demo._broadcast import NCCL_READY_MARKER, BroadcastSender
 from airvisor.demo._config import TrainerSettings, parse_args
+from airvisor.demo._faults import claim_fault
 from airvisor.demo._layout import (
+    BROADCAST_MARKER,
     DEFAULT_VERSION,
     DemoVersion,
     append_metrics,
@@ -106,12 +116,19 @@ def _run_rank0(settings: TrainerSettings, ctx: StepContext) -> int:
     ctx.output_dir.mkdir(parents=True, exist_ok=True)
     step, _ = _start_step(settings, ctx)
     logger.info(f"Starting from step {step} (total_tokens=0, total_samples=0)")
+    broadcast = _Broadcast(settings, ctx)
     time.sleep(settings.demo.startup_delay)
     logger.info(f"Starting training loop (max_steps={settings.max_steps or 'infinite'})")
-    if ctx.version == "0.4":
-        step = _loop_v04(settings, ctx, step)
-    else:
-        step = _loop_main(settings, ctx, step)
+    try:
+        if ctx.version == "0.4":
+            step = _loop_v04(settings, ctx, step, broadcast)
+        else:
+            step = _loop_main(settings, ctx, step, broadcast)
+    finally:
+        broadcast.close()
+    if broadcast.nccl and settings.max_steps is not None:
+        # The other ranks finish when step max_steps' directory appears (_follow_rank0).
+        ctx.paths.broadcast_dir(settings.max_steps).mkdir(parents=True, exist_ok=True)
     if "ckpt" in settings.model_fields_set:  # a checkpoint manager exists only with [ckpt]
         save_checkpoint(ctx, step, final=True)
     # v0.4 trainer/rl/train.py:597, main trainer/rl/train.py:737: the line airvisor reads as done
@@ -119,15 +136,56 @@ def _run_rank0(settings: TrainerSettings, ctx: StepContext) -> int:
     return 0
 
 
-def _loop_v04(settings: TrainerSettings, ctx: StepContext, step: int) -> int:
+class _Broadcast:
+    """The trainer's weight broadcast: filesystem (a directory per step, old ones cleaned) or
+    NCCL (rank 0 of the group, listening from the start)."""
+
+    def __init__(self, settings: TrainerSettings, ctx: StepContext) -> None:
+        config = settings.weight_broadcast
+        self.nccl = config.type == "nccl"
+        self._settings, self._ctx = settings, ctx
+        self._sender = BroadcastSender(config.host, config.port,
+                                       config.inference_world_size + 1,
+                                       float(config.timeout)) if self.nccl else None
+
+    def send(self, step: int) -> None:
+        ctx = self._ctx
+        if self._sender is None:
+            publish_broadcast(ctx.paths, step)
+            clean_broadcasts(ctx.paths, step, self._settings.max_async_level, ctx.interval)
+            return
+        directory = ctx.paths.broadcast_dir(step)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / BROADCAST_MARKER).touch()  # notify the orchestrator
+        wait_for_file(directory / NCCL_READY_MARKER, poll=POLL)
+        midway = (self._settings.demo.crash_mid_broadcast_at_step == step
+                  and claim_fault(ctx.output_dir, "trainer", "crash_mid_broadcast"))
+        if midway:
+            ctx.logger.error(f"demo fault injected: the trainer dies in the middle of "
+                             f"broadcasting v{step}")
+        self._sender.broadcast(step, fail_midway=midway,
+                               exit_code=self._settings.demo.exit_code)
+        ctx.logger.info(f"Weights v{step} broadcast over NCCL")
+
+    def unused(self, last: bool) -> bool:
+        """NCCL skips what nobody samples from (see the module's docstring)."""
+        return self.nccl and last
+
+    def close(self) -> None:
+        if self._sender is not None:
+            self._sender.close()
+
+
+def _loop_v04(settings: TrainerSettings, ctx: StepContext, step: int,
+              broadcast: _Broadcast) -> int:
     interval, max_steps = ctx.interval, settings.max_steps
     first = True
     while True:
         # v0.4 trainer/rl/train.py:218: 0-based, so max_steps = N ends at step N, N + 1 loops
         is_last = max_steps is not None and step == max_steps
-        if step > 0:
-            publish_broadcast(ctx.paths, step)
-            clean_broadcasts(ctx.paths, step, settings.max_async_level, interval)
+        last_async = bool(max_steps) and step >= (max_steps or 0) - settings.max_async_level
+        if step > 0 and not broadcast.unused(last_async):
+            broadcast.send(step)
         if half_checkpoint_due(ctx, step) or (
             interval and not (first or is_last) and step % interval == 0
         ):
@@ -139,15 +197,16 @@ def _loop_v04(settings: TrainerSettings, ctx: StepContext, step: int) -> int:
         first = False
 
 
-def _loop_main(settings: TrainerSettings, ctx: StepContext, step: int) -> int:
+def _loop_main(settings: TrainerSettings, ctx: StepContext, step: int,
+               broadcast: _Broadcast) -> int:
     interval, max_steps = ctx.interval, settings.max_steps
     ctx.logger.info(f"Broadcasting startup policy weights (v{step - 1}) to inference engines")
-    publish_broadcast(ctx.paths, step - 1)
+    broadcast.send(step - 1)
     while True:
         is_last = max_steps is not None and step == max_steps  # main trainer/rl/train.py:266
         elapsed = _train_one(settings, ctx, step, report=False)
-        publish_broadcast(ctx.paths, step)
-        clean_broadcasts(ctx.paths, step, settings.max_async_level, interval)
+        if not broadcast.unused(is_last):
+            broadcast.send(step)
         if half_checkpoint_due(ctx, step) or (interval and not is_last and step % interval == 0):
             save_checkpoint(ctx, step)
         _report_step(settings, ctx, step, elapsed)

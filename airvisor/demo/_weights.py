@@ -21,7 +21,14 @@ main (`src/prime_rl/`):
   orchestrator's start, from scratch too (`orchestrator/orchestrator.py:332-350`: v{resume step}
   or v0), and at each new step (`orchestrator/watcher.py:136-141`).
 
-`GET /airvisor/weight_updates` is the stand-in's own (no vLLM route): the recorded calls.
+Both, with NCCL weight broadcast: `POST /init_broadcaster` (main
+`inference/vllm/server.py:133-147`, sent by `utils/client.py:420-440` at the orchestrator's
+start, `orchestrator.py:281-290`; v0.4 `inference/vllm/server.py:101-114`, sent by
+`utils/client.py:305-334` at its start, `orchestrator.py:232-236`): the worker builds a new
+receiver (airvisor/demo/_broadcast.py).
+
+`GET /airvisor/weight_updates` is the stand-in's own (no vLLM route): the recorded calls, and
+which policy step served each completion (`served`).
 """
 
 from __future__ import annotations
@@ -33,24 +40,31 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
+
+from airvisor.demo._broadcast import NCCL_READY_MARKER
 
 UPDATE_WEIGHTS = "/update_weights"
 RELOAD_WEIGHTS = "/reload_weights"  # v0.4 only
 PAUSE = "/pause"  # main only
 RESUME = "/resume"  # main only
+INIT_BROADCASTER = "/init_broadcaster"
 RECORD_PATH = "/airvisor/weight_updates"
 ROUTES: dict[str, frozenset[str]] = {
-    "0.4": frozenset({UPDATE_WEIGHTS, RELOAD_WEIGHTS}),
-    "main": frozenset({UPDATE_WEIGHTS, PAUSE, RESUME}),
+    "0.4": frozenset({UPDATE_WEIGHTS, RELOAD_WEIGHTS, INIT_BROADCASTER}),
+    "main": frozenset({UPDATE_WEIGHTS, PAUSE, RESUME, INIT_BROADCASTER}),
 }
 REPLIES: dict[str, dict[str, str]] = {  # what each route answers (server.py, as cited above)
     UPDATE_WEIGHTS: {"status": "ok"},
     RELOAD_WEIGHTS: {"status": "ok"},
     PAUSE: {"status": "paused"},
     RESUME: {"status": "resumed"},
+    INIT_BROADCASTER: {"status": "ok"},
 }
 Version = Literal["0.4", "main"]
+# main utils/client.py:230 UPDATE_WEIGHTS_TIMEOUT_S: an NCCL update waits for the trainer.
+UPDATE_TIMEOUT = 720.0
 # The stand-ins talk over loopback: never through a proxy named in the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -66,6 +80,17 @@ class WeightCall:
     client: str  # who sent it: the `X-Airvisor-Sender` header (the orchestrator's pid)
 
 
+@dataclass(frozen=True)
+class Served:
+    """One completion the server generated, and the policy step its weights were."""
+
+    seq: int
+    weight_step: int  # 0: the base model (no update yet, or v0.4's /reload_weights)
+    at: float
+    client: str  # the `X-Airvisor-Sender` header (the orchestrator's pid)
+    step: int | None  # the orchestrator's step it was for (`X-Airvisor-Step`)
+
+
 class WeightCalls:
     """The inference stand-in's record of weight calls (its HTTP threads write, a GET reads)."""
 
@@ -73,6 +98,7 @@ class WeightCalls:
         self._routes = ROUTES.get(version, ROUTES["main"])
         self._lock = threading.Lock()
         self._calls: list[WeightCall] = []
+        self._served: list[Served] = []
 
     def handles(self, path: str) -> bool:
         return path in self._routes
@@ -92,11 +118,18 @@ class WeightCalls:
         with self._lock:
             return list(self._calls)
 
+    def serve(self, weight_step: int, client: str, step: int | None) -> None:
+        with self._lock:
+            self._served.append(Served(len(self._served) + 1, weight_step, time.time(), client,
+                                       step))
+
     def as_json(self) -> dict[str, Any]:
-        return {"calls": [asdict(call) for call in self.calls()]}
+        with self._lock:
+            served = [asdict(s) for s in self._served]
+        return {"calls": [asdict(call) for call in self.calls()], "served": served}
 
 
-def _post(root: str, path: str, body: dict[str, Any] | None, timeout: float, *,
+def _post(root: str, path: str, body: dict[str, Any] | None, timeout: float | None, *,
           skip_missing: bool = False) -> None:
     """POST; raises on an error status, except 404 with `skip_missing` (v0.4's client logs "The
     route ... does not exist. Skipping ..." and goes on: `utils/client.py:221-224,246-249`;
@@ -114,9 +147,10 @@ def _post(root: str, path: str, body: dict[str, Any] | None, timeout: float, *,
 
 
 def send_update(version: Version, root: str, weight_dir: str | None, *,
-                timeout: float = 30.0) -> None:
+                timeout: float = UPDATE_TIMEOUT) -> None:
     """Put the server on `weight_dir`'s weights as that version's orchestrator does (v0.4: one
     /update_weights; main: /pause, /update_weights, /resume). `root`: `http://host:port`."""
+    mark_ready(weight_dir)
     if version == "main":
         _post(root, PAUSE + "?mode=keep&clear_cache=false", None, timeout)
         try:
@@ -129,7 +163,7 @@ def send_update(version: Version, root: str, weight_dir: str | None, *,
 
 def send_startup_update(version: Version, root: str, *, resume_step: int | None,
                         weight_dir: str | None, reload_weights_on_start: bool = True,
-                        timeout: float = 30.0) -> None:
+                        timeout: float = UPDATE_TIMEOUT) -> None:
     """The orchestrator's first call at its start: on a resume the resumed step's weights
     (`weight_dir`); from scratch v0.4 resets to the base model (/reload_weights, when
     `reload_weights_on_start`), main syncs to v0 (`weight_dir` of step 0)."""
@@ -140,8 +174,43 @@ def send_startup_update(version: Version, root: str, *, resume_step: int | None,
     send_update(version, root, weight_dir, timeout=timeout)
 
 
+def _record(root: str, timeout: float) -> dict[str, Any]:
+    with _OPENER.open(root.rstrip("/") + RECORD_PATH, timeout=timeout) as response:
+        payload: dict[str, Any] = json.loads(response.read())
+    return payload
+
+
 def fetch_calls(root: str, *, timeout: float = 5.0) -> list[WeightCall]:
     """The weight calls a running inference stand-in recorded (for tests)."""
-    with _OPENER.open(root.rstrip("/") + RECORD_PATH, timeout=timeout) as response:
-        payload = json.loads(response.read())
-    return [WeightCall(**call) for call in payload.get("calls", [])]
+    return [WeightCall(**call) for call in _record(root, timeout).get("calls", [])]
+
+
+def fetch_served(root: str, *, timeout: float = 5.0) -> list[Served]:
+    """Every completion a running inference stand-in served, with its policy step (tests)."""
+    return [Served(**served) for served in _record(root, timeout).get("served", [])]
+
+
+def mark_ready(weight_dir: str | None) -> None:
+    """The NCCL_READY marker the orchestrator writes before it posts /update_weights (both
+    versions, harmless with a filesystem broadcast: v0.4 `utils/client.py:227-231`, main
+    `utils/client.py:301-305`): the trainer's NCCL broadcast waits for it."""
+    if weight_dir is None:
+        return
+    directory = Path(weight_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / NCCL_READY_MARKER).touch()
+
+
+def init_broadcaster(version: Version, root: str, *, host: str, port: int, timeout: int,
+                     inference_world_size: int = 1) -> None:
+    """The orchestrator's NCCL group forming at its start: one /init_broadcaster per server
+    (the server's index 0 here: one server). Bodies as each version's client sends them."""
+    if version == "main":
+        body: dict[str, Any] = {"host": host, "port": port, "rank_offset": 0,
+                                "inference_world_size": inference_world_size,
+                                "timeout": timeout, "quantize_in_weight_transfer": False}
+    else:
+        body = {"host": host, "port": port, "server_rank": 0, "num_inference_server": 1,
+                "timeout": timeout}
+    # The worker joins the group before the route answers: no read timeout but the group's.
+    _post(root, INIT_BROADCASTER, body, float(timeout) + 30.0, skip_missing=True)

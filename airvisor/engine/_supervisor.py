@@ -34,7 +34,7 @@ from airvisor.core import (
     run_on_thread,
 )
 from airvisor.engine._members import launcher_members
-from airvisor.engine._probe import InferenceProber, inference_base_url
+from airvisor.engine._probe import InferenceProber, inference_base_url, probe_kept_server
 from airvisor.engine._rollouts import RolloutWatcher, event_of
 from airvisor.engine._takeover import component_alive
 from airvisor.policy import Phase, StallRule, stalled_for
@@ -73,7 +73,6 @@ from airvisor.primerl._split import (
 )
 from airvisor.proc import ProcessIdentity, containment, identity_of, launch
 from airvisor.proc._deathwatch import Death, DeathWatch
-from airvisor.proc._serverhealth import probe_kept_server
 from airvisor.profile._schema import Profile
 from airvisor.stacks import with_stacks_first
 
@@ -362,7 +361,7 @@ class RunSupervisor(SupervisorCore):
 
     def _probe_kept_server(self, failure: Failure) -> bool:
         """The kept server's health now (`probe_kept_server`, on a worker): its process alive,
-        /health and /v1/models, its log since the failure."""
+        /health and /v1/models, its engine answering in time, its log since the failure."""
         server = self._kept_server()
         port = self.profile.inference.port
         if server is None or port is None:
@@ -373,9 +372,10 @@ class RunSupervisor(SupervisorCore):
             offset = 0
         members = [(server.identity.pid, server.identity.create_time)]
         base_url = inference_base_url(self.profile.inference.host, port)
-        log_path = server.log.path
+        log_path, version = server.log.path, self.profile.prime_rl.version
         self._run_task(Task.SCOPE, lambda: probe_kept_server(
-            members=members, base_url=base_url, log_path=log_path, log_offset=offset))
+            members=members, base_url=base_url, version=version, log_path=log_path,
+            log_offset=offset))
         return True
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -7,16 +7,18 @@ it starts. So a recovery keeps the server when, and only when, all of these hold
 
 - `restart.scope` is "auto" (the default; "all" opts out);
 - the run's prime-rl version and settings allow the split (no refusal from
-  `airvisor.primerl._split`: not NCCL weight broadcast, not multi-node/disaggregated, not Slurm);
+  `airvisor.primerl._split`: not NIXL weight broadcast, not multi-node/disaggregated, not Slurm);
 - what failed is the trainer, the orchestrator or an env server, not the server itself, nor
   something airvisor cannot place (the launcher, an unknown process);
-- the server is healthy now: its process tree alive, `/health` and `/v1/models` answering, and
-  no error in its log since the failure;
+- the server is healthy now: its process tree alive, `/health` and `/v1/models` answering, its
+  engine answering in time (prime-rl main's `/liveness`, v0.4 a one-token completion: a worker
+  stuck in a weight receive from the dead trainer answers neither), and no error in its log
+  since the failure;
 - no earlier kept-scope recovery within `window` seconds: when keeping the server did not cure
   the run, the next recovery restarts everything (the server may be what is wrong after all).
 
-Pure: the caller passes the facts (health probed by `airvisor.proc.probe_kept_server`) and the
-time.
+Pure: the caller passes the facts (health probed by
+`airvisor.engine._probe.probe_kept_server`) and the time.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ ScopeReason = Literal[
     "health_unknown",  # the server's health was not probed
     "inference_dead",  # its process tree is gone (in part)
     "inference_unhealthy",  # /health or /v1/models does not answer 200
+    "inference_unresponsive",  # its engine does not answer in time (stuck in a collective)
     "inference_log_error",  # an error in its log since the failure
     "repeated",  # a kept-scope recovery within the window did not cure the run
     "probing",  # not settled yet: the rest stops while the server's health is probed
@@ -50,17 +53,21 @@ KEEPABLE: frozenset[str] = frozenset({"trainer", "orchestrator", "env_server"})
 
 @dataclass(frozen=True)
 class InferenceHealth:
-    """The kept server's health after the failure (`airvisor.proc.probe_kept_server`)."""
+    """The kept server's health after the failure (`airvisor.engine._probe.probe_kept_server`)."""
 
     tree_alive: bool  # every recorded process of its tree still runs (pid + start time)
     health_ok: bool  # GET /health answered 200
     models_ok: bool  # GET /v1/models answered 200
     log_error: str | None = None  # the first error line in its log since the failure
     detail: str = ""  # what failed, for the reason
+    # Its engine answered within the probe's timeout (main GET /liveness; v0.4 a one-token
+    # completion). Always set by the probe; the default only spares table tests of other rules.
+    engine_ok: bool = True
 
     @property
     def healthy(self) -> bool:
-        return self.tree_alive and self.health_ok and self.models_ok and self.log_error is None
+        return (self.tree_alive and self.health_ok and self.models_ok and self.engine_ok
+                and self.log_error is None)
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,10 @@ def decide_scope(
     if not (inference.health_ok and inference.models_ok):
         return _full("inference_unhealthy", f"{what}; the inference server does not answer"
                                             f"{_colon(inference.detail)}")
+    if not inference.engine_ok:
+        return _full("inference_unresponsive", f"{what}; the inference server's engine does not "
+                                               f"answer in time, so it is not kept"
+                                               f"{_colon(inference.detail)}")
     if inference.log_error is not None:
         return _full("inference_log_error", f"{what}; the inference server logged an error "
                                             f"since: {inference.log_error}")

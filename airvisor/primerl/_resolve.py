@@ -7,9 +7,12 @@ prime-rl refuses is refused here, with prime-rl's message, before anything start
 directory, GPUs, ports and checkpoint cadence airvisor supervises by are the ones prime-rl
 computed, not a re-derivation.
 
-When prime-rl's interpreter cannot import prime-rl (not installed on this machine, as in the
-demo), airvisor reads the few facts it needs from the TOML files itself and says plainly that
-only airvisor's part was checked.
+When prime-rl's interpreter cannot import prime-rl (not installed on this machine), airvisor
+reads the few facts it needs from the TOML files itself and says plainly that only airvisor's
+part was checked. The demo's stand-in of the launcher answers in the resolver's place (its
+payload says `"resolver": "airvisor-demo"`, airvisor/demo/_resolve.py): it gives the halves its
+`rl` would start, so a demo run keeps its inference server; the facts are still airvisor's own
+reading, and the resolution is labelled the demo's (`source == "demo"`), never prime-rl's.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from airvisor.profile._problems import Problem
 # Exit statuses of resolve_config.py (its contract).
 EXIT_REFUSED = 2  # prime-rl refused the config
 EXIT_NO_PRIME_RL = 3  # prime-rl is not importable with that interpreter
+DEMO_RESOLVER = "airvisor-demo"  # the demo launcher stand-in's label (airvisor/demo/_resolve.py)
 # The default of `[prime_rl] resolve_timeout` (seconds); importing prime-rl's config classes
 # takes a few, far more on a loaded box or behind a `uv run` that syncs first.
 RESOLVE_TIMEOUT = 120.0
@@ -42,9 +46,10 @@ _PROGRESS_PREFIX = "airvisor-resolve: "
 @dataclass(frozen=True)
 class Resolution:
     """A run's config as resolved by prime-rl (`source == "prime-rl"`), or, where prime-rl
-    could not be reached, the facts by airvisor's own reading (`source == "airvisor"`)."""
+    could not be reached, the facts by airvisor's own reading (`source == "airvisor"`; with
+    the demo launcher stand-in's halves: `source == "demo"`)."""
 
-    source: Literal["prime-rl", "airvisor"]
+    source: Literal["prime-rl", "airvisor", "demo"]
     facts: RunFacts
     rl: dict[str, Any] | None = None  # the resolved RLConfig (prime-rl only)
     components: dict[str, Any] = field(default_factory=dict)  # what rl writes per component
@@ -57,6 +62,12 @@ class Resolution:
     @property
     def checked_by_prime_rl(self) -> bool:
         return self.source == "prime-rl"
+
+    @property
+    def halves_derived(self) -> bool:
+        """The split's halves come from the launcher's own code: prime-rl's, or the demo's
+        stand-in of it."""
+        return self.source in ("prime-rl", "demo")
 
 
 class ResolveError(Exception):
@@ -126,6 +137,10 @@ def resolve(
                 )]) from None
             else:
                 payload = last_json_object(done.stdout)
+                if (done.returncode == 0 and payload is not None and payload.get("ok")
+                        and payload.get("resolver") == DEMO_RESOLVER):
+                    return _demo_resolution(version, payload, args=args, cwd=cwd,
+                                            environ=environ, where=where, split=split)
                 if done.returncode == 0 and payload is not None and payload.get("ok"):
                     facts = facts_from_resolved(version, payload.get("facts") or {}, cwd=cwd,
                                                 environ=environ, rl=payload.get("rl"))
@@ -147,8 +162,29 @@ def resolve(
                         "run the same `rl` command by hand to see prime-rl's error")])
     else:
         fallback_reason = "no prime-rl interpreter is configured"
+    facts = _facts_by_airvisor(version, args, cwd=cwd, environ=environ, where=where)
+    note = (f"prime-rl could not be reached ({fallback_reason}): only airvisor's part of the "
+            "config was checked; prime-rl will validate the rest when it starts")
+    return Resolution(source="airvisor", facts=facts, note=note)
+
+
+def _demo_resolution(version: Version, payload: Mapping[str, Any], *, args: Sequence[str],
+                     cwd: Path, environ: Mapping[str, str], where: str,
+                     split: bool) -> Resolution:
+    raw = payload.get("split")
+    return Resolution(
+        source="demo",
+        facts=_facts_by_airvisor(version, args, cwd=cwd, environ=environ, where=where),
+        note="the demo's launcher stand-in answered in prime-rl's place (airvisor.demo, not "
+             "prime-rl): airvisor read the facts itself, and the halves a recovery keeping the "
+             "inference server starts are the demo's",
+        split=dict(raw) if split and isinstance(raw, Mapping) else None)
+
+
+def _facts_by_airvisor(version: Version, args: Sequence[str], *, cwd: Path,
+                       environ: Mapping[str, str], where: str) -> RunFacts:
     try:
-        facts = facts_from_files(version, args, cwd=cwd, environ=environ)
+        return facts_from_files(version, args, cwd=cwd, environ=environ)
     except OSError as exc:
         raise ResolveError([Problem(str(getattr(exc, "filename", where) or where),
                                     f"cannot read a prime-rl config file: {exc.strerror or exc}",
@@ -156,9 +192,6 @@ def resolve(
     except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
         raise ResolveError([Problem(where, f"a prime-rl config file is not valid TOML: {exc}",
                                     "fix the file (strings must be quoted)")]) from None
-    note = (f"prime-rl could not be reached ({fallback_reason}): only airvisor's part of the "
-            "config was checked; prime-rl will validate the rest when it starts")
-    return Resolution(source="airvisor", facts=facts, note=note)
 
 
 def _text(output: str | bytes | None) -> str:

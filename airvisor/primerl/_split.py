@@ -20,10 +20,19 @@ orchestrator's sub-configs with the full run's: any difference is a refusal, so 
 exactly what the full `rl` would have run. A relaunch after a trainer/orchestrator failure starts
 only `rest` again (with the resume step), against the kept server.
 
+NCCL weight broadcast is kept too, in both versions: the relaunched orchestrator forms the group
+anew at its start (main `orchestrator/orchestrator.py:281-290` posting `/init_broadcaster`,
+`utils/client.py:420-440`; v0.4 `orchestrator/orchestrator.py:232-236`), the kept worker builds
+a new receiver on every call (main `inference/vllm/worker/nccl.py:95-130`, v0.4
+`inference/vllm/worker/nccl.py:89-109`), and the resume step's weights are broadcast to it before
+the first rollout. A worker stuck in a receive from the dead trainer is what the kept server's
+responsiveness probe (`airvisor.engine._probe.probe_kept_server`) catches: such a server is
+stopped and the recovery is full.
+
 What cannot be kept faithfully is a typed `Refusal` (the engine then restarts everything and
-says why): NCCL/NIXL weight broadcast, multi-node or disaggregated inference, Slurm, a client not
-on the server's port, a rest prime-rl resolves differently, component mode, or a resolution
-prime-rl did not make.
+says why, from prime-rl's source): main's NIXL weight broadcast, multi-node or disaggregated
+inference, Slurm, a client not on the server's port, a rest prime-rl resolves differently,
+component mode, or a resolution neither prime-rl nor the demo's launcher stand-in made.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ RefusalCode = Literal[
     "not_resolved",  # prime-rl could not be reached: no halves derived by its code
     "component_mode",  # [prime_rl] mode = "components": not prime-rl's `rl`
     "no_inference",  # the config starts no inference server: nothing to keep
-    "nccl_weight_broadcast",  # NCCL/NIXL: the group is formed at the server's start
+    "nixl_weight_broadcast",  # main's NIXL: a dead trainer's ModelExpress entry may be taken
     "client_elsewhere",  # the orchestrator's client is not on the server's port
     "rest_differs",  # prime-rl resolves trainer/orchestrator differently without [inference]
     "slurm",  # the run is a Slurm job
@@ -151,7 +160,7 @@ def split_of(resolution: Resolution, *, mode: str = "launcher") -> Split:
         extra.append(Refusal("component_mode", "component mode starts the processes itself; "
                                                "the split is of prime-rl's `rl`"))
     raw = resolution.split
-    if not resolution.checked_by_prime_rl or not isinstance(raw, Mapping):
+    if not resolution.halves_derived or not isinstance(raw, Mapping):
         reason = resolution.note or "the config was not resolved with --split"
         return Split(version, None, None, (), None, None,
                      (*extra, Refusal("not_resolved", reason)))

@@ -616,10 +616,12 @@ def _split_v04(config: Any, components: dict[str, Any], scratch: Path) -> dict[s
     if inference is None:
         refusals.append(_refusal("no_inference", "the config starts no inference server"))
         return {"inference": None, "rest": None, "refusals": refusals}
-    if config.trainer.weight_broadcast.type == "nccl":
-        refusals.append(_refusal("nccl_weight_broadcast", "weight_broadcast.type = 'nccl': the "
-                                 "trainer's NCCL group with the server's workers is formed at "
-                                 "their start; a new trainer against a kept server is unproven"))
+    # NCCL broadcast is no refusal: the orchestrator forms the group at its own start, posting
+    # /init_broadcaster to the server (orchestrator/orchestrator.py:232-236), whose worker builds
+    # a new receiver on every call (inference/vllm/worker/nccl.py:89-109); on a resume it then
+    # puts the server on the checkpoint step's weights before its loop (orchestrator.py:248-263)
+    # and the resumed trainer broadcasts them first (trainer/rl/train.py:220-225). A worker stuck
+    # in a receive from the dead trainer is caught by the kept server's responsiveness probe.
     port = inference.server.port
     urls = list(config.orchestrator.client.base_url)
     if any(p != port for p in _client_ports(urls)):
@@ -677,12 +679,21 @@ def _split_main(config: Any, components: dict[str, Any], scratch: Path,
         refusals.append(_refusal("disaggregated" if inference.deployment.type == "disaggregated"
                                  else "multi_node",
                                  f"inference.deployment.type = {inference.deployment.type!r}"))
-    broadcast = config.trainer.weight_broadcast.type
-    if broadcast in ("nccl", "nixl"):
-        refusals.append(_refusal("nccl_weight_broadcast", f"weight_broadcast.type = {broadcast!r}"
-                                 " (main's default with [inference]): the trainer's group with "
-                                 "the server's workers is formed at their start; a new trainer "
-                                 "against a kept server is unproven"))
+    # NCCL broadcast (main's default with [inference]) is no refusal: the orchestrator forms the
+    # group at its own start (orchestrator/orchestrator.py:281-290, utils/client.py:420-440
+    # posting /init_broadcaster), the worker builds a new receiver on every call
+    # (inference/vllm/worker/nccl.py:95-130), and before its first rollout the orchestrator syncs
+    # the server to v{resume step}, the trainer's startup broadcast (orchestrator.py:332-350). A
+    # worker stuck in a receive from the dead trainer fails /liveness (inference/vllm/server.py:
+    # 120-130), which the kept server's probe asks. NIXL stays refused: its kept worker takes the
+    # first "trainer" its ModelExpress server lists (worker/nixl.py:122-131), a server that
+    # outlives the trainer, so a dead trainer's entry is not shown to be gone.
+    if config.trainer.weight_broadcast.type == "nixl":
+        refusals.append(_refusal("nixl_weight_broadcast", "weight_broadcast.type = 'nixl': the "
+                                 "kept server's worker takes the first trainer its ModelExpress "
+                                 "server lists (prime-rl inference/vllm/worker/nixl.py:122-131); "
+                                 "that server outlives the trainer, so the dead trainer's entry "
+                                 "may be the one it takes"))
     port = inference.server.port
     url = config.orchestrator.model.client.base_url
     if _client_ports([url]) != [port]:

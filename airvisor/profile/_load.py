@@ -259,11 +259,12 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
             if isinstance(mount, dict) and "source" in mount:
                 mount["source"] = resolve(mount["source"])
     prime_rl = raw.get("prime_rl")
-    if isinstance(prime_rl, dict) and isinstance(prime_rl.get("command_prefix"), list):
-        prime_rl["command_prefix"] = [
-            v.replace(PYTHON_PLACEHOLDER, sys.executable) if isinstance(v, str) else v
-            for v in prime_rl["command_prefix"]
-        ]
+    for key in ("command_prefix", "python"):  # the demo's: airvisor's interpreter runs both
+        if isinstance(prime_rl, dict) and isinstance(prime_rl.get(key), list):
+            prime_rl[key] = [
+                v.replace(PYTHON_PLACEHOLDER, sys.executable) if isinstance(v, str) else v
+                for v in prime_rl[key]
+            ]
 
 
 def _derived_key_problems(raw: dict[str, Any], locator: KeyLocator,

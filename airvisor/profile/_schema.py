@@ -54,7 +54,7 @@ class PrimeRLSection(_Section):
     venv: Path | None = None
     # prime-rl's Python, to resolve the config with prime-rl's own code (default: the venv's
     # python, else `<command_prefix> python`). `[]`: do not ask prime-rl (check only airvisor's
-    # part).
+    # part). "{python}" expands to airvisor's interpreter (the demo's stand-in resolver).
     python: list[str] | None = None
     # Seconds the resolver (prime-rl's interpreter importing prime-rl, then parsing the config)
     # may take before `check`/`start` refuse; a loaded box or a `uv run` that syncs first needs

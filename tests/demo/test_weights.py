@@ -10,6 +10,7 @@ import threading
 import urllib.error
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,31 +76,36 @@ def routes(root: str) -> list[tuple[str, str | None]]:
     return [(call.route, call.weight_dir) for call in fetch_calls(root)]
 
 
-def test_v04_resume_updates_and_scratch_reloads(root_for: Any) -> None:
+def test_v04_resume_updates_and_scratch_reloads(root_for: Any, tmp_path: Path) -> None:
     root = root_for("0.4")
     send_startup_update("0.4", root, resume_step=None, weight_dir=None)
-    send_startup_update("0.4", root, resume_step=10, weight_dir="/run/broadcasts/step_10")
+    send_startup_update("0.4", root, resume_step=10,
+                        weight_dir=str(tmp_path / "broadcasts/step_10"))
     send_startup_update("0.4", root, resume_step=None, weight_dir=None,
                         reload_weights_on_start=False)
-    assert routes(root) == [(RELOAD_WEIGHTS, None), (UPDATE_WEIGHTS, "/run/broadcasts/step_10")]
+    step_10 = tmp_path / "broadcasts/step_10"
+    assert routes(root) == [(RELOAD_WEIGHTS, None), (UPDATE_WEIGHTS, str(step_10))]
+    # The NCCL_READY marker is written before the update is posted (v0.4 utils/client.py:225-230)
+    assert (step_10 / "NCCL_READY").is_file()
     calls = fetch_calls(root)
     assert [c.seq for c in calls] == [1, 2]
     assert {c.client for c in calls} == {str(os.getpid())}
 
 
 @pytest.mark.parametrize("resume", [None, 4])
-def test_main_pauses_updates_resumes_from_scratch_too(root_for: Any, resume: int | None) -> None:
+def test_main_pauses_updates_resumes_from_scratch_too(root_for: Any, resume: int | None,
+                                                       tmp_path: Path) -> None:
     root = root_for("main")
-    weights = f"/run/broadcasts/step_{resume or 0}"
+    weights = str(tmp_path / f"broadcasts/step_{resume or 0}")
     send_startup_update("main", root, resume_step=resume, weight_dir=weights)
     assert routes(root) == [("/pause", None), (UPDATE_WEIGHTS, weights), ("/resume", None)]
 
 
-def test_routes_of_the_other_version_are_not_served(root_for: Any) -> None:
+def test_routes_of_the_other_version_are_not_served(root_for: Any, tmp_path: Path) -> None:
     # main's client raises on a 404 (_admin_post); v0.4's skips the update with a warning.
     v04_root = root_for("0.4")
     with pytest.raises(urllib.error.HTTPError) as caught:
-        send_update("main", v04_root, "/w")
+        send_update("main", v04_root, str(tmp_path / "w"))
     assert caught.value.code == 404
     main_root = root_for("main")
     send_startup_update("0.4", main_root, resume_step=None, weight_dir=None)

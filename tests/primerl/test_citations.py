@@ -1,11 +1,12 @@
 """Every prime-rl citation in airvisor's code and docs points at the text it relies on.
 
-The registry (`airvisor/primerl/_citations.py`) records, per citation, an excerpt of each cited
-range and a digest of the cited lines; these tests scan the code and docs for `<file>.py:<lines>`
-citations (every one must be registered, every registered one must still be written) and compare
-each entry with the sources in ../shared/third_party (and pydantic-settings in the v0.4 test
-venv, vLLM in the vLLM CPU test venv), so a moved or changed line fails here, naming the citing
-file, the citation, the `RULES` row citing it, the text expected and the text now there.
+The registry (`citations_registry.py` beside this file: test data, not shipped in the wheel)
+records, per citation, an excerpt of each cited range and a digest of the cited lines; these
+tests scan the code and docs for `<file>.py:<lines>` citations (every one must be registered,
+every registered one must still be written) and compare each entry with the sources in
+../shared/third_party (and pydantic-settings in the v0.4 test venv, vLLM in the vLLM CPU test
+venv), so a moved or changed line fails here, naming the citing file, the citation, the `RULES`
+row citing it, the text expected and the text now there.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from airvisor.primerl._citations import (
+from airvisor.primerl._layout import RULES
+
+from .citations_registry import (
     CITATION,
     CITATIONS,
     MAIN,
@@ -28,8 +31,6 @@ from airvisor.primerl._citations import (
     VLLM,
     Citation,
 )
-from airvisor.primerl._layout import RULES
-
 from .conftest import SETUP, STRICT, VENVS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +46,7 @@ LAYOUT = "airvisor/primerl/_layout.py"
 MALFORMED = re.compile(CITATION.pattern + r",\s\d|`:\d")
 
 
-REGISTRY = "airvisor/primerl/_citations.py"
+REGISTRY = "tests/primerl/citations_registry.py"
 
 
 def scanned_files() -> Iterator[Path]:
@@ -172,7 +173,7 @@ def test_every_citation_written_is_registered_and_every_registered_one_is_writte
     unregistered = [f"{at}:{lines[0]}: {text}" for (at, text), lines in written.items()
                     if (at, text) not in registered]
     assert not unregistered, (
-        "citations of prime-rl not in airvisor/primerl/_citations.py (register each with the "
+        "citations of prime-rl not in tests/primerl/citations_registry.py (register each with the "
         "version, file, digest and excerpts of the lines it relies on):\n  "
         + "\n  ".join(unregistered))
     stale = [f"{at}: {text}" for at, text in registered if (at, text) not in written]
@@ -220,7 +221,7 @@ def test_every_layout_rule_cites_registered_lines() -> None:
                     continue
                 citation = by_text.get(cited.group(0))
                 where = f'RULES["{version}"]["{key}"] cites {cited.group(0)}'
-                assert citation is not None, f"{where}: not in airvisor/primerl/_citations.py"
+                assert citation is not None, f"{where}: not in tests/primerl/citations_registry.py"
                 assert (citation.source, citation.path) == (
                     sources[root[0]], root[1] + cited.group(0).rsplit(":", 1)[0]), where
                 assert citation.source == (V04 if version == "0.4" else MAIN), where

@@ -51,12 +51,14 @@ def read(path: Path, text: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["0.4", "main"])
+@pytest.mark.parametrize(("version", "broadcast"), [("0.4", "filesystem"), ("0.4", "nccl"),
+                                                    ("main", "filesystem"), ("main", None)])
 def test_halves_are_prime_rls_own(primerl_python: Callable[[str], Path], tmp_path: Path,
-                                  version: Version) -> None:
+                                  version: Version, broadcast: str | None) -> None:
+    """Both broadcasts, both versions: main's default with [inference] (None) is NCCL, which
+    the relaunched orchestrator re-forms with the kept server (issue 30)."""
     python = primerl_python(version)
-    # main's default weight broadcast with [inference] is NCCL, which is refused (below).
-    extra = {"weight_broadcast": {"type": "filesystem"}} if version == "main" else {}
+    extra = {"weight_broadcast": {"type": broadcast}} if broadcast else {}
     profile = profile_for(tmp_path, version, python, **extra)
     full = resolve_split(profile, resume_step=5, scratch=tmp_path / "scratch")
     split = split_of(full)
@@ -99,11 +101,13 @@ def test_halves_are_prime_rls_own(primerl_python: Callable[[str], Path], tmp_pat
 
 
 @pytest.mark.slow
-def test_main_nccl_broadcast_is_refused(primerl_python: Callable[[str], Path],
-                                        tmp_path: Path) -> None:
-    profile = profile_for(tmp_path, "main", primerl_python("main"))
+def test_main_nixl_broadcast_is_refused_with_the_source_s_reason(
+        primerl_python: Callable[[str], Path], tmp_path: Path) -> None:
+    profile = profile_for(tmp_path, "main", primerl_python("main"),
+                          weight_broadcast={"type": "nixl"})
     split = split_of(resolve_split(profile, resume_step=None, scratch=tmp_path / "scratch"))
-    assert [r.code for r in split.refusals] == ["nccl_weight_broadcast"]
+    assert [r.code for r in split.refusals] == ["nixl_weight_broadcast"]
+    assert "worker/nixl.py:122-131" in split.refusals[0].detail
     with pytest.raises(SplitRefused) as caught:
         plan_split(profile, split, attempt_dir=tmp_path)
     assert caught.value.refusals == split.refusals
@@ -150,7 +154,7 @@ def test_the_rest_gets_the_environment_the_full_rl_would(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("broadcast", "refused"), [("filesystem", []),
-                                                    ("nccl", ["nccl_weight_broadcast"])])
+                                                    ("nccl", [])])
 def test_component_mode_keeps_the_server_unless_prime_rl_settings_forbid(
         primerl_python: Callable[[str], Path], tmp_path: Path, broadcast: str,
         refused: list[str]) -> None:

@@ -20,11 +20,11 @@ import pytest
 import tomli_w
 
 from airvisor.demo._weights import UPDATE_WEIGHTS, fetch_calls
+from airvisor.engine._probe import probe_kept_server
 from airvisor.policy._resume import choose_resume_step
 from airvisor.primerl._adapters import LaunchSpec
 from airvisor.primerl._layout import layout_for
 from airvisor.primerl._split import plan_split, resolve_split, split_of
-from airvisor.proc._serverhealth import probe_kept_server
 from airvisor.profile import load_profile
 
 from ..engine.conftest import demo_profile_dict
@@ -129,7 +129,7 @@ def test_the_server_is_kept_across_a_trainer_crash(tmp_path: Path, started: Star
     identity = (server.pid, psutil.Process(server.pid).create_time())
     root = f"http://{plan.host}:{plan.port}"
     wait_for("a healthy server", lambda: probe_kept_server(
-        members=[identity], base_url=root, log_path=None, log_offset=0).healthy,
+        members=[identity], base_url=root, version=version, log_path=None, log_offset=0).healthy,
         processes=[server], logs=[server_log])
 
     rest = started.start(plan.rest, rest_log)
@@ -142,7 +142,8 @@ def test_the_server_is_kept_across_a_trainer_crash(tmp_path: Path, started: Star
     trainer.kill()  # a trainer crash: prime-rl's launcher sees it and stops its half
     assert rest.wait(timeout=BOUND) != 0
 
-    health = probe_kept_server(members=[identity], base_url=root, log_path=server_log,
+    health = probe_kept_server(members=[identity], base_url=root, version=version,
+                               log_path=server_log,
                                log_offset=offset)
     assert health.healthy, health
     assert server.poll() is None
@@ -153,6 +154,7 @@ def test_the_server_is_kept_across_a_trainer_crash(tmp_path: Path, started: Star
     relaunch = plan_split(profile, again, attempt_dir=tmp_path / "attempt-2", prl_run_id="run")
     assert relaunch.inference.files.popitem()[1] == plan.inference.files.popitem()[1]
     rest_log2 = tmp_path / "rest-2.log"
+    relaunched_at = time.time()
     rest2 = started.start(relaunch.rest, rest_log2)
     wait_for("a checkpoint past the resumed step",
              lambda: (choose_resume_step(layout.scan()).step or 0) > resume,
@@ -160,10 +162,13 @@ def test_the_server_is_kept_across_a_trainer_crash(tmp_path: Path, started: Star
     assert (server.pid, psutil.Process(server.pid).create_time()) == identity
     # The relaunched orchestrator's first weight update reached the kept server: the resumed
     # step's weights (v0.4 orchestrator.py:248-263; main orchestrator.py:332-350).
-    first_update = next(c for c in fetch_calls(root)[before:] if c.route == UPDATE_WEIGHTS)
+    # (The first attempt's orchestrator updated the server at each step until it was stopped.)
+    first_update = next(c for c in fetch_calls(root)[before:]
+                        if c.route == UPDATE_WEIGHTS and c.at >= relaunched_at)
     assert first_update.weight_dir is not None
     assert Path(first_update.weight_dir).name in (f"step_{resume}", "weight")
     assert f"step_{resume}" in first_update.weight_dir
     started.stop(rest2)
-    assert probe_kept_server(members=[identity], base_url=root, log_path=server_log,
+    assert probe_kept_server(members=[identity], base_url=root, version=version,
+                             log_path=server_log,
                              log_offset=offset).healthy
