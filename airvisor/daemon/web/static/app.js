@@ -164,8 +164,11 @@ function renderRun(data) {
   $("run-name").textContent = run.name;
   $("run-id").textContent = run.id;
   const state = $("run-state");
-  state.textContent = run.state;
+  // A live state whose supervisor is gone (killed) is not live: said, as `airvisor status` does.
+  const gone = run.supervisor_alive === false && !run.live;
+  state.textContent = gone ? `${run.state} · not live: supervisor gone` : run.state;
   state.className = `badge state-${run.state}`;
+  state.title = gone ? `its supervisor (pid ${run.supervisor_pid}) is not running` : "";
   $("run-step").textContent = run.step === null ? "–"
     : !run.max_steps ? String(run.step)
     : run.steps_done === null || run.steps_done === run.step ? `${run.step} / ${run.max_steps}`
