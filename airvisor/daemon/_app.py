@@ -479,8 +479,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
         request_id = body.request_id
         if request_id is None:
             return await run_in_threadpool(_submit, ctx, body)
-        # Marked in progress here, on the event loop, before the checks run on a worker: a
-        # lookup (GET /submissions/{id}) that comes after this request never finds it unknown.
+        # Marked in progress here, on the event loop, before the checks go to a worker: a
+        # lookup (GET /submissions/{id}) made once the client gave up waiting finds it.
         if not submissions.begin(request_id):
             raise HTTPException(409, f"a submission with request id {request_id!r} is in "
                                      f"progress; GET /submissions/{request_id} tells what "
