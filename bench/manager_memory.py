@@ -238,7 +238,10 @@ def api_main(args: argparse.Namespace) -> None:
     started = time.monotonic()
     with httpx.Client(base_url=url, timeout=60) as client:
         for number in range(1, args.runs + 1):
-            response = client.post("/runs", json={"profile": str(profile_path)})
+            # A name per run: two runs of one name in one second may draw the same run id
+            # (4 random hex digits, engine.new_run_id), and that submission fails.
+            response = client.post("/runs", json={"profile": str(profile_path),
+                                                  "overrides": {"run.name": f"mem{number}"}})
             assert response.status_code == 201, response.text
             run_id = response.json()["id"]
             supervisor: Any = manager.supervisor(run_id)  # its state changes on the loop
