@@ -127,7 +127,8 @@ _GPU_NATIVE = (
     (re.compile(r"^(cudaDeviceSynchronize|cuCtxSynchronize\w*)$"), "cudaDeviceSynchronize"),
     (re.compile(r"^(cudaStreamSynchronize|cuStreamSynchronize\w*)$"), "cudaStreamSynchronize"),
     (re.compile(r"^(cudaEventSynchronize|cuEventSynchronize\w*)$"), "cudaEventSynchronize"),
-    (re.compile(r"^(cudaMemcpy\w*|cuMemcpy\w*DtoH\w*|cuMemcpy\w*)$"), "a copy from the GPU"),
+    (re.compile(r"^cuMemcpy\w*DtoH\w*$"), "a copy from the GPU"),
+    (re.compile(r"^(cudaMemcpy\w*|cuMemcpy\w*)$"), "a copy to or from the GPU"),
     (re.compile(r"^(cudaLaunchKernel\w*|cuLaunchKernel\w*)$"), "a kernel launch"),
 )
 # torch's bindings of the tensor methods that read a GPU tensor back (native frame names).
