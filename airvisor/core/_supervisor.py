@@ -24,6 +24,7 @@ from airvisor.core._logview import LogView
 from airvisor.policy import Phase, RestartKind, RestartPolicy, RunState
 from airvisor.policy._disk import DiskState, disk_condition
 from airvisor.policy._event_levels import event_log_level
+from airvisor.policy._progress import ComponentProgress, StallRule
 from airvisor.policy._scope import (
     FailedComponent,
     InferenceHealth,
@@ -55,9 +56,18 @@ from airvisor.policy._transition import (
     StopProcesses,
     TrainingDone,
     WaitThenRelaunch,
+    preparation_hopeless,
     transition,
 )
 from airvisor.policy._transition import Event as RunEvent
+from airvisor.policy._watchdog import (
+    FinishOverdue,
+    NotReady,
+    Stalled,
+    Verdict,
+    WatchFacts,
+    watchdog,
+)
 from airvisor.primerl import (
     FINISH_MILESTONES,
     TRAINING_FINISHED,
@@ -75,6 +85,8 @@ from airvisor.store import RunRecord, Store
 log = get_logger("airvisor.engine")
 
 LAST_LINES = 15  # of the failed component's log, kept with a failure event
+# The components whose logs say `Step N`: the stall names the one that stopped.
+STEP_LOGGERS = ("trainer", "orchestrator")
 
 # Runs a blocking job off the main loop: (name, job). What every supervisor uses unless told
 # otherwise; the deterministic simulation (airvisor.sim) passes its own, which runs each job
@@ -117,6 +129,11 @@ class SupervisorCore:
         self._backoff_until: float | None = None  # payload of BACKOFF
         self._attempt_progress: float | None = None  # monotonic time of the last advance
         self._attempt_max_step = 0
+        # Each step-logging component's own last step in this attempt and when it was first
+        # seen (monotonic): the stall names the one that stopped (issue 31).
+        self._component_steps: dict[str, tuple[int, float]] = {}
+        # When the logs first said training is done (monotonic): the finish watchdog's start.
+        self._finish_seen_at: float | None = None
         # "trainer_finished" / "orchestrator_finished" / "training_finished" seen in this
         # attempt's logs: training is done.
         self._finished: set[str] = set()
@@ -200,7 +217,33 @@ class SupervisorCore:
         return not self.phase.terminal
 
     def _watch(self, now: float) -> None:
-        """A live attempt's timers: progress, stalls, health (each backend its own)."""
+        """A live attempt's look at the world: logs, processes or the job, health (each
+        backend its own); the watchdogs are the core's (`_watchdogs`)."""
+
+    # The facts the one watchdog (`policy._watchdog`) needs from a backend.
+    def _stall_clock_from(self, now: float) -> float:
+        """When the attempt's first-step grace began."""
+        raise NotImplementedError
+
+    def _started_at(self) -> float:
+        """When the attempt started (the readiness timeout's start)."""
+        return self._stall_clock_from(self._clock())
+
+    def _ready_timeout(self) -> float | None:
+        """The readiness limit while starting (None: this backend has none)."""
+        return None
+
+    def _training_over(self) -> bool:
+        """Whether training is done as far as the finish watchdog is concerned."""
+        return self._training_done()
+
+    def _finish_limit(self) -> float:
+        """Seconds the processes may take to end by themselves once training is done."""
+        raise NotImplementedError
+
+    def _finish_overdue_reason(self) -> str:
+        """The success's reason when they did not."""
+        raise NotImplementedError
 
     # -- the main loop's entry --------------------------------------------------------------
     def on_tick(self) -> None:
@@ -497,6 +540,45 @@ class SupervisorCore:
             restarts=len(history), now=self._wall(), scope=self._scope,
             inference_left=self._inference_left()))
 
+    def _watchdogs(self, now: float) -> Verdict:
+        """The live attempt's watchdogs (`policy._watchdog.watchdog`, one rule for every
+        backend): a readiness timeout or a stall fails the attempt as a hang of the component
+        named, a finish overdue ends the run succeeded. Returns the verdict."""
+        if self._training_over():
+            self._finish_seen_at = self._finish_seen_at if self._finish_seen_at is not None \
+                else now
+        health = self.profile.health
+        verdict = watchdog(WatchFacts(
+            now=now, running=self.phase == Phase.RUNNING, started_at=self._started_at(),
+            stall_clock_from=self._stall_clock_from(now), ready_timeout=self._ready_timeout(),
+            finished_at=self._finish_seen_at, finish_limit=self._finish_limit(),
+            last_progress_at=self._attempt_progress,
+            progress=[ComponentProgress(name, *self._component_steps.get(name, (None, None)))
+                      for name in STEP_LOGGERS],
+            rule=StallRule(health.stall_timeout, health.first_step_grace)))
+        if isinstance(verdict, NotReady):
+            self._fail(verdict.reason, "inference", kind="hang")
+        elif isinstance(verdict, Stalled):
+            self._fail(verdict.reason, verdict.component, kind="hang")
+        elif isinstance(verdict, FinishOverdue):
+            self._succeed(self._finish_overdue_reason())
+        return verdict
+
+    def _new_attempt_progress(self, resume_step: int | None) -> None:
+        """A new attempt's progress starts from nothing: its steps, milestones, one-off notes
+        and watchdog clocks (the resume step is where its steps count from)."""
+        self._attempt_progress = None
+        self._attempt_max_step = resume_step or 0
+        self._component_steps = {}
+        self._finished = set()
+        self._finish_seen_at = None
+        self._notes = set()
+
+    def _preparation_failed(self, reason: str) -> None:
+        """The next attempt could not be prepared (the box's preflight, Slurm's submission):
+        hopeless when nothing ever ran (`policy.preparation_hopeless`), else a crash."""
+        self._fail(reason, None, hopeless=preparation_hopeless(self.attempt, self._failure))
+
     def _tick_backoff(self, now: float) -> None:
         if (self._backoff_until is None or now >= self._backoff_until) and self._may_relaunch():
             self._decide(BackoffOver(self._failure, self._scope))
@@ -517,6 +599,9 @@ class SupervisorCore:
                     newest = max(newest, step)
                     if name == "trainer":
                         trainer_step = max(trainer_step or 0, step)
+                    if name in STEP_LOGGERS and step > self._component_steps.get(
+                            name, (-1, now))[0]:
+                        self._component_steps[name] = (step, now)
                     continue
                 milestone = milestone_from_log_line(line)
                 if milestone is not None:

@@ -37,7 +37,7 @@ from airvisor.engine._members import launcher_members
 from airvisor.engine._probe import InferenceProber, inference_base_url, probe_kept_server
 from airvisor.engine._rollouts import RolloutWatcher, event_of
 from airvisor.engine._takeover import component_alive
-from airvisor.policy import Phase, StallRule, stalled_for
+from airvisor.policy import Phase
 from airvisor.policy._rollouts import NeedsPerson
 from airvisor.policy._scope import InferenceHealth, ScopeDecision
 from airvisor.policy._transition import (
@@ -50,6 +50,7 @@ from airvisor.policy._transition import (
     RecoveryResumed,
     TakenOver,
 )
+from airvisor.policy._watchdog import Healthy
 from airvisor.primerl import (
     FINISH_MILESTONES,
     LAUNCHER,
@@ -284,9 +285,6 @@ class RunSupervisor(SupervisorCore):
         self.components: dict[str, ComponentHandle] = {}
         self._attempt_started = self._clock()
         self._attempt_wall_start = self._wall()
-        # Training finished (the logs say so) at this monotonic time: prime-rl's launcher is
-        # stopping the inference server (v0.4 waits up to 60 s).
-        self._finished_at: float | None = None
         self._prober: ProberLike | None = None
         self._pool: ContainerPoolLike | None = None
         self._metrics: LogTail | None = None
@@ -489,11 +487,7 @@ class RunSupervisor(SupervisorCore):
         self.views = {}
         self._attempt_started = self._clock()
         self._attempt_wall_start = self._wall()
-        self._attempt_progress = None
-        self._attempt_max_step = choice.step or 0
-        self._finished = set()
-        self._finished_at = None
-        self._notes = set()
+        self._new_attempt_progress(choice.step)
         self._members = {}
         self._next_member_scan = 0.0
         self._close_death_watch()  # the last attempt's members (their deaths are expected)
@@ -645,6 +639,8 @@ class RunSupervisor(SupervisorCore):
         # a step in progress gets.
         self._attempt_progress = self._clock() if attempt_step is not None else None
         self._attempt_max_step = max(attempt_step or 0, resume_step or 0)
+        if attempt_step is not None:  # the trainer's own, as its log says
+            self._component_steps["trainer"] = (attempt_step, self._clock())
         layout = self.layout
         metrics = layout.metrics_file() if layout is not None else None
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
@@ -942,10 +938,8 @@ class RunSupervisor(SupervisorCore):
         if self.phase != Phase.PREFLIGHT:
             return
         if event.error is not None:
-            # Nothing ever ran (a first preflight): a machine that cannot host the run will not
-            # heal by retrying.
-            self._fail(f"preflight failed: {event.error}", None,
-                       hopeless=self.attempt == 0 and self._failure is None)
+            # (hopeless when nothing ever ran: the core's one rule)
+            self._preparation_failed(f"preflight failed: {event.error}")
             return
         if isinstance(event.result, MachineCondition):
             self._wait_for_machine(event.result.reason)
@@ -1095,35 +1089,8 @@ class RunSupervisor(SupervisorCore):
             found = wanted <= set(self._members)
             self._next_member_scan = now + (MEMBER_RESCAN_INTERVAL if found
                                             else MEMBER_SCAN_INTERVAL)
-        if self.phase == Phase.STARTING:
-            waited = now - self._attempt_started
-            if waited > self.profile.health.ready_timeout:
-                self._fail(
-                    f"inference server not ready after {waited:.0f} s "
-                    f"(health.ready_timeout = {self.profile.health.ready_timeout:g})",
-                    "inference", kind="hang",
-                )
-                return
-        if self._training_finished():
-            # Nothing more to train: no stall, but the launcher must end within its own
-            # clean-up time (v0.4 rl.py:529-536 waits 60 s per child) plus our grace.
-            self._finished_at = self._finished_at or now
-            if now - self._finished_at > FINISH_TIMEOUT + self.profile.restart.stop_grace:
-                self._succeed("trainer and orchestrator finished; prime-rl's launcher did not "
-                              "exit by itself and is stopped")
-            return
-        rule = StallRule(self.profile.health.stall_timeout, self.profile.health.first_step_grace)
-        overdue = stalled_for(rule, now=now, attempt_started_at=self._attempt_started,
-                              last_progress_at=self._attempt_progress)
-        if overdue is not None and self.phase == Phase.RUNNING:
-            if self._attempt_progress is None:
-                self._fail(f"hung: no training step within health.first_step_grace = "
-                           f"{rule.first_step_grace:g} s of the start", "trainer", kind="hang")
-            else:
-                self._fail(f"hung: step {self._attempt_max_step} has not advanced for "
-                           f"{rule.stall_timeout:g} s (health.stall_timeout)", "trainer",
-                           kind="hang")
-            return
+        if not isinstance(self._watchdogs(now), Healthy):
+            return  # (acted on, or training finished: the launcher is ending)
         if self._pool is not None and not self._tasks \
                 and self.phase == Phase.RUNNING and now >= self._next_container_check:
             self._next_container_check = now + self.profile.containers.health_interval
@@ -1145,6 +1112,28 @@ class RunSupervisor(SupervisorCore):
             return
         self._next_plan_ahead = now + PLAN_AHEAD_INTERVAL
         plan_ahead(self.profile, self.layout, split=self.profile.restart.scope == "auto")
+
+    # The watchdogs' facts (the core's `_watchdogs`).
+    def _stall_clock_from(self, now: float) -> float:
+        return self._attempt_started
+
+    def _started_at(self) -> float:
+        return self._attempt_started
+
+    def _ready_timeout(self) -> float | None:
+        return self.profile.health.ready_timeout
+
+    def _training_over(self) -> bool:
+        # The finished lines: prime-rl's launcher then ends the run itself.
+        return self._training_finished()
+
+    def _finish_limit(self) -> float:
+        # The launcher's own clean-up time (v0.4 rl.py:529-536 waits 60 s per child) plus ours.
+        return FINISH_TIMEOUT + self.profile.restart.stop_grace
+
+    def _finish_overdue_reason(self) -> str:
+        return ("trainer and orchestrator finished; prime-rl's launcher did not exit by itself "
+                "and is stopped")
 
     def _poll_adopted(self) -> None:
         for handle in self.components.values():

@@ -67,6 +67,14 @@ class AttemptFailed:
     machine: str | None = None
 
 
+def preparation_hopeless(attempt: int, recovering: Failure | None) -> bool:
+    """An attempt that could not be prepared (the box's preflight, Slurm's submission) is
+    hopeless when nothing ever ran: no attempt started yet (`attempt` 0) and no recovery under
+    way (`recovering`: a machine-condition wait before the first attempt is one): prime-rl
+    refused the config, Slurm refused the first job; a retry will not heal it."""
+    return attempt == 0 and recovering is None
+
+
 @dataclass(frozen=True)
 class TrainingDone:
     """Training reached its end (the launcher said so, or the final checkpoint exists)."""

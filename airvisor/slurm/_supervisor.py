@@ -28,10 +28,8 @@ from airvisor.policy import (
     Failure,
     Phase,
     ResumeChoice,
-    StallRule,
     decide_takeover,
     phase_of_record,
-    stalled_for,
 )
 from airvisor.policy._transition import (
     Launched,
@@ -128,7 +126,6 @@ class SlurmRunSupervisor(SupervisorCore):
         self._job_log: LogView | None = None
         self._metrics: LogTail | None = None
         self._running_since: float | None = None  # monotonic: the job began RUNNING
-        self._done_at: float | None = None
         self._blames: list[list[str]] = []
         self._reported: set[str] = set()
         self._report_dir: Path | None = None
@@ -245,6 +242,8 @@ class SlurmRunSupervisor(SupervisorCore):
         now = self._clock()
         self._running_since = now if self.phase == Phase.RUNNING else None
         self._attempt_progress = now if self.step is not None else None
+        if self.step is not None:  # the trainer's last step, as recorded
+            self._component_steps["trainer"] = (self.step, now)
         self._next_poll = 0.0
         self._event("reattached", f"re-attached to Slurm job {self.job_id} "
                     f"(attempt {self.attempt}, step {self.step if self.step is not None else '-'})",
@@ -317,12 +316,8 @@ class SlurmRunSupervisor(SupervisorCore):
                     f"Slurm job {done.job_id} submitted ({done.exclusion.describe()})",
                     job_id=done.job_id, exclude=list(done.exclusion.nodes),
                     script=str(done.script.path))
-        self._attempt_max_step = done.choice.step or 0
-        self._attempt_progress = None
+        self._new_attempt_progress(done.choice.step)
         self._running_since = None
-        self._finished = set()
-        self._notes = set()
-        self._done_at = None
         self._reported = set()
         self._child_failure = None
         self._open_views(catch_up=False)
@@ -361,10 +356,8 @@ class SlurmRunSupervisor(SupervisorCore):
             if self.phase.stopping:
                 self._stop_processes()  # nothing was submitted: the stop ends here
                 return
-            # Nothing ever ran (prime-rl refused the config, sbatch refused the first job): a
-            # retry will not heal it.
-            self._fail(f"job submission failed: {event.error}", kind="crash",
-                       hopeless=self.attempt == 0)
+            # (hopeless when nothing ever ran: the core's one rule)
+            self._preparation_failed(f"job submission failed: {event.error}")
             return
         self._on_submitted(event.result)
         if self.phase.stopping:
@@ -379,26 +372,19 @@ class SlurmRunSupervisor(SupervisorCore):
         if now >= self._next_poll and Task.POLL not in self._tasks and self.job_id is not None:
             self._next_poll = now + self.poll_interval
             self._poll()
-        if self.phase != Phase.RUNNING:
-            return
-        if self._training_done():
-            self._done_at = self._done_at or now
-            if now - self._done_at >= self.finish_grace and Task.CANCEL not in self._tasks:
-                self._succeed("trainer and orchestrator finished; the job did not end by "
-                              "itself (prime-rl's inference nodes keep serving) and is "
-                              "cancelled")
-            return
-        rule = StallRule(self.profile.health.stall_timeout, self.profile.health.first_step_grace)
-        overdue = stalled_for(rule, now=now, attempt_started_at=self._running_since or now,
-                              last_progress_at=self._attempt_progress)
-        if overdue is not None:
-            if self._attempt_progress is None:
-                reason = (f"hung: no training step within health.first_step_grace = "
-                          f"{rule.first_step_grace:g} s of the job starting")
-            else:
-                reason = (f"hung: step {self._attempt_max_step} has not advanced for "
-                          f"{rule.stall_timeout:g} s (health.stall_timeout)")
-            self._fail(reason, kind="hang")
+        self._watchdogs(now)
+
+    # The watchdogs' facts (the core's `_watchdogs`): no readiness limit (a queued job waits
+    # as long as Slurm makes it), the first-step grace from the job's start.
+    def _stall_clock_from(self, now: float) -> float:
+        return self._running_since if self._running_since is not None else now
+
+    def _finish_limit(self) -> float:
+        return self.finish_grace
+
+    def _finish_overdue_reason(self) -> str:
+        return ("trainer and orchestrator finished; the job did not end by itself (prime-rl's "
+                "inference nodes keep serving) and is cancelled")
 
     def _poll(self) -> None:
         job_id = self.job_id

@@ -5,11 +5,13 @@ hopeless rule and the watchdogs (no threads, clocks, stores or processes)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
 from airvisor.policy import Phase, RestartPolicy
 from airvisor.policy._disk import DiskState, disk_condition
+from airvisor.policy._progress import ComponentProgress, StallRule
 from airvisor.policy._scope import ScopeDecision
 from airvisor.policy._stop import remaining_grace
 from airvisor.policy._transition import (
@@ -25,7 +27,17 @@ from airvisor.policy._transition import (
     RememberRecovery,
     Say,
     StopProcesses,
+    preparation_hopeless,
     transition,
+)
+from airvisor.policy._watchdog import (
+    Finishing,
+    FinishOverdue,
+    Healthy,
+    NotReady,
+    Stalled,
+    WatchFacts,
+    watchdog,
 )
 
 UNKNOWN = Failure("trainer exited (seen at once by airvisor; prime-rl's launcher reaped it, so "
@@ -163,3 +175,66 @@ def test_an_internal_error_never_leaves_the_run_wedged(phase: Phase, expected_ph
 def test_a_stop_taken_over_owes_only_the_rest_of_its_grace(
         began_at: float | None, now: float, expected: float) -> None:
     assert remaining_grace(30.0, began_at, now) == expected
+
+
+@pytest.mark.parametrize(("attempt", "recovering", "expected"), [
+    (0, None, True),  # the first attempt could not be prepared: nothing ever ran
+    (0, Failure("the disk is full", "machine"), False),  # after a machine wait: it may heal
+    (1, None, False),
+    (3, KNOWN, False),
+])
+def test_the_hopeless_rule_of_a_failed_preparation(attempt: int, recovering: Failure | None,
+                                                   expected: bool) -> None:
+    assert preparation_hopeless(attempt, recovering) is expected
+
+
+RULE = StallRule(stall_timeout=30.0, first_step_grace=100.0)
+
+
+def facts(**changes: Any) -> WatchFacts:
+    base = WatchFacts(now=1_000.0, running=True, started_at=900.0, stall_clock_from=900.0,
+                      ready_timeout=60.0, finished_at=None, finish_limit=10.0,
+                      last_progress_at=990.0,
+                      progress=(ComponentProgress("trainer", 5, 990.0),
+                                ComponentProgress("orchestrator", 6, 990.0)), rule=RULE)
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.mark.parametrize(("watched", "expected"), [
+    (facts(), Healthy()),
+    # Starting: the readiness limit (the box's); none for a queued Slurm job.
+    (facts(running=False, now=961.0), NotReady("inference server not ready after 61 s "
+                                               "(health.ready_timeout = 60)")),
+    (facts(running=False, now=960.0), Healthy()),
+    (facts(running=False, now=5_000.0, ready_timeout=None), Healthy()),
+    # Training done: no stall rule; the end must come within its limit.
+    (facts(finished_at=995.0, last_progress_at=0.0), Finishing()),
+    (facts(finished_at=990.0), FinishOverdue()),
+    (facts(running=False, ready_timeout=None, finished_at=990.0), FinishOverdue()),
+    # The stall: the component that stopped, its own last step (issue 31).
+    (facts(now=1_019.0), Healthy()),
+    # Any component's advance is progress: the orchestrator's keeps the attempt alive.
+    (facts(now=1_019.0, last_progress_at=990.0,
+           progress=(ComponentProgress("trainer", 5, 980.0),
+                     ComponentProgress("orchestrator", 7, 990.0))),
+     Healthy()),
+    (facts(now=1_031.0,
+           progress=(ComponentProgress("trainer", 5, 980.0),
+                     ComponentProgress("orchestrator", 7, 990.0))),
+     Stalled("hung: step 5 has not advanced for 51 s (health.stall_timeout = 30); "
+             "orchestrator: step 7", "trainer")),
+    (facts(now=1_031.0,
+           progress=(ComponentProgress("trainer", 8, 990.0),
+                     ComponentProgress("orchestrator", 7, 970.0))),
+     Stalled("hung: step 7 has not advanced for 61 s (health.stall_timeout = 30); "
+             "trainer: step 8", "orchestrator")),
+    # No step yet: the first-step grace, from the stall clock's start.
+    (facts(now=1_001.0, last_progress_at=None,
+           progress=(ComponentProgress("trainer", None, None),
+                     ComponentProgress("orchestrator", None, None))),
+     Stalled("hung: no training step within health.first_step_grace = 100 s of the start",
+             "trainer")),
+    (facts(now=999.0, last_progress_at=None, progress=()), Healthy()),
+])
+def test_the_one_watchdog(watched: WatchFacts, expected: object) -> None:
+    assert watchdog(watched) == expected

@@ -105,12 +105,16 @@ def test_a_stall_cancels_the_job_and_resubmits(tmp_path: Path, profile: Profile)
     first = slurm.last
     slurm.set(first, "RUNNING")
     d.pump(lambda: d.sup.state == RunState.RUNNING)
+    write_log(run_dir(profile), 1, "orchestrator", STEP.format(1), STEP.format(2))
     write_log(run_dir(profile), 1, "trainer", STEP.format(1))
     d.pump(lambda: d.sup.step == 1)
     d.pump(lambda: len(slurm.submissions) == 2, advance=2.0)  # 30 s stall_timeout
     assert slurm.cancelled == [first]
     (failure,) = d.messages("failure")
-    assert "hung: step 1 has not advanced for 30 s" in failure
+    # The trainer's own last step, the orchestrator's beside it (issue 31), as on the box.
+    assert failure.startswith("hung: step 1 has not advanced for ")
+    assert failure.endswith(" s (health.stall_timeout = 30); orchestrator: step 2")
+    assert [e.component for e in d.store.events(d.run_id) if e.kind == "failure"] == ["trainer"]
     (restart,) = d.store.restart_history(d.run_id)
     assert restart.kind == "hang" and restart.counted
     # Where it cannot look, it says so (issue 23): the job's processes are on the nodes.
