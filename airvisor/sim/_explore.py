@@ -69,7 +69,8 @@ def shrink(schedule: Schedule, root: Path, *,
     violation, unless `keep` says what to keep): drop faults one at a time while it still
     fails, then make each remaining fault simpler."""
     first = simulate(schedule, root)
-    assert first.violations, "nothing to shrink: the schedule passes"
+    if keep is None and not first.violations:
+        raise ValueError(f"nothing to shrink: seed {schedule.seed}'s schedule passes")
     wanted = {invariant_of(v) for v in first.violations}
 
     def still_fails(candidate: Schedule) -> Outcome | None:

@@ -249,6 +249,7 @@ class Simulation:
         self.took_over_stop = False
         self.down_until: float | None = None
         self.terminal_seen = False
+        self.deferred: list[Fault] = []  # an operator's commands while no daemon answered
         self.crash_loop_left = 0  # attempts a CrashLoop still kills
         self.crash_looped: set[int] = set()
         self._partial: Landed | None = None
@@ -275,6 +276,9 @@ class Simulation:
             self.took_over_stop = True
         self.manager.adopt_on_boot()
         self.history.append(f"t={self.world.now:g}: a new daemon took over")
+        deferred, self.deferred = self.deferred, []
+        for fault in deferred:
+            self._operator(fault, self._current())
 
     def _drain(self) -> None:
         """The main loop, then the worker jobs this tick's random choices let run (each
@@ -363,7 +367,10 @@ class Simulation:
             w.exit(proc, fault.code, reaped_first=fault.reaped_first)
 
     def _operator(self, fault: Fault, current: tuple[int, dict[str, Proc]] | None) -> None:
-        if self.manager is None or self.terminal_seen:
+        if self.terminal_seen:
+            return
+        if self.manager is None:  # the operator's CLI asks again once a daemon answers
+            self.deferred.append(fault)
             return
         self.operator_at.append(self.world.now)
         try:
@@ -539,13 +546,16 @@ class Simulation:
                               f"attempt {number}: the {first.component} {first.kind} at "
                               f"t={first.at:g} was recorded as a failure of "
                               f"{failure.component}: {failure.message!r}")
-            elif first.code is not None and first.kind != "hang":
+                continue
+            # The fault the failure names (the first of that component).
+            named = next(x for x in landed if x.component == failure.component)
+            if named.code is not None and named.kind != "hang" and named.certain:
                 said = " ".join(str(x) for x in (
                     failure.message, (attempts.get(number) or {}).get("reason")))
-                if not _names_status(said, first.code) and self._status_known(first):
+                if not _names_status(said, named.code) and self._status_known(named):
                     self._violate("exit-status",
-                                  f"attempt {number}: the {first.component}'s exit status "
-                                  f"{first.code} is known (prime-rl's launcher logged it) but "
+                                  f"attempt {number}: the {named.component}'s exit status "
+                                  f"{named.code} is known (prime-rl's launcher logged it) but "
                                   f"the failure says {said!r}")
 
     def _check_stacks(self) -> None:
