@@ -289,6 +289,9 @@ def test_the_phase_is_persisted_and_a_daemon_dead_in_backoff_submits_without_rec
         tmp_path: Path, profile: Profile) -> None:
     """The Slurm supervisor runs on the same phase machine as one box: a daemon that died
     while backing off submits the next job at once, its restart already counted once."""
+    # A backoff to die in: the first restart waits too (restart.immediate_first off).
+    profile = slurm_profile(tmp_path, restart={"immediate_first": False, "backoff_initial": 60,
+                                                "backoff_max": 60})
     slurm = FakeSlurm()
     d = start(tmp_path, profile, slurm)
     slurm.set(slurm.last, "FAILED", code=1)
