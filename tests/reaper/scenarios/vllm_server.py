@@ -45,6 +45,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# What the CPU build needs to start small and offline.
+VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "VLLM_NO_USAGE_STATS": "1",
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def vllm_argv(venv: Path, port: int) -> list[str]:
+    """The venv's vLLM API server on the tiny model, on loopback `port`."""
+    return [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(venv / "tiny-model"), "--host", "127.0.0.1", "--port", str(port),
+            "--max-model-len", "512", "--enforce-eager", "--dtype", "float32"]
+
+
+def wait_healthy(port: int, popen: subprocess.Popen[bytes], timeout: float = 400) -> bool:
+    """Whether the server on `port` answered /health with 200 before `timeout` seconds (the
+    bound only turns a hang into a failure) while `popen` runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and popen.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(1)
+    return False
+
+
 def shm_leftovers() -> list[str]:
     return sorted(n for n in os.listdir("/dev/shm") if n.startswith(SHM_PATTERNS))
 
@@ -57,28 +84,15 @@ def main() -> None:
     log = open(work / "server.log", "wb")  # noqa: SIM115
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRVISOR_")}
-    env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1",
-                "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    env.update(VLLM_ENV)
     server = subprocess.Popen(
-        [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
-         "--model", str(venv / "tiny-model"), "--host", "127.0.0.1", "--port", str(port),
-         "--max-model-len", "512", "--enforce-eager", "--dtype", "float32"],
-        env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True, cwd=work,
+        vllm_argv(venv, port), env=env, stdin=subprocess.DEVNULL, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True, cwd=work,
     )
     result: dict[str, object] = {"server": server.pid}
-    deadline = time.monotonic() + 400
-    healthy = False
-    while time.monotonic() < deadline and server.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                healthy = r.status == 200
-        except OSError:
-            pass
-        if healthy:
-            break
-        time.sleep(1)
-    result["startup_seconds"] = 400 - (deadline - time.monotonic())
+    started = time.monotonic()
+    healthy = wait_healthy(port, server)
+    result["startup_seconds"] = time.monotonic() - started
     if not healthy:
         server.kill()
         tail = (work / "server.log").read_text(errors="replace")[-3000:]

@@ -17,7 +17,6 @@ import signal
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -30,7 +29,7 @@ spec.loader.exec_module(planting)
 
 import psutil  # noqa: E402
 from _sandbox import private_tmp  # noqa: E402  (the scenario dir is on sys.path)
-from vllm_server import free_port  # noqa: E402
+from vllm_server import VLLM_ENV, free_port, vllm_argv, wait_healthy  # noqa: E402
 
 from airvisor.policy import Phase  # noqa: E402
 from airvisor.proc import containment, launch, read_marker  # noqa: E402
@@ -55,26 +54,11 @@ def main() -> None:
         store.set_phase(RUN, phase, previous=previous)
     store.update_run(RUN, supervisor_started=psutil.Process().create_time())
     port = free_port()
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "VLLM_NO_USAGE_STATS": "1",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     server = launch(
-        [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
-         "--model", str(venv / "tiny-model"), "--host", "127.0.0.1", "--port", str(port),
-         "--max-model-len", "512", "--enforce-eager", "--dtype", "float32"],
-        env=env, cwd=work, log_path=work / RUN / "attempt_1" / "inference.log", run_id=RUN,
-        component="inference")
+        vllm_argv(venv, port), env=dict(VLLM_ENV), cwd=work,
+        log_path=work / RUN / "attempt_1" / "inference.log", run_id=RUN, component="inference")
     result: dict[str, object] = {"mode": containment().mode, "server": server.pid}
-    deadline = time.monotonic() + 400
-    healthy = False
-    while time.monotonic() < deadline and server.popen.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                healthy = r.status == 200
-        except OSError:
-            pass
-        if healthy:
-            break
-        time.sleep(1)
+    healthy = wait_healthy(port, server.popen)
     if not healthy:
         server.popen.kill()
         tail = server.log_path.read_text(errors="replace")[-3000:]

@@ -24,8 +24,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +37,7 @@ spec.loader.exec_module(planting)
 
 import psutil  # noqa: E402
 from _sandbox import private_tmp  # noqa: E402  (the scenario dir is on sys.path)
-from vllm_server import free_port  # noqa: E402
+from vllm_server import VLLM_ENV, free_port, vllm_argv, wait_healthy  # noqa: E402
 
 from airvisor.policy import Phase  # noqa: E402
 from airvisor.proc._marker import environ_visible, read_marker  # noqa: E402
@@ -105,24 +103,9 @@ def main() -> None:
     port = free_port()
     log = open(work / "server.log", "wb")  # noqa: SIM115
     server = subprocess.Popen(
-        [python, "-m", "vllm.entrypoints.openai.api_server",
-         "--model", str(venv / "tiny-model"), "--host", "127.0.0.1", "--port", str(port),
-         "--max-model-len", "512", "--enforce-eager", "--dtype", "float32"],
-        env={**marked, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1",
-             "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        cwd=work)
-    deadline = time.monotonic() + 500
-    healthy = False
-    while time.monotonic() < deadline and server.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                healthy = r.status == 200
-        except OSError:
-            pass
-        if healthy:
-            break
-        time.sleep(1)
+        vllm_argv(venv, port), env={**marked, **VLLM_ENV}, stdin=subprocess.DEVNULL,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work)
+    healthy = wait_healthy(port, server, timeout=500)
     if not healthy:
         server.kill()
         tail = (work / "server.log").read_text(errors="replace")[-3000:]
