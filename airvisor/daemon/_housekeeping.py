@@ -30,6 +30,7 @@ from airvisor.store._retention import PruneReport, prune_state
 
 log = get_logger("airvisor.daemon.housekeeping")
 
+FOREGROUND_LOG = "foreground.log"  # cli/_foreground.py's (the CLI sits above the daemon)
 INTERVAL_SECONDS = 30.0
 PRUNE_INTERVAL_SECONDS = 600.0
 # SQLite's memory, all connections of the process together (SQLite's soft heap limit): each
@@ -70,18 +71,20 @@ def limit_sqlite_memory(store: Store, limit: int = SQLITE_SOFT_HEAP_LIMIT) -> No
 
 
 def cap_run_logs(store: Store, settings: StateSection) -> int:
-    """Cap the current component logs of live runs that lie under the state directory (never
-    prime-rl's own logs in a run's output directory); how many were rotated."""
+    """Cap the current component logs (and a foreground `start`'s output) of live runs that
+    lie under the state directory (never prime-rl's own logs in a run's output directory); how
+    many were rotated."""
     if settings.log_max_mib <= 0:
         return 0
     state_dir = store.path.parent.resolve()
     limit = int(settings.log_max_mib * 2**20)
     rotated = 0
     for run in store.live_runs():
-        for component in store.components(run.id):
-            if not component.log_path:
-                continue
-            path = Path(component.log_path)
+        # The components' logs, and a detached foreground `start`'s own output (its stdout
+        # and stderr, O_APPEND too: cli/_foreground.py).
+        paths = [Path(c.log_path) for c in store.components(run.id) if c.log_path]
+        paths.append(state_dir / "runs" / run.id / FOREGROUND_LOG)
+        for path in paths:
             if not path.resolve().is_relative_to(state_dir):
                 continue
             try:

@@ -89,9 +89,12 @@ def test_only_live_runs_logs_under_the_state_dir_are_capped(tmp_path: Path) -> N
     store.start_attempt("live-1", 1, None, cause="first")
     store.upsert_component("live-1", 1, "trainer", state="running", log_path=str(ours))
     store.upsert_component("live-1", 1, "member", state="running", log_path=str(users))
+    foreground = tmp_path / "state" / "runs" / "live-1" / "foreground.log"
+    foreground.write_bytes(b"z" * 2 * 2**20)
 
-    assert cap_run_logs(store, StateSection(log_max_mib=1, log_backups=1)) == 1
+    assert cap_run_logs(store, StateSection(log_max_mib=1, log_backups=1)) == 2
     assert ours.stat().st_size == 0 and ours.with_name("trainer.log.1").stat().st_size == 3 * 2**20
+    assert foreground.stat().st_size == 0
     assert users.stat().st_size == 3 * 2**20
 
 
