@@ -78,6 +78,23 @@ class _Prober:
         pass
 
 
+def bench_profile(work: Path, port: int) -> Path:
+    """The short run's profile (prime-rl v0.4's layout, the demo stand-ins), written in `work`."""
+    rl = work / "rl.toml"
+    rl.write_text(tomli_w.dumps({
+        "output_dir": str(work / "run"), "max_steps": 10, "inference_gpu_ids": [0],
+        "trainer_gpu_ids": [1], "trainer": {}, "model": {"name": "demo/tiny"},
+        "inference": {"server": {"port": port}},
+        "orchestrator": {"client": {"base_url": [f"http://127.0.0.1:{port}/v1"]}}}))
+    path = work / "mem.toml"
+    path.write_text(tomli_w.dumps({
+        "run": {"name": "mem", "demo": True, "on_existing": "replace"},
+        "prime_rl": {"version": "0.4", "python": [], "args": ["@", str(rl)],
+                     "command_prefix": ["python", "-m", "airvisor.demo", "--prime-rl", "0.4"]},
+        "checkpoint": {"size_gib": 0}, "reaper": {"enabled": False}}))
+    return path
+
+
 class _MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
@@ -119,18 +136,7 @@ def main() -> None:
         api_main(args)
         return
     work = Path(tempfile.mkdtemp(prefix="airvisor-bench-memory-"))
-    rl = work / "rl.toml"
-    rl.write_text(tomli_w.dumps({
-        "output_dir": str(work / "run"), "max_steps": 10, "inference_gpu_ids": [0],
-        "trainer_gpu_ids": [1], "trainer": {}, "model": {"name": "demo/tiny"},
-        "inference": {"server": {"port": 18555}},
-        "orchestrator": {"client": {"base_url": ["http://127.0.0.1:18555/v1"]}}}))
-    (work / "p.toml").write_text(tomli_w.dumps({
-        "run": {"name": "mem", "demo": True, "on_existing": "replace"},
-        "prime_rl": {"version": "0.4", "python": [], "args": ["@", str(rl)],
-                     "command_prefix": ["python", "-m", "airvisor.demo", "--prime-rl", "0.4"]},
-        "checkpoint": {"size_gib": 0}, "reaper": {"enabled": False}}))
-    profile = load_profile(work / "p.toml")
+    profile = load_profile(bench_profile(work, 18555))
     manager = RunManager(Store(work / "state.sqlite3"))
     launched: list[_Exited] = []
     manager.hooks.prepare_machine = lambda *a: "bench"
@@ -182,18 +188,7 @@ def api_main(args: argparse.Namespace) -> None:
     from airvisor.profile._schema import StateSection
 
     work = Path(tempfile.mkdtemp(prefix="airvisor-bench-memory-api-"))
-    rl = work / "rl.toml"
-    rl.write_text(tomli_w.dumps({
-        "output_dir": str(work / "run"), "max_steps": 10, "inference_gpu_ids": [0],
-        "trainer_gpu_ids": [1], "trainer": {}, "model": {"name": "demo/tiny"},
-        "inference": {"server": {"port": 18556}},
-        "orchestrator": {"client": {"base_url": ["http://127.0.0.1:18556/v1"]}}}))
-    profile_path = work / "mem.toml"
-    profile_path.write_text(tomli_w.dumps({
-        "run": {"name": "mem", "demo": True, "on_existing": "replace"},
-        "prime_rl": {"version": "0.4", "python": [], "args": ["@", str(rl)],
-                     "command_prefix": ["python", "-m", "airvisor.demo", "--prime-rl", "0.4"]},
-        "checkpoint": {"size_gib": 0}, "reaper": {"enabled": False}}))
+    profile_path = bench_profile(work, 18556)
     store = Store(work / "state" / "airvisor.sqlite3")
     manager = RunManager(store)
     launched: dict[str, _Exited] = {}
