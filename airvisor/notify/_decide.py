@@ -162,6 +162,11 @@ def decide(event: EventRecord, earlier: Sequence[EventRecord], run: RunRecord | 
             return None
         verdicts = event.data.get("verdicts") if event.kind == "stacks" else None
         lines = [str(v) for v in verdicts] if isinstance(verdicts, list) else []
+        # One line across the ranks first (which wait in which collective or GPU sync, which
+        # one is elsewhere: the usual culprit), then each process's verdict.
+        across = event.data.get("summary") if event.kind == "stacks" else None
+        if isinstance(across, str) and across:
+            lines.insert(0, across)
         return new("stalled", f"run {name} stalled: {hang.message}", reason=hang.message,
                    attempt=hang.data.get("attempt"), stacks=lines)
     if (event.kind == "gpu_wait" and GPU_HELD in event.message) or (

@@ -213,6 +213,10 @@ def _attempts(run: RunView) -> Table:
     for a in run.attempts:
         table.add_row(str(a.number), clock(a.started_at), _cell(a.cause), scope_cell(a),
                       _cell(a.resume_step), _cell(a.outcome), _cell(a.reason))
+        across = a.details.get("stacks_summary")
+        if isinstance(across, str) and across:
+            # One line across the ranks: which wait where, which one is elsewhere.
+            table.add_row("", "", "", "", "", "", Text(f"hang: {across}", style="dim"))
         stacks = a.details.get("stacks")
         for line in stacks if isinstance(stacks, list) else []:
             # Where each process was when the attempt hung (airvisor.stacks).

@@ -179,3 +179,19 @@ def test_errored_rollouts_warn_quietly_and_the_limit_needs_a_person() -> None:
     h.add("state", "run failed")
     failed = h.decide_last(run_record(state="failed", last_error=f"needs a person: {reason}"))
     assert failed is not None and failed.kind == "failed"
+
+
+def test_a_stall_notification_leads_with_the_line_across_the_ranks() -> None:
+    """Issue 31 item 5: which ranks wait where and which one is elsewhere comes first."""
+    h = History()
+    h.first_attempt()
+    h.add("failure", "hung: step 5 has not advanced for 3 s (health.stall_timeout)", attempt=1)
+    verdicts = ["trainer rank 0: waiting on the GPU in synchronize after all_reduce",
+                "trainer rank 1: sleeping in stop_calling_all_reduce (train.py:22)"]
+    across = ("trainer rank 0 waiting on the GPU in synchronize after all_reduce; rank 1 is "
+              "elsewhere (the odd one out): sleeping in stop_calling_all_reduce (train.py:22)")
+    h.add("stacks", "stacks before the stall kill", attempt=1, verdicts=verdicts,
+          summary=across)
+    n = h.decide_last(run_record())
+    assert n is not None and n.kind == "stalled"
+    assert n.stacks == [across, *verdicts]

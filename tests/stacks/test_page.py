@@ -18,8 +18,9 @@ def test_the_page_shows_where_the_run_hung(harness: Harness, browser: object) ->
     from playwright.sync_api import Browser, expect
 
     assert isinstance(browser, Browser)
-    run_id = harness.run(demo_profile(harness.tmp, demo={"trainer": {"hang_at_step": 3}}),
-                         timeout=120)
+    # Two trainer ranks: the page also leads with the line across them (issue 31 item 5).
+    run_id = harness.run(demo_profile(harness.tmp, rl={"trainer_gpu_ids": [1, 2]},
+                                      demo={"trainer": {"hang_at_step": 3}}), timeout=120)
     with api_over(harness) as api:
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         errors: list[str] = []
@@ -30,6 +31,10 @@ def test_the_page_shows_where_the_run_hung(harness: Harness, browser: object) ->
                                       timeout=20_000)
         expect(event.locator("ul.verdicts")).to_contain_text(
             "trainer rank 0: sleeping in inject_faults_before_step")
+        stacks_event = next(e for e in harness.events(run_id) if e.kind == "stacks")
+        across = stacks_event.data["summary"]
+        assert across.startswith("trainer ") and "rank 1" in across
+        expect(event.locator("p.stacks-summary")).to_have_text(across)
         stacks = event.locator("pre.stacks")
         expect(stacks).to_be_hidden()  # one click away
         event.locator("summary").click()

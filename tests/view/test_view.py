@@ -158,6 +158,21 @@ def test_status_shows_where_a_hung_attempt_was_stuck() -> None:
     assert "stuck: trainer rank 0: sleeping in inject_faults_before_step" in text
 
 
+def test_status_leads_a_hung_attempts_stacks_with_the_line_across_the_ranks() -> None:
+    """Issue 31 item 5: the one line across the ranks, above each process's verdict."""
+    view = sample()
+    across = ("trainer rank 0 waiting on the GPU in synchronize after all_reduce; rank 1 is "
+              "elsewhere (the odd one out): sleeping in stop_calling_all_reduce")
+    hung = view.attempts[0].model_copy(update={
+        "reason": "hung: step 12 has not advanced for 10 s (health.stall_timeout)",
+        "details": {"stacks_summary": across,
+                    "stacks": ["trainer rank 1: sleeping in stop_calling_all_reduce"]}})
+    text = to_text(render_run(view.model_copy(update={"attempts": [hung, *view.attempts[1:]]}),
+                              now=NOW), width=300)
+    assert f"hang: {across}" in text
+    assert text.index("hang: trainer rank 0") < text.index("stuck: trainer rank 1")
+
+
 def test_status_text_of_an_ended_run_does_not_depend_on_now() -> None:
     view = sample(state="failed", phase=None, ended_at=NOW - 1, details={},
                   supervisor_kind="foreground", supervisor_address=None)

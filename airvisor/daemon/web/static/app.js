@@ -261,8 +261,12 @@ function stacksEvent(e) {
     if (details.open && !details.dataset.loaded) loadStacks(page.runId, e.data.attempt, pre, details);
   });
   const lines = (e.data.verdicts || []).concat((e.data.notes || []).map((n) => `note: ${n}`));
+  // One line across the ranks (which wait where, which one is elsewhere), before the verdicts.
+  const across = e.data.summary
+    ? [el("p", { class: "stacks-summary", "data-summary": "" }, e.data.summary)] : [];
   const node = el("li", { class: "stacks-event", "data-event": "stacks" },
     el("span", { class: "muted" }, `${clock(e.at)} ${e.kind} `),
+    ...across,
     "where each process was before the stall kill:",
     el("ul", { class: "verdicts" }, ...lines.map((line) => el("li", {}, line))), details);
   stacksNodes.set(key, node);
