@@ -38,8 +38,12 @@ _NAME_INVALID = re.compile(r"[^a-zA-Z0-9_.-]+")
 _RUN_NAME_MAX = 40
 # A run id as new_run_id (engine/_manager.py) makes it: `<run name>-<YYYYmmdd-HHMMSS>-<4 hex>`.
 # The name prefix is the same for every run of a profile, so only what follows it tells two runs
-# apart (two airvisors running one profile on one Docker engine).
-_RUN_ID_UNIQUE_PART = re.compile(r"-(\d{8}-\d{6}-[0-9a-f]{4})$")
+# apart (two airvisors running one profile on one Docker engine). The name keeps its time of
+# day and random suffix: two runs of one name alive at once that started at the same second of
+# the day and drew the same suffix are not worth the date's 9 characters, which would cut the
+# container's index off the 100-column `airvisor status` (the run id is whole in RUN_LABEL, and
+# a name another run holds is refused, never taken: pool.up).
+_RUN_ID_UNIQUE_PART = re.compile(r"-\d{8}-(\d{6}-[0-9a-f]{4})$")
 
 
 def sanitize_name_part(text: str, *, fallback: str) -> str:
@@ -50,9 +54,9 @@ def sanitize_name_part(text: str, *, fallback: str) -> str:
 
 
 def run_id_unique_part(run_id: str) -> str:
-    """What tells this run apart from every other run of its name: the stamp and random suffix
-    of a run id new_run_id made; any other run id whole (never shortened: a prefix of it may be
-    shared), reduced to Docker's name charset."""
+    """What tells this run apart from the other runs of its name: the start time (HHMMSS) and
+    random suffix of a run id new_run_id made; any other run id whole (never shortened: a
+    prefix of it may be shared), reduced to Docker's name charset."""
     match = _RUN_ID_UNIQUE_PART.search(run_id)
     if match is not None:
         return match.group(1)

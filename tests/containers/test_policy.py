@@ -39,10 +39,9 @@ def facts(state: str = "running", **kw: object) -> ContainerFacts:
 
 
 @pytest.mark.parametrize(("run_name", "run_id", "index", "expected"), [
-    # A run id new_run_id made: its stamp and random suffix, not its name prefix.
-    ("demo", "demo-20261128-112833-3fa9", 2, "airvisor-demo-20261128-112833-3fa9-mlgym-2"),
-    ("My run/1", "My-run-1-20261128-112833-00b1", 0,
-     "airvisor-My-run-1-20261128-112833-00b1-mlgym-0"),
+    # A run id new_run_id made: its start time and random suffix, not its name prefix.
+    ("demo", "demo-20261128-112833-3fa9", 2, "airvisor-demo-112833-3fa9-mlgym-2"),
+    ("My run/1", "My-run-1-20261128-112833-00b1", 0, "airvisor-My-run-1-112833-00b1-mlgym-0"),
     # Any other run id whole: a prefix of it may be shared by another run.
     ("demo", "0123456789abcdef", 2, "airvisor-demo-0123456789abcdef-mlgym-2"),
     ("demo", "demo-20261128-3fa9", 0, "airvisor-demo-demo-20261128-3fa9-mlgym-0"),
