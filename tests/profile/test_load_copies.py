@@ -7,22 +7,12 @@ from pathlib import Path
 
 from airvisor.profile import load_profile
 
-PROFILE = """\
-[run]
-name = "copies"
-
-[prime_rl]
-version = "0.4"
-python = []
-command_prefix = ["{python}", "-m", "airvisor.demo"]
-args = ["@", "rl.toml"]
-"""
+from .test_load import MINIMAL, write
 
 
 def test_a_deeper_override_does_not_write_into_the_callers_table(tmp_path: Path) -> None:
-    (tmp_path / "rl.toml").write_text("max_steps = 3\n")
-    path = tmp_path / "p.toml"
-    path.write_text(PROFILE)
+    write(tmp_path / "rl.toml", "max_steps = 3\n")
+    path = write(tmp_path / "p.toml", MINIMAL)
     # A table-valued override, then a deeper key below it: the second is written into the
     # profile's copy of the table, never into the caller's dict.
     overrides: dict[str, object] = {"restart": {"max_restarts": 2}, "restart.window": 60.0}
