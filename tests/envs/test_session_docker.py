@@ -359,3 +359,31 @@ def test_a_container_whose_pid_1_is_the_agents_is_refused(
     finally:
         runner.close()
         docker_client.containers.get(name).remove(force=True)
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        # the image's interpreter made writable by others (root's doing, never the agent's)
+        ("/bin/chmod o+w $(/usr/bin/readlink -f /usr/bin/python3)",
+         "untrusted evaluation interpreter"),
+        # the root helper's own state broken: its failure, a bug of air_mlgym's to report
+        ("/bin/rm -rf /var/lib/air-mlgym/results && /usr/bin/touch /var/lib/air-mlgym/results",
+         "failed in air_mlgym's root helper"),
+    ],
+)
+def test_root_side_failures_of_an_evaluation_are_errored_rollouts(
+    runner_for: Any, docker_client: Any, damage: str, words: str
+) -> None:
+    """Causes outside the agent's reach, established on the root side, are errors (README
+    "Blame"): never a failure reward, never a rebuilt workspace scored instead."""
+    runner, name = runner_for(task="battleOfSexes")
+    episode = start(runner, "battleOfSexes")
+    done = docker_client.containers.get(name).exec_run(["/bin/sh", "-c", damage], user="root")
+    assert done.exit_code == 0, done.output
+    result = episode.step("validate")
+    end(episode)
+    assert result.done
+    assert episode.error is not None and words in episode.error
+    assert episode.agent_failure is None
+    assert not any("recovered" in event for event in episode.events)
