@@ -113,6 +113,7 @@ class Housekeeping:
 
     def start(self) -> None:
         limit_sqlite_memory(self.store)
+        self._released.set()  # a first pass now: runs may have ended while nobody pruned
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -128,7 +129,7 @@ class Housekeeping:
         self._live = set(live_ids)
 
     def _run(self) -> None:
-        next_prune = 0.0  # a pass at start: a daemon that was down may have runs to prune
+        next_prune = 0.0
         while not self._stop.is_set():
             released = self._released.wait(self.interval)
             self._released.clear()
