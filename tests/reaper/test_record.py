@@ -112,13 +112,14 @@ def test_standalone_reap_writes_the_runs_events_and_names_an_unknown_run(
     scenario: Any,
 ) -> None:
     """`airvisor reap --yes` (in its own PID namespace) on a process of a failed run and one
-    of a run no store knows."""
+    of a run no store knows; then the daemon's reap on another process of the failed run."""
     result = scenario("reap_record")
     assert result["rc"] == 0, (result["out"], result["err"])
     assert result["ghost_alive"] is True  # nothing shows its run is stale: left alone
     assert "recorded in run r-dead's events" in result["out"]
     assert "run r-ghost is known to no airvisor state dir" in result["err"]
-    [event] = [e for e in result["events"] if e["kind"] == "reap"]
+    [event] = [e for e in result["events"] if e["kind"] == "reap"
+               and e["data"]["by"]["what"] == "airvisor reap"]
     [process] = event["data"]["processes"]
     assert process["pid"] == result["dead"] and process["command"] == "sleep 600"
     assert process["action"] == "stopped" and process["owner"] == "airvisor run r-dead"
@@ -126,3 +127,8 @@ def test_standalone_reap_writes_the_runs_events_and_names_an_unknown_run(
     by = event["data"]["by"]
     assert by["what"] == "airvisor reap" and by["uid"] == result["uid"]
     assert by["user"] == pwd.getpwuid(result["uid"]).pw_name and by["pid"] > 1
+    # The daemon's POST /reap is on the record too.
+    assert result["again"] in result["daemon_reaped"]
+    [daemons] = [e for e in result["events"] if e["data"].get("by", {}).get("what")
+                 == "the daemon's POST /reap"]
+    assert [p["pid"] for p in daemons["data"]["processes"]] == [result["again"]]

@@ -1,5 +1,6 @@
 """Scenario (first process of its own PID and mount namespace): the standalone `airvisor reap
---yes` on a process of a failed run (its store knows it) and one of a run no state dir knows.
+--yes` on a process of a failed run (its store knows it) and one of a run no state dir knows;
+then the daemon's POST /reap (its adapter, `reap_stale`) on another process of the failed run.
 Prints one JSON object: the reap's output, what is alive after, and the run's events."""
 
 from __future__ import annotations
@@ -35,7 +36,16 @@ def main() -> None:
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
                           env={**base, "AIRVISOR_STATE_DIR": str(state)})
     dead.wait(timeout=60)
+    # The daemon's reap, as POST /reap runs it (its state dir: this environment's).
+    os.environ["AIRVISOR_STATE_DIR"] = str(state)
+    from airvisor.daemon._reaping import reap_stale
+
+    again = subprocess.Popen(["sleep", "600"], start_new_session=True,
+                             env={**base, "AIRVISOR_RUN_ID": "r-dead", "AIRVISOR_OWNER": owner})
+    daemon_report = reap_stale(set(), dry_run=False)
+    again.wait(timeout=60)
     print(json.dumps({
+        "daemon_reaped": [c.pid for c in daemon_report.candidates], "again": again.pid,
         "rc": done.returncode, "out": done.stdout, "err": done.stderr, "uid": os.getuid(),
         "dead": dead.pid, "ghost": ghost.pid, "ghost_alive": ghost.poll() is None,
         "events": [{"kind": e.kind, "message": e.message, "data": e.data}
