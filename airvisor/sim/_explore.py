@@ -95,7 +95,8 @@ def shrink(schedule: Schedule, root: Path, *,
             continue
         for index, fault in enumerate(best.faults):
             for simpler in _simpler(fault):
-                faults = (*best.faults[:index], simpler, *best.faults[index + 1:])
+                faults = tuple(sorted((*best.faults[:index], simpler,
+                                       *best.faults[index + 1:]), key=lambda f: f.at))
                 candidate = replace(best, faults=faults)
                 outcome = still_fails(candidate)
                 if outcome is not None:

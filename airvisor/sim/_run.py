@@ -415,11 +415,12 @@ class Simulation:
     # -- the run -----------------------------------------------------------------------------------
     def run(self) -> Outcome:
         w = self.world
-        shape = (self.schedule.version, self.schedule.max_steps, self.schedule.max_restarts)
+        shape = (str(self.profile.run.output_dir), self.schedule.version, self.schedule.max_steps,
+                 self.schedule.max_restarts)
         with _patched(w, shape):
             self.manager = self._start_daemon()
             self.run_id = self.manager.submit(self.profile).id
-            pending = list(self.schedule.faults)
+            pending = sorted(self.schedule.faults, key=lambda f: f.at)  # (stable)
             limit = max((f.at for f in pending), default=0.0) + END_BOUND
             while w.now <= limit:
                 while pending and pending[0].at <= w.now:
