@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -251,6 +252,37 @@ class ComponentHandle:
     # that then disappears is taken to have exited 0.
     finished: bool = False
     since: int = 0  # the attempt that started it (earlier than the run's for a kept server)
+
+
+# prime-rl's launcher reaps a member in its monitor thread at once and says so ("Trainer failed
+# with exit code N") from its main loop, which looks once a second (v0.4 rl.py:539-552,780-803;
+# main utils/process.py:96-105, entrypoints/rl.py:376-387): seconds a stop waits for that line
+# when the member's status was its to collect, before SIGTERM ends the launcher unsaid.
+LAUNCHER_REPORT_WAIT = 1.5
+LAUNCHER_REPORT_LOOK = 0.05  # seconds between looks at the launcher's log meanwhile
+
+
+def launcher_reported(log_path: Path, component: str) -> bool:
+    """The launcher's log ends with its line naming `component`'s exit status."""
+    try:
+        lines, _ = tail_lines(log_path, 50)
+    except OSError:
+        return False
+    return any((child := child_failure_from_line(line)) is not None
+               and child.component == component for line in lines)
+
+
+def _after_launcher_report(job: Callable[[], TaskOutcome], log_path: Path,
+                           component: str) -> Callable[[], TaskOutcome]:
+    """`job` (the stop), once the launcher has said `component`'s status, or after
+    LAUNCHER_REPORT_WAIT at most (on the stop's worker: the main loop never waits)."""
+    def run() -> TaskOutcome:
+        deadline = time.monotonic() + LAUNCHER_REPORT_WAIT
+        while not launcher_reported(log_path, component) and time.monotonic() < deadline:
+            time.sleep(LAUNCHER_REPORT_LOOK)
+        return job()
+
+    return run
 
 
 def describe_exit(code: int | None) -> str:
@@ -1028,6 +1060,14 @@ class RunSupervisor(SupervisorCore):
             # Where each process hung, looked at before the kill (bounded; airvisor.stacks):
             # the hung attempt's first stop only (the core decides), never a later one.
             job = with_stacks_first(job, self.store, run_id, self.attempt, self.attempt_dir)
+        launcher = self.components.get(LAUNCHER)
+        failure = self._failure
+        if failure is not None and not failure.status_known and failure.component is not None \
+                and self.phase == Phase.RECOVERY_STOPPING and launcher is not None \
+                and not launcher.exited:
+            # The member's status is the launcher's (it reaped it): let it say it before its
+            # tree is stopped; the line is read when the stop ends (`_after_stop`).
+            job = _after_launcher_report(job, launcher.log.path, failure.component)
         self._run_task(Task.STOP, job)
 
     def _stop_rest(self, *, stacks: bool = False) -> None:

@@ -8,8 +8,12 @@ Every wait is for a condition (bounded by BOUND, a bound on a stuck run, never a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -18,6 +22,7 @@ import pytest
 from airvisor.policy import RunState
 from airvisor.primerl import LAUNCHER
 from airvisor.proc import ProcessIdentity
+from airvisor.proc._deathwatch import Death, DeathWatch, zombie_returncode
 
 from .conftest import Harness
 from .test_kept_inference import (
@@ -115,4 +120,38 @@ def test_a_new_daemon_acts_at_once_on_a_member_that_died_before_it_adopted(
     assert server(harness, run_id, 2) == kept  # the healthy server was kept
     assert details(harness, run_id, 2)["scope"] == "keep_inference"
     assert len(harness.events(run_id, "failure")) == 1
+    stop_and_check_nothing_left(harness, run_id, sup)
+
+
+@pytest.mark.parametrize("version", ["0.4", "main"])
+def test_the_exit_status_is_kept_when_prime_rls_launcher_reaps_first(harness: Harness,
+                                                                     version: str) -> None:
+    """Issue 29: prime-rl's launcher reaped the trainer before airvisor's watch read its
+    status (16 of 22 failures of a crash-loop test said "its status is the launcher's to
+    know"). The real watch is made to report only once the launcher has reaped it (as it does
+    when the launcher's waitpid wins): whichever comes first, airvisor's status-less report or
+    the launcher's "Trainer failed with exit code N" line, the recorded failure ends up with
+    the status (README: the reason names the exit status)."""
+    def watch_reporting_after_the_reap(on_death: Callable[[Death], None]) -> DeathWatch:
+        def after_the_reap(death: Death) -> None:
+            deadline = time.monotonic() + 30.0  # a bound on a stuck parent, not a timing claim
+            while Path(f"/proc/{death.pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            on_death(dataclasses.replace(death, returncode=zombie_returncode(death.pid)))
+
+        return DeathWatch(lambda death: threading.Thread(
+            target=after_the_reap, args=(death,), daemon=True).start())
+
+    harness.manager.hooks.death_watch = watch_reporting_after_the_reap
+    run_id, sup = start(harness, profile_of(harness, version))
+    drive(harness, "a running attempt with its trainer found",
+          lambda: running_attempt(harness, sup, 1, step=2) and "trainer" in sup.members)
+    os.kill(sup.members["trainer"], signal.SIGKILL)
+    drive(harness, "the next attempt running", lambda: running_attempt(harness, sup, 2))
+    failure, = harness.events(run_id, "failure")
+    assert failure.component == "trainer"
+    attempt = next(a for a in harness.store.attempts(run_id) if a["number"] == 1)
+    restart, = harness.store.restart_history(run_id)
+    for reason in (attempt["reason"], restart.reason):
+        assert f"trainer exited with status {-signal.SIGKILL}" in reason, reason
     stop_and_check_nothing_left(harness, run_id, sup)
