@@ -23,6 +23,7 @@ from airvisor.proc import processes_with_marker
 
 from ..primerl.test_layout import v04_full_step
 from .conftest import Harness
+from .test_kept_inference import assert_served_from_the_resume_step
 
 BOUND = 120.0  # a bound on a stuck run, never a timing claim
 V04_PYTHON = Path(os.environ.get("AIRVISOR_PRIMERL_V04_VENV",
@@ -103,14 +104,18 @@ def test_component_mode_cleans_exactly_as_v04s_launcher_before_each_launch(
         == ([], [])
 
 
+@pytest.mark.parametrize("broadcast", ["filesystem", "nccl"])
 def test_component_mode_keeps_the_server_across_a_trainer_crash(
-        harness: Harness, prime_rl_python: str) -> None:
+        harness: Harness, prime_rl_python: str, broadcast: str) -> None:
     """Issue 22 item 3: in component mode a trainer crash relaunches only the trainer and the
     orchestrator (after v0.4's own clean), against the same inference process; the relaunched
-    orchestrator puts the resumed step's weights into it."""
+    orchestrator puts the resumed step's weights into it (issue 30: with NCCL too, re-forming
+    the group), and they serve its first rollout."""
     profile = harness.profile(prime_rl={"mode": "components", "python": [prime_rl_python]},
-                              launcher="prime-rl", rl={"max_steps": 1000},
-                              demo={"trainer": {"step_time": 0.1, "crash_at_step": 5}})
+                              launcher="prime-rl",
+                              rl={"max_steps": 1000, "weight_broadcast": {"type": broadcast}},
+                              demo={"trainer": {"step_time": 0.1, "crash_at_step": 5}},
+                              health={"first_step_grace": 60})
     record = harness.manager.submit(profile)
     harness.run_ids.append(record.id)
     sup = harness.manager.supervisor(record.id)
@@ -151,6 +156,10 @@ def test_component_mode_keeps_the_server_across_a_trainer_crash(
 
     update = drive("the relaunched orchestrator's weight update", resumed_update)
     assert update.weight_dir is not None and f"step_{resume}" in update.weight_dir
+    drive("the second attempt past its first steps",
+          lambda: (sup.step or 0) >= resume + 3)
+    assert_served_from_the_resume_step(harness, f"http://127.0.0.1:{port}", "0.4", resume,
+                                       attempts[2]["started_at"])
     harness.manager.request_stop(run_id)
     drive("the stopped run", lambda: sup.state.terminal)
     assert sup.state == RunState.STOPPED
