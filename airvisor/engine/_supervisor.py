@@ -262,14 +262,17 @@ LAUNCHER_REPORT_WAIT = 1.5
 LAUNCHER_REPORT_LOOK = 0.05  # seconds between looks at the launcher's log meanwhile
 
 
-def launcher_reported(log_path: Path, component: str) -> bool:
-    """The launcher's log ends with its line naming `component`'s exit status."""
+def launcher_report(log_path: Path, component: str) -> ChildFailure | None:
+    """The launcher's line naming `component`'s exit status, among its log's last lines."""
     try:
         lines, _ = tail_lines(log_path, 50)
     except OSError:
-        return False
-    return any((child := child_failure_from_line(line)) is not None
-               and child.component == component for line in lines)
+        return None
+    for line in reversed(lines):
+        child = child_failure_from_line(line)
+        if child is not None and child.component == component:
+            return child
+    return None
 
 
 def _after_launcher_report(job: Callable[[], TaskOutcome], log_path: Path,
@@ -278,7 +281,7 @@ def _after_launcher_report(job: Callable[[], TaskOutcome], log_path: Path,
     LAUNCHER_REPORT_WAIT at most (on the stop's worker: the main loop never waits)."""
     def run() -> TaskOutcome:
         deadline = time.monotonic() + LAUNCHER_REPORT_WAIT
-        while not launcher_reported(log_path, component) and time.monotonic() < deadline:
+        while launcher_report(log_path, component) is None and time.monotonic() < deadline:
             time.sleep(LAUNCHER_REPORT_LOOK)
         return job()
 
@@ -1094,10 +1097,16 @@ class RunSupervisor(SupervisorCore):
         self._record_containers(outcome.containers if outcome is not None else ())
         summary = outcome.summary if outcome is not None else event.error
         self._event("stopped_components", f"components stopped: {summary}")
-        if self.phase == Phase.RECOVERY_STOPPING:
-            # What the launcher wrote while it was stopped: its line naming the exit status of
-            # a child whose failure was recorded without it (the launcher reaped it first).
-            self._read_progress(self._clock())
+        launcher, failure = self.components.get(LAUNCHER), self._failure
+        if self.phase == Phase.RECOVERY_STOPPING and launcher is not None \
+                and failure is not None and failure.component is not None \
+                and not failure.status_known:
+            # The launcher's line naming the exit status of a member whose failure was recorded
+            # without it (the launcher reaped it first), also one written before a new daemon
+            # adopted the run: the failure gets its status.
+            child = launcher_report(launcher.log.path, failure.component)
+            if child is not None:
+                self._exit_status_read(child.component, child.code)
         self._processes_down()
 
     # -- timers and progress -----------------------------------------------------------------
@@ -1194,11 +1203,7 @@ class RunSupervisor(SupervisorCore):
             (h.name, h.log) for h in self.components.values()]
         sources += list(self.views.items())
         self._scan_logs(now, sources, self._metrics, launcher_line)
-        if children and self.phase in (Phase.RECOVERY_STOPPING, Phase.BACKOFF):
-            # The launcher's line after airvisor saw the exit without its status (the launcher
-            # reaped it first): the recorded failure gets the status.
-            self._exit_status_read(children[0].component, children[0].code)
-        elif children and self._training_finished():
+        if children and self._training_finished():
             # The inference server ended badly while the launcher stopped it after training.
             self._note_once("child_failed_after_training",
                             f"{children[0].describe()} after training finished (not a failure "
