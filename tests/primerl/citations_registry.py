@@ -1129,4 +1129,7 @@ CITATIONS: tuple[Citation, ...] = (
     Citation(_RESOLVER, 'worker/nixl.py:122-131', MAIN,
              _SRC + 'inference/vllm/worker/nixl.py', '837a6a649c41',
              ('def initialize_transfer(self) -> WeightTransferPlan:',)),
+    Citation(_DEMO_ORCHESTRATOR, 'trainer/rl/train.py:582-593', MAIN,
+             _SRC + 'trainer/rl/train.py', '298c8cb575b2',
+             ('broadcast_unused = (',)),
 )
