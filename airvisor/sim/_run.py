@@ -6,15 +6,16 @@ What is the world's, not the daemon's: every hook of `engine.Hooks` (launch, sto
 members, death_watch, prober, prepare_machine, background), the clocks, and the functions
 patched for the length of a schedule because no hook reaches them: `process_alive` (a
 simulated pid is alive as the world's process table says), a member's start time
-(`identity_of`), the takeover's direct `terminate_tree`, and the free space the preflight and
-the core read (`shutil.disk_usage` as `primerl._attempt` and `profile._checks` see it).
+(`identity_of`), the takeover's direct `terminate_tree`, the stop's wait for the launcher's
+line (`_after_launcher_report`, real time), and the free space the preflight and the core
+read (`shutil.disk_usage` as `primerl._attempt` and `profile._checks` see it).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -160,6 +161,26 @@ class _SimDatetime:
         return datetime.fromtimestamp(self._world.wall(), tz)
 
 
+def _report_wait(world: World) -> Callable[..., Callable[[], Any]]:
+    """`engine._after_launcher_report` over the world's clock: the real one polls the
+    launcher's log for LAUNCHER_REPORT_WAIT seconds of real time on the stop's worker, which
+    here would only stall the world (nothing is written while a job runs)."""
+    def wrap(job: Callable[[], Any], log_path: Path, component: str) -> Callable[[], Any]:
+        deadline: list[float] = []
+
+        def run() -> Any:
+            if not deadline:
+                deadline.append(world.now + engine_module.LAUNCHER_REPORT_WAIT)
+            said = engine_module.launcher_report(log_path, component)
+            if said is None and world.now < deadline[0]:
+                raise Blocked(0)
+            return job()
+
+        return run
+
+    return wrap
+
+
 @contextmanager
 def _patched(world: World, shape: tuple[Any, ...]) -> Iterator[None]:
     """For one schedule: what no hook reaches, answered by the world (see the module's
@@ -199,6 +220,11 @@ def _patched(world: World, shape: tuple[Any, ...]) -> Iterator[None]:
         if hasattr(engine_module, "identity_of"):
             # A member's start time, read from the process table when it is found.
             stack.enter_context(mock.patch.object(engine_module, "identity_of", world.identity))
+        if hasattr(engine_module, "_after_launcher_report"):
+            # The stop's wait for the launcher's "exit code N" line, in sim time: the job is
+            # let by (Blocked) and run again at later steps until the line or the deadline.
+            stack.enter_context(mock.patch.object(engine_module, "_after_launcher_report",
+                                                  _report_wait(world)))
         if hasattr(engine_module, "plan_ahead"):
             # prime-rl's resolution computed ahead on a thread of its own (primerl._planahead):
             # the cache above answers every preflight, so nothing is computed ahead here.
