@@ -1,4 +1,4 @@
-"""NCCL weight broadcast between the trainer and inference stand-ins, over loopback TCP.
+"""NCCL weight broadcast between the trainer and inference stand-ins, over a local socket.
 
 prime-rl's NCCL broadcast (both versions) is a group of the trainer's master (rank 0, the
 sender) and every inference worker (ranks 1..N): the orchestrator forms it at its own start by
@@ -10,9 +10,12 @@ STABLE`), waits for the orchestrator's `NCCL_READY` marker in that directory (wr
 posts `/update_weights`: main `utils/client.py:301-305`, v0.4 `utils/client.py:227-231`), then
 broadcasts the state dict; the worker receives it inside `/update_weights`.
 
-The stand-ins keep that shape: rank 0 listens on host:port, a receiver connects (retrying until
+The stand-ins keep that shape: rank 0 listens at host:port, a receiver connects (retrying until
 the group's timeout, as the store does), and one broadcast is a JSON header (the policy step and
-the payload's size) followed by the payload. A receive does what NCCL's does when the sender
+the payload's size) followed by the payload. host:port names a Unix socket in the abstract
+namespace, under the run's `AIRVISOR_RUN_ID`, not a TCP port: prime-rl's default port (29501)
+is the same for every run, and the stand-ins of two runs on one box (tests side by side) must
+neither collide nor join each other's group. A receive does what NCCL's does when the sender
 dies mid-way: it does not notice, and waits for ever (the worker stuck in a collective, which
 only a responsiveness probe can see).
 """
@@ -28,8 +31,38 @@ import threading
 import time
 from dataclasses import dataclass
 
+from airvisor.proc._marker import MARKER_RUN_ENV
+
 NCCL_READY_MARKER = "NCCL_READY"  # main/v0.4 utils/client.py NCCL_READY_MARKER
 PAYLOAD_BYTES = 1 << 16  # the stand-in's "state dict" per broadcast
+
+
+def _address(host: str, port: int) -> str:
+    """The group's rendezvous: host:port within this run (see the module's docstring)."""
+    return f"\0airvisor-demo-nccl/{os.environ.get(MARKER_RUN_ENV, '')}/{host}:{port}"
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """Rank 0's end: listening at once (a second sender of the same group fails to bind)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(_address(host, port))
+    listener.listen(16)
+    return listener
+
+
+def connect(host: str, port: int, timeout: float) -> socket.socket:
+    """A receiver's end, retrying until the group's timeout as the store's client does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(_address(host, port))
+            return sock
+        except OSError:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 def payload_for(step: int, size: int = PAYLOAD_BYTES) -> bytes:
@@ -51,7 +84,7 @@ class BroadcastSender:
     def __init__(self, host: str, port: int, world_size: int, timeout: float) -> None:
         self._world = max(1, world_size)
         self._timeout = timeout
-        self._listener = socket.create_server((host, port), reuse_port=False)
+        self._listener = listen(host, port)
         self._listener.settimeout(timeout)
         self._peers: list[socket.socket] = []
 
@@ -86,16 +119,7 @@ class BroadcastReceiver:
     """One inference worker's end (rank >= 1), built by `/init_broadcaster`."""
 
     def __init__(self, host: str, port: int, rank: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:  # the store's client retries until the group's timeout
-            try:
-                self._sock = socket.create_connection((host, port), timeout=timeout)
-                break
-            except OSError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.05)
-        self._sock.settimeout(None)
+        self._sock = connect(host, port, timeout)
         self._sock.sendall((json.dumps({"rank": rank}) + "\n").encode())
         self._file = self._sock.makefile("rb")
 

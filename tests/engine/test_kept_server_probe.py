@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 
-from airvisor.demo._broadcast import payload_for
+from airvisor.demo._broadcast import listen, payload_for
 from airvisor.demo._weights import Version, fetch_served, init_broadcaster, send_update
 from airvisor.engine._probe import first_error_line, probe_kept_server
 
@@ -143,8 +143,8 @@ class DyingTrainer:
     it accepts the worker, then sends a policy step whole, or dies half-way through one."""
 
     def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self.listener.getsockname()[1]
+        self.port = free_port()
+        self.listener = listen("127.0.0.1", self.port)
         self.peer: socket.socket | None = None
 
     def accept(self) -> None:
