@@ -252,6 +252,10 @@ class RunManager:
             run_dir = Path(profile.run.output_dir or ".")
             self._prepare_run_dir(profile, run_dir, start_mode)
             run_id = new_run_id(profile.run.name)
+            while self.store.get_run(run_id) is not None:
+                # Two runs of one name in one second drew the same suffix (1 in 65,536): the
+                # store's key would refuse the second with an error the user cannot act on.
+                run_id = new_run_id(profile.run.name)
             # One experiment-tracker run across every relaunch (primerl/_tracker.py): ids fixed
             # now, in the profile every attempt (and a later daemon) launches from.
             profile, tracker_ids = with_stable_tracker_ids(profile, run_id)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 
+import psutil
+
 _registry_lock = threading.Lock()
 _launched: dict[int, str] = {}  # pid -> run id
 _active_runs: set[str] = set()
@@ -29,5 +31,9 @@ def forget_run(run_id: str) -> None:
 
 def register_launch(pid: int, run_id: str) -> None:
     with _registry_lock:
+        # Entries of processes that are gone go first: a daemon of a year of runs would keep
+        # every component it ever started, and a recycled pid would name a long-gone run.
+        for gone in [p for p in _launched if not psutil.pid_exists(p)]:
+            del _launched[gone]
         _launched[pid] = run_id
         _active_runs.add(run_id)
