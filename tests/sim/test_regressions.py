@@ -134,3 +134,19 @@ def test_a_death_of_a_disk_that_cleared_before_airvisor_looked_is_not_counted(
 def test_a_daemon_killed_and_replaced_at_once_changes_nothing(tmp_path: Path) -> None:
     schedule = Schedule(3535, "0.4", (Hang(3.0), DaemonKill(5.0, 0.0), LauncherDies(14.0)))
     assert not broken(simulate(schedule, tmp_path), "daemon-kill-same-outcome")
+
+
+@pytest.mark.xfail(strict=True, reason="found by the sweep (10,000 seeds): a daemon killed "
+                   "after deciding a hang but before its stop ran leaves the recovery to the "
+                   "next daemon, which stops the hung attempt without taking its stacks")
+def test_a_hang_whose_daemon_died_before_the_stop_still_gets_its_stacks(
+        tmp_path: Path) -> None:
+    # Seed 6993: attempt 2 (after the launcher's death at t=3) hangs at t=9, is declared hung
+    # at t=20, and the daemon dies before the stop's worker job ran.
+    sim, outcome = run(Schedule(6993, "0.4", (LauncherDies(3.0), Hang(9.0),
+                                              DaemonKill(20.0, 0.0)), max_steps=4,
+                                max_restarts=2), tmp_path)
+    hung = [e for e in sim.store.events(sim.run_id)
+            if e.kind == "failure" and e.data.get("failure_kind") == "hang"]
+    assert hung and any("took over" in line for line in outcome.history)
+    assert not broken(outcome, "stacks-once-per-hang")

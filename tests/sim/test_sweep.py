@@ -41,6 +41,9 @@ OPEN_DEFECTS: dict[str, str] = {
                                "looked is counted (test_regressions.py)",
     "daemon-kill-same-outcome": "an adopted attempt's first-step grace starts again at the "
                                 "adoption (test_regressions.py)",
+    "stacks-once-per-hang": "a daemon that dies between deciding a hang and its stop: the "
+                            "next one stops the attempt without its stacks "
+                            "(test_regressions.py, seed 6993)",
 }
 
 
