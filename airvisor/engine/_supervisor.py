@@ -668,10 +668,13 @@ class RunSupervisor(SupervisorCore):
             kept_from = self._restore_split(attempt)
             handles[INFERENCE].since = kept_from or attempt
         self.step = step
-        self._attempt_started = self._clock()
+        # Its clocks run from its own start, as they did under the dead supervisor (the same
+        # outcome with or without the daemon's death): `began` in this clock's terms.
+        self._attempt_started = self._clock() - (max(0.0, self._wall() - began)
+                                                 if began is not None else 0.0)
         # No step of this attempt seen yet (`attempt_step`: its own log's; `step` may be an
-        # earlier attempt's): it keeps its first-step grace (from now), not the stall timeout
-        # a step in progress gets.
+        # earlier attempt's): it keeps its first-step grace (from its start), not the stall
+        # timeout a step in progress gets.
         self._attempt_progress = self._clock() if attempt_step is not None else None
         self._attempt_max_step = max(attempt_step or 0, resume_step or 0)
         if attempt_step is not None:  # the trainer's own, as its log says
@@ -1066,8 +1069,8 @@ class RunSupervisor(SupervisorCore):
         launcher = self.components.get(LAUNCHER)
         failure = self._failure
         if failure is not None and not failure.status_known and failure.component is not None \
-                and self.phase == Phase.RECOVERY_STOPPING and launcher is not None \
-                and not launcher.exited:
+                and self.phase == Phase.RECOVERY_STOPPING \
+                and launcher is not None and not launcher.exited:
             # The member's status is the launcher's (it reaped it): let it say it before its
             # tree is stopped; the line is read when the stop ends (`_after_stop`).
             job = _after_launcher_report(job, launcher.log.path, failure.component)
@@ -1098,8 +1101,7 @@ class RunSupervisor(SupervisorCore):
         summary = outcome.summary if outcome is not None else event.error
         self._event("stopped_components", f"components stopped: {summary}")
         launcher, failure = self.components.get(LAUNCHER), self._failure
-        if self.phase == Phase.RECOVERY_STOPPING and launcher is not None \
-                and failure is not None and failure.component is not None \
+        if launcher is not None and failure is not None and failure.component is not None \
                 and not failure.status_known:
             # The launcher's line naming the exit status of a member whose failure was recorded
             # without it (the launcher reaped it first), also one written before a new daemon

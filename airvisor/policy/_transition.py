@@ -381,13 +381,15 @@ def _on_exit_status(phase: Phase, event: ExitStatusRead) -> Next:
     """The status of the exit the recovery is for, read after the failure was recorded: only
     for that failure (its component, its status unknown), while its recovery is under way."""
     failure = event.failure
-    if phase not in (Phase.RECOVERY_STOPPING, Phase.BACKOFF) or failure is None \
+    if phase not in (Phase.RECOVERY_STOPPING, Phase.BACKOFF, *_STOPPING) or failure is None \
             or failure.status_known or failure.component != event.component:
         return phase, ()
     known = Failure(f"{event.component} exited with status {event.code} (seen at once by "
                     "airvisor; the status from prime-rl's launcher, which reaped it)",
                     failure.kind, failure.component)
-    return phase, (AmendFailure(known), RememberRecovery(known, event.scope),
+    # (A stop asked meanwhile ends the run: the failure is amended, no recovery to remember.)
+    remember = () if phase.stopping else (RememberRecovery(known, event.scope),)
+    return phase, (AmendFailure(known), *remember,
                    Say("failure_status", f"{event.component} exited with status {event.code}"
                        " (prime-rl's launcher's line): the failure recorded without its "
                        "status now has it", event.component,

@@ -708,3 +708,19 @@ def test_a_status_line_of_another_child_leaves_the_failure_as_recorded(
     assert r.events("failure_status") == []
     attempt = next(a for a in r.store.attempts(r.run_id) if a["number"] == 1)
     assert "its status is the launcher's to know" in attempt["reason"]
+
+
+def test_a_stop_asked_while_the_stop_waits_for_the_status_line_keeps_the_status(
+        replay_factory: Any) -> None:
+    """The sim's seed 82 (issue 29): an operator's stop arrives while the recovery's stop waits
+    for the launcher's status line; the run ends stopped and its failure has the status."""
+    r, watchers = running_with_watched_members(replay_factory)
+    watchers[0].report("trainer", None)
+    r.settle(RunState.RECOVERING)
+    r.manager.request_stop(r.run_id)
+    settle_until(r, lambda: r.events("stop_requested"))
+    r.current(LAUNCHER).say("ERROR Error: Trainer failed with exit code 3")
+    r.settle(RunState.STOPPED)
+    amended, = r.events("failure_status")
+    assert "trainer exited with status 3" in amended.data["reason"]
+    assert r.run().last_error == amended.data["reason"]

@@ -60,7 +60,10 @@ AMENDED = Failure("trainer exited with status 3 (seen at once by airvisor; the s
     (Phase.RECOVERY_STOPPING, ExitStatusRead(KNOWN, "trainer", "3"), []),
     (Phase.RECOVERY_STOPPING, ExitStatusRead(None, "trainer", "3"), []),
     (Phase.RUNNING, ExitStatusRead(UNKNOWN, "trainer", "3"), []),
-    (Phase.STOPPING_STOPPED, ExitStatusRead(UNKNOWN, "trainer", "3"), []),
+    (Phase.PREFLIGHT, ExitStatusRead(UNKNOWN, "trainer", "3"), []),
+    # A stop asked while the recovery's stop waited for the line: amended all the same.
+    (Phase.STOPPING_STOPPED, ExitStatusRead(UNKNOWN, "trainer", "3", KEPT),
+     [AmendFailure(AMENDED)]),
     (Phase.FAILED, ExitStatusRead(UNKNOWN, "trainer", "3"), []),
 ])
 def test_an_exit_status_read_later_completes_only_its_failure(
