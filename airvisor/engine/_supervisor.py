@@ -275,6 +275,19 @@ def launcher_report(log_path: Path, component: str) -> ChildFailure | None:
     return None
 
 
+def launcher_first_report(log_path: Path) -> ChildFailure | None:
+    """The launcher's first line naming a child that failed, among its log's last lines."""
+    try:
+        lines, _ = tail_lines(log_path, 200)
+    except OSError:
+        return None
+    for line in lines:
+        child = child_failure_from_line(line)
+        if child is not None:
+            return child
+    return None
+
+
 def _after_launcher_report(job: Callable[[], TaskOutcome], log_path: Path,
                            component: str) -> Callable[[], TaskOutcome]:
     """`job` (the stop), once the launcher has said `component`'s status, or after
@@ -1262,11 +1275,20 @@ class RunSupervisor(SupervisorCore):
                 self._watch_member(comp.name, comp.pid, comp.create_time)
             else:
                 dead.append(comp)
+        # Several may be dead (the launcher's clean-up stops the rest after the first failed):
+        # the one its line names failed, with the status it says; it is acted on first (the
+        # rest's deaths are then the recovery's, not failures of their own).
+        launcher = self.components.get(LAUNCHER)
+        named = launcher_first_report(launcher.log.path) if launcher is not None else None
+        dead.sort(key=lambda c: named is None or c.name != named.component)
         for comp in dead:
             assert comp.pid is not None
             self.store.upsert_component(self.run_id, self.attempt, comp.name, state="exited")
-            # Its status was its parent's to collect, while nobody watched.
-            self._post(MemberExited(self.run_id, self.attempt, comp.name, comp.pid, None,
+            # Its status was its parent's to collect while nobody watched: the launcher's line
+            # says it, else it is unknown (and the stop waits for that line).
+            code = int(named.code) if named is not None and named.component == comp.name \
+                else None
+            self._post(MemberExited(self.run_id, self.attempt, comp.name, comp.pid, code,
                                     self._wall()))
 
     def _watch_member(self, name: str, pid: int, create_time: float | None = None) -> None:

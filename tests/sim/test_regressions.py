@@ -66,13 +66,11 @@ def test_an_attempt_that_dies_of_a_full_disk_is_not_a_counted_crash(
     assert outcome.counted == 0 and outcome.state == "succeeded"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 Why, bullet 1: a daemon that adopts the run "
-                   "a second after its trainer died records the failure of a member the "
-                   "launcher's clean-up stopped (the orchestrator), without the status the "
-                   "launcher logged while no daemon watched")
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_daemon_adopting_a_second_after_the_trainer_died_names_the_trainer(
         tmp_path: Path, version: Version) -> None:
+    """Why, bullet 1: the new daemon names the member the launcher's line names, with its
+    status, not one the launcher's clean-up stopped (afbf706, then the line read at adoption)."""
     # The launcher logs the trainer's failure at t=11, before the new daemon (t=12) reads.
     _, outcome = run(Schedule(1, version, (Crash(10.0, "trainer", 3, reaped_first=True),
                                            DaemonKill(10.0, 2.0))), tmp_path)
