@@ -762,7 +762,22 @@ class RunSupervisor(SupervisorCore):
         if failure.kind == "boot" and not self.profile.restart.resume_on_boot:
             self._decide(Abort(f"{failure.reason}; restart.resume_on_boot is off"))
             return
+        child = self._unwatched_failure(attempt) if failure.kind == "boot" else None
+        if child is not None:
+            # A member failed while no supervisor watched and prime-rl's launcher said which,
+            # with its status: that crash is the attempt's failure, recorded now (not a boot).
+            self._decide(RecoveryResumed(Failure(
+                f"{child.describe()} while no supervisor watched (reported by prime-rl's "
+                "launcher)", "crash", child.component), record=True))
+            return
         self._decide(RecoveryResumed(failure))
+
+    def _unwatched_failure(self, attempt: int) -> ChildFailure | None:
+        """The child prime-rl's launcher of `attempt` said failed (its log's line), if any."""
+        for comp in self.store.components(self.run_id, attempt):
+            if comp.name == LAUNCHER and comp.log_path:
+                return launcher_first_report(Path(comp.log_path))
+        return None
 
     def relaunch_after_boot(self, attempt: int) -> None:
         """Boot takeover of a run that was backing off or preparing its next attempt: the

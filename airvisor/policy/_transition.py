@@ -156,9 +156,12 @@ class BackoffOver:
 class RecoveryResumed:
     """A new supervisor takes over a run whose recovery the last one had begun (or whose
     components died while nobody watched): stop what is left, then decide the restart. The
-    failure was recorded when it happened, so it is not recorded again."""
+    failure was recorded when it happened, so it is not recorded again; unless `record`: a
+    failure that happened while no supervisor watched (prime-rl's launcher's line names the
+    child that failed) is recorded now."""
 
     failure: Failure
+    record: bool = False
 
 
 @dataclass(frozen=True)
@@ -368,7 +371,9 @@ def transition(phase: Phase, event: Event) -> Next:
     if isinstance(event, RecoveryResumed):
         if phase not in (Phase.TAKEOVER, *_ATTEMPT):
             return phase, ()
-        return Phase.RECOVERY_STOPPING, (RememberRecovery(event.failure), StopProcesses())
+        recorded = (RecordFailure(event.failure, end_attempt=True),) if event.record else ()
+        return Phase.RECOVERY_STOPPING, (*recorded, RememberRecovery(event.failure),
+                                         StopProcesses())
     if isinstance(event, BackoffOver):
         if phase != Phase.BACKOFF:
             return phase, ()

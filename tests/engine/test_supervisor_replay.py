@@ -724,3 +724,26 @@ def test_a_stop_asked_while_the_stop_waits_for_the_status_line_keeps_the_status(
     amended, = r.events("failure_status")
     assert "trainer exited with status 3" in amended.data["reason"]
     assert r.run().last_error == amended.data["reason"]
+
+
+def test_a_member_that_failed_while_no_daemon_watched_is_recorded_as_its_crash(
+        replay_factory: Any) -> None:
+    """The sim's "a member dead while no daemon watched" (issue 29): the trainer fails while
+    the daemon is down, prime-rl's launcher says so and ends; the next daemon finds nothing
+    alive. The failure is the trainer's crash with the status the launcher logged (counted),
+    not a status-less boot restart."""
+    r = replay_factory()
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.sup.detach()
+    r.current(LAUNCHER).say("ERROR Error: Trainer failed with exit code 3")
+    r.current(LAUNCHER).exit(1)
+    r.reboot()
+    settle_until(r, lambda: r.events("restart_scheduled"))
+    failure, = r.events("failure")
+    assert failure.component == "trainer"
+    assert failure.message.startswith("trainer exited with status 3 while no supervisor watched")
+    restart, = r.store.restart_history(r.run_id)
+    assert (restart.kind, restart.counted) == ("crash", True)
+    attempt = next(a for a in r.store.attempts(r.run_id) if a["number"] == 1)
+    assert attempt["outcome"] == "failed" and attempt["reason"] == failure.message

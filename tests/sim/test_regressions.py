@@ -98,10 +98,6 @@ def test_a_dead_daemons_run_is_not_shown_live(tmp_path: Path) -> None:
     assert outcome.state == "succeeded" and not outcome.violations
 
 
-@pytest.mark.xfail(strict=True, reason="found by the sweep (not in issue 29's list): a member "
-                   "that dies while no daemon watches (the launcher then exits too) is "
-                   "recorded by the next daemon as a 'boot' restart with no failure naming it; "
-                   "the launcher's 'failed with exit code N' line is not read")
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_member_that_died_while_no_daemon_watched_is_the_recorded_failure(
         tmp_path: Path, version: Version) -> None:
