@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+import psutil
+
 from airvisor.gpu import (
     GIB,
     GPUInfo,
@@ -128,6 +130,16 @@ def _check_gpus_exist(profile: Profile, gpus: list[GPUInfo]) -> None:
             f"have (GPUs: {have}). Fix the [gpus] section of the profile.")
 
 
+def _owned(pid: int, own_pids: frozenset[int]) -> bool:
+    """`pid` is one of `own_pids` or a descendant of one (a server's worker)."""
+    if pid in own_pids:
+        return True
+    try:
+        return any(parent.pid in own_pids for parent in psutil.Process(pid).parents())
+    except psutil.Error:
+        return False
+
+
 def prepare_machine(
     profile: Profile,
     *,
@@ -196,6 +208,8 @@ def prepare_machine(
                                      "recorded": [note.text for note in recorded]})
     else:
         busy = busy_ports(ports)
+    # The run's own kept inference server listens on its port: the run's, not a warning.
+    busy = [b for b in busy if b.pid is None or not _owned(b.pid, own_pids)]
 
     requirements: dict[int, int] = {}
     waited = 0.0

@@ -148,3 +148,30 @@ def test_no_driver_is_a_clear_preflight_error(tmp_path: Path) -> None:
     text = str(caught.value)
     assert text.startswith("The profile uses GPU 0, but no NVIDIA driver")
     assert "\n" not in text
+
+
+def test_a_port_the_run_itself_holds_is_no_warning(tmp_path: Path) -> None:
+    """A kept inference server (the run's own pid, handed in as `own_pids`) listens on the
+    profile's port: the relaunch's preflight says nothing of it; anyone else's is warned of."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import socket, sys, time\n"
+         f"s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen()\n"
+         "print('up', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "up"
+        p = profile(tmp_path, gpus=GPUSection(), reaper=ReaperSection(enabled=False,
+                                                                       ports=[port]))
+        theirs = prepare_machine(p, run_id="r", live_run_ids=[])
+        assert [(b.port, b.pid) for b in theirs.busy_ports] == [(port, server.pid)]
+        ours = prepare_machine(p, run_id="r", live_run_ids=[], own_pids={server.pid})
+        assert ours.busy_ports == []
+    finally:
+        server.kill()
+        server.wait()
