@@ -22,7 +22,7 @@ from airvisor._logging import get_logger
 from airvisor.core._events import Command, Event, ProcessEvent, Task, TaskDone
 from airvisor.core._logview import LogView
 from airvisor.policy import Phase, RestartKind, RestartPolicy, RunState
-from airvisor.policy._disk import DiskState, disk_condition
+from airvisor.policy._disk import DiskState, disk_condition, disk_error
 from airvisor.policy._event_levels import event_log_level
 from airvisor.policy._progress import ComponentProgress, StallRule
 from airvisor.policy._scope import (
@@ -441,7 +441,10 @@ class SupervisorCore:
                 or self.phase not in (Phase.STARTING, Phase.RUNNING):
             self._decide(AttemptFailed(failure, hopeless=hopeless))
             return
-        machine = disk_condition(self._disk_state()) if kind == "crash" else None
+        # The disks now, or what the component said last (a disk that cleared meanwhile).
+        machine = (disk_condition(self._disk_state())
+                   or disk_error(self._failure_lines(component)[-LAST_LINES:])) \
+            if kind == "crash" else None
         if machine is not None:  # it died of the machine: uncounted, everything restarts
             self._decide(AttemptFailed(failure, machine=machine))
             return

@@ -39,6 +39,7 @@ from airvisor.engine._probe import InferenceProber, inference_base_url, probe_ke
 from airvisor.engine._rollouts import RolloutWatcher, event_of
 from airvisor.engine._takeover import component_alive
 from airvisor.policy import Phase
+from airvisor.policy._disk import disk_error
 from airvisor.policy._rollouts import NeedsPerson
 from airvisor.policy._scope import InferenceHealth, ScopeDecision
 from airvisor.policy._transition import (
@@ -766,11 +767,28 @@ class RunSupervisor(SupervisorCore):
         if child is not None:
             # A member failed while no supervisor watched and prime-rl's launcher said which,
             # with its status: that crash is the attempt's failure, recorded now (not a boot).
+            reason = (f"{child.describe()} while no supervisor watched (reported by prime-rl's "
+                      "launcher)")
+            machine = disk_error(self._unwatched_lines(child.component))
             self._decide(RecoveryResumed(Failure(
-                f"{child.describe()} while no supervisor watched (reported by prime-rl's "
-                "launcher)", "crash", child.component), record=True))
+                f"{reason}; {machine}: the machine's condition, not a crash of the run (not "
+                "counted)" if machine else reason, "machine" if machine else "crash",
+                child.component), record=True))
             return
         self._decide(RecoveryResumed(failure))
+
+    def _unwatched_lines(self, component: str) -> list[str]:
+        """The last lines of `component`'s log where this prime-rl version writes it."""
+        if self.layout is None or component not in VIEWED:
+            return []
+        path = self.layout.log_file(component)  # type: ignore[arg-type]
+        if path is None:
+            return []
+        try:
+            lines, _ = tail_lines(path, 15)  # (as many as a failure event keeps)
+        except OSError:
+            return []
+        return [line.rstrip("\n") for line in lines]
 
     def _unwatched_failure(self, attempt: int) -> ChildFailure | None:
         """The child prime-rl's launcher of `attempt` said failed (its log's line), if any."""

@@ -10,6 +10,8 @@ Pure: the caller reads the disks (the facts the preflight's machine check reads:
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,4 +35,19 @@ def disk_condition(disks: Sequence[DiskState]) -> str | None:
         if disk.free_bytes < disk.min_free:
             return (f"the disk under {disk.what} is full: {disk.free_bytes >> 20} MiB free under "
                     f"{disk.path} (at least {disk.min_free >> 20} MiB needed)")
+    return None
+
+
+# What a process that died of the disk says last: the C library's words for the errors the
+# preflight takes for a machine condition (ENOSPC, EROFS, EDQUOT; primerl.MACHINE_ERRNOS).
+DISK_ERRORS = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EROFS, errno.EDQUOT))
+
+
+def disk_error(last_lines: Sequence[str]) -> str | None:
+    """The disk error the failed component's last log lines name (a disk that filled and
+    cleared again before airvisor looked at it), or None."""
+    for line in reversed(last_lines):
+        for text in DISK_ERRORS:
+            if text in line:
+                return f"its log says {text!r}"
     return None

@@ -747,3 +747,21 @@ def test_a_member_that_failed_while_no_daemon_watched_is_recorded_as_its_crash(
     assert (restart.kind, restart.counted) == ("crash", True)
     attempt = next(a for a in r.store.attempts(r.run_id) if a["number"] == 1)
     assert attempt["outcome"] == "failed" and attempt["reason"] == failure.message
+
+
+def test_a_death_whose_log_names_a_full_disk_is_the_machines_even_once_it_cleared(
+        replay_factory: Any) -> None:
+    """The disk filled and was freed again before airvisor looked (issue 29, found by the
+    sim): the trainer's last lines name the error, so its death is the machine's, uncounted."""
+    r = replay_factory()
+    r.settle(RunState.STARTING)
+    r.ready()
+    r.say("trainer", "OSError: [Errno 28] No space left on device: 'checkpoints/step_4'")
+    r.current(LAUNCHER).say("ERROR Error: Trainer failed with exit code 1")
+    r.advance(1)
+    settle_until(r, lambda: r.events("restart_scheduled"))
+    failure, = r.events("failure")
+    assert failure.data["failure_kind"] == "machine" and failure.component == "trainer"
+    assert "its log says 'No space left on device'" in failure.message
+    restart, = r.store.restart_history(r.run_id)
+    assert (restart.kind, restart.counted) == ("machine", False)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from airvisor.policy import Phase, RestartPolicy
-from airvisor.policy._disk import DiskState, disk_condition
+from airvisor.policy._disk import DiskState, disk_condition, disk_error
 from airvisor.policy._progress import ComponentProgress, StallRule
 from airvisor.policy._scope import ScopeDecision
 from airvisor.policy._stop import remaining_grace
@@ -241,3 +241,15 @@ def facts(**changes: Any) -> WatchFacts:
 ])
 def test_the_one_watchdog(watched: WatchFacts, expected: object) -> None:
     assert watchdog(watched) == expected
+
+
+@pytest.mark.parametrize(("lines", "expected"), [
+    (["Step 3", "OSError: [Errno 28] No space left on device: '/runs/x/checkpoints'"],
+     "its log says 'No space left on device'"),
+    (["OSError: [Errno 30] Read-only file system: '/runs/x/weights'", "Traceback ..."],
+     "its log says 'Read-only file system'"),
+    (["RuntimeError: CUDA error: an illegal memory access"], None),
+    ([], None),
+])
+def test_a_disk_error_the_dying_component_logged(lines: list[str], expected: str | None) -> None:
+    assert disk_error(lines) == expected
