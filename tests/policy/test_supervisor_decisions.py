@@ -24,6 +24,7 @@ from airvisor.policy._transition import (
     NoteError,
     ProcessesDown,
     RecordFailure,
+    RecoveryResumed,
     RememberRecovery,
     Say,
     StopProcesses,
@@ -253,3 +254,15 @@ def test_the_one_watchdog(watched: WatchFacts, expected: object) -> None:
 ])
 def test_a_disk_error_the_dying_component_logged(lines: list[str], expected: str | None) -> None:
     assert disk_error(lines) == expected
+
+
+@pytest.mark.parametrize(("event", "expected"), [
+    # A recovery the last daemon began: recorded then, not again.
+    (RecoveryResumed(KNOWN), [RememberRecovery(KNOWN), StopProcesses()]),
+    # A member's failure the launcher logged while no daemon watched: recorded now.
+    (RecoveryResumed(KNOWN, record=True),
+     [RecordFailure(KNOWN, end_attempt=True), RememberRecovery(KNOWN), StopProcesses()]),
+])
+def test_a_resumed_recovery_records_only_what_nobody_recorded(
+        event: RecoveryResumed, expected: list[object]) -> None:
+    assert transition(Phase.TAKEOVER, event) == (Phase.RECOVERY_STOPPING, tuple(expected))
