@@ -775,7 +775,10 @@ class RunSupervisor(SupervisorCore):
                 "counted)" if machine else reason, "machine" if machine else "crash",
                 child.component), record=True))
             return
-        self._decide(RecoveryResumed(failure))
+        # A hang the last daemon decided but died before stopping: its stacks, unless taken.
+        taken = any(a.get("number") == attempt and "stacks" in (a.get("details") or {})
+                    for a in self.store.attempts(self.run_id))
+        self._decide(RecoveryResumed(failure, stacks=failure.kind == "hang" and not taken))
 
     def _unwatched_lines(self, component: str) -> list[str]:
         """The last lines of `component`'s log where this prime-rl version writes it."""

@@ -162,6 +162,9 @@ class RecoveryResumed:
 
     failure: Failure
     record: bool = False
+    # A hang whose stacks nobody took (the last daemon died before its stop ran): they are
+    # taken before this stop (once per hung attempt, as on a live hang).
+    stacks: bool = False
 
 
 @dataclass(frozen=True)
@@ -373,7 +376,8 @@ def transition(phase: Phase, event: Event) -> Next:
             return phase, ()
         recorded = (RecordFailure(event.failure, end_attempt=True),) if event.record else ()
         return Phase.RECOVERY_STOPPING, (*recorded, RememberRecovery(event.failure),
-                                         StopProcesses())
+                                         StopProcesses(stacks=event.stacks
+                                                       and event.failure.kind == "hang"))
     if isinstance(event, BackoffOver):
         if phase != Phase.BACKOFF:
             return phase, ()

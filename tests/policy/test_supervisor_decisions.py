@@ -266,3 +266,11 @@ def test_a_disk_error_the_dying_component_logged(lines: list[str], expected: str
 def test_a_resumed_recovery_records_only_what_nobody_recorded(
         event: RecoveryResumed, expected: list[object]) -> None:
     assert transition(Phase.TAKEOVER, event) == (Phase.RECOVERY_STOPPING, tuple(expected))
+
+
+def test_a_resumed_hang_takes_the_stacks_nobody_took() -> None:
+    hang = Failure("hung: step 5 has not advanced for 31 s", "hang", "trainer")
+    _, effects = transition(Phase.TAKEOVER, RecoveryResumed(hang, stacks=True))
+    assert effects[-1] == StopProcesses(stacks=True)
+    _, effects = transition(Phase.TAKEOVER, RecoveryResumed(KNOWN, stacks=True))
+    assert effects[-1] == StopProcesses()  # only a hang's stop looks

@@ -130,9 +130,6 @@ def test_a_daemon_killed_and_replaced_at_once_changes_nothing(tmp_path: Path) ->
     assert not broken(simulate(schedule, tmp_path), "daemon-kill-same-outcome")
 
 
-@pytest.mark.xfail(strict=True, reason="found by the sweep (10,000 seeds): a daemon killed "
-                   "after deciding a hang but before its stop ran leaves the recovery to the "
-                   "next daemon, which stops the hung attempt without taking its stacks")
 def test_a_hang_whose_daemon_died_before_the_stop_still_gets_its_stacks(
         tmp_path: Path) -> None:
     # Seed 6993: attempt 2 (after the launcher's death at t=3) hangs at t=9, is declared hung
