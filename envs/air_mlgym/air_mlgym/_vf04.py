@@ -71,6 +71,9 @@ class MLGymTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
     no_output_timeout: float | None = None
     window: int = 100
     max_observation_chars: int = 12_000
+    pids_limit: int | None = 1024  # the task containers' limits (README "Limits")
+    memory: str | None = "4g"
+    cpus: float | None = 1.0
 
     def env_args(self) -> EnvArgs:
         fields = set(EnvArgs.__dataclass_fields__)
