@@ -257,7 +257,7 @@ class ComponentHandle:
 
 # prime-rl's launcher reaps a member in its monitor thread at once and says so ("Trainer failed
 # with exit code N") from its main loop, which looks once a second (v0.4 rl.py:539-552,780-803;
-# main utils/process.py:96-105, entrypoints/rl.py:376-387): seconds a stop waits for that line
+# main utils/process.py:96-105, entrypoints/rl.py:376-388): seconds a stop waits for that line
 # when the member's status was its to collect, before SIGTERM ends the launcher unsaid.
 LAUNCHER_REPORT_WAIT = 1.5
 LAUNCHER_REPORT_LOOK = 0.05  # seconds between looks at the launcher's log meanwhile

@@ -834,6 +834,17 @@ CITATIONS: tuple[Citation, ...] = (
              ('def cleanup_processes(processes: list[Popen]):',)),
     Citation(_ENGINE_SUPERVISOR, 'rl.py:529-536', V04, _SRC + 'rl.py', '8b06aa998ace',
              ('def cleanup_processes(processes: list[Popen]):',)),
+    # The launcher's monitor thread reaps a member at once and names its status; its main loop
+    # says so a second later at most (issue 29: the stop waits for that line).
+    Citation(_ENGINE_SUPERVISOR, 'rl.py:539-552,780-803', V04, _SRC + 'rl.py', '7daa4b5ef906',
+             ('err_msg = f"{process_name.capitalize()} failed with exit code',
+              'time.sleep(1)')),
+    Citation(_ENGINE_SUPERVISOR, 'utils/process.py:96-105', MAIN,
+             _SRC + 'utils/process.py', '162ab5a26833',
+             ('err_msg = f"{process_name.capitalize()} failed with exit code',)),
+    Citation(_ENGINE_SUPERVISOR, 'entrypoints/rl.py:376-388', MAIN,
+             _SRC + 'entrypoints/rl.py', '94da908e84fd',
+             ('time.sleep(1)',)),
     # airvisor/demo/_torchrun.py
     Citation(_DEMO_TORCHRUN, 'rl.py:725-746', V04,
              _SRC + 'rl.py', '61b736a3bf1c',
