@@ -95,7 +95,9 @@ def test_the_shipped_mlgym_profile_runs_through_a_crash_and_a_resume(
     deadline = time.monotonic() + 240
     while not supervisor.state.terminal and time.monotonic() < deadline:
         harness.manager.tick(0.1)
-        members |= set(supervisor.members)
+        # (the inference server runs as its own component where it can be kept: main's NCCL
+        # broadcast included, issue 30; the rest are members of prime-rl's launcher)
+        members |= set(supervisor.members) | set(getattr(supervisor, "components", {}))
         containers |= {c.name for c in harness.store.components(record.id)
                        if c.kind == "container" and c.state == "running"}
     said = "\n".join(f"{e.kind} {e.component or ''}: {e.message}"
@@ -107,7 +109,8 @@ def test_the_shipped_mlgym_profile_runs_through_a_crash_and_a_resume(
     assert failure.component == "trainer"
     run = harness.store.get_run(record.id)
     assert run is not None and run.step == 12
-    # main's members by their titles, the env server of the mlgym source included.
+    # main's members by their titles, the env server of the mlgym source included, and its
+    # inference server.
     assert {"inference", "orchestrator", "env-server", "trainer"} <= members
     # The task containers of both attempts ran from the official-layout image, and none is
     # left behind.
