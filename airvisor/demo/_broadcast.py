@@ -12,12 +12,13 @@ broadcasts the state dict; the worker receives it inside `/update_weights`.
 
 The stand-ins keep that shape: rank 0 listens at host:port, a receiver connects (retrying until
 the group's timeout, as the store does), and one broadcast is a JSON header (the policy step and
-the payload's size) followed by the payload. host:port names a Unix socket in the abstract
-namespace, under the run's `AIRVISOR_RUN_ID`, not a TCP port: prime-rl's default port (29501)
-is the same for every run, and the stand-ins of two runs on one box (tests side by side) must
-neither collide nor join each other's group. A receive does what NCCL's does when the sender
-dies mid-way: it does not notice, and waits for ever (the worker stuck in a collective, which
-only a responsiveness probe can see).
+the payload's size) followed by the payload. On one box (host localhost, prime-rl's default)
+host:port names a Unix socket in the abstract namespace, under the run's `AIRVISOR_RUN_ID`,
+not a TCP port: prime-rl's default port (29501) is the same for every run, and the stand-ins of
+two runs on one box (tests side by side) must neither collide nor join each other's group.
+Across nodes (multi-node Slurm: the trainer's node) it is TCP, which crosses them. A receive
+does what NCCL's does when the sender dies mid-way: it does not notice, and waits for ever (the
+worker stuck in a collective, which only a responsiveness probe can see).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import os
+import select
 import socket
 import threading
 import time
@@ -37,26 +39,52 @@ NCCL_READY_MARKER = "NCCL_READY"  # main/v0.4 utils/client.py NCCL_READY_MARKER
 PAYLOAD_BYTES = 1 << 16  # the stand-in's "state dict" per broadcast
 
 
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "")
+
+
+def _local(host: str) -> bool:
+    """The group meets on this machine (a single-box run): prime-rl's default host."""
+    return host in LOOPBACK or host.startswith("127.")
+
+
 def _address(host: str, port: int) -> str:
-    """The group's rendezvous: host:port within this run (see the module's docstring)."""
+    """The group's rendezvous on this machine: host:port within this run (see above)."""
     return f"\0airvisor-demo-nccl/{os.environ.get(MARKER_RUN_ENV, '')}/{host}:{port}"
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """Rank 0's end: listening at once (a second sender of the same group fails to bind)."""
+def _across_nodes() -> bool:
+    """The run spans several nodes (a multi-node Slurm job: the receivers connect to the
+    trainer's node, `--weight_broadcast.host $MASTER_ADDR` in prime-rl main's
+    multi_node_rl.sbatch.j2:453)."""
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
+    return nodes.isdigit() and int(nodes) > 1
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Rank 0's ends, listening at once (a second sender of the same group fails to bind): an
+    abstract Unix socket of the run's on this machine; in a run across nodes also TCP on the
+    port, on every interface, as the store of NCCL's group does (its host is the trainer's)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(_address(host, port))
     listener.listen(16)
-    return listener
+    if not _across_nodes():
+        return [listener]
+    return [listener, socket.create_server(("", port), reuse_port=False)]
 
 
 def connect(host: str, port: int, timeout: float) -> socket.socket:
     """A receiver's end, retrying until the group's timeout as the store's client does."""
     deadline = time.monotonic() + timeout
     while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        remote = not _local(host)
+        sock = socket.socket(socket.AF_INET if remote else socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(_address(host, port))
+            if remote:
+                sock.close()
+                sock = socket.create_connection((host, port), timeout=timeout)
+                sock.settimeout(None)  # a receive waits for ever, as NCCL's does
+            else:
+                sock.connect(_address(host, port))
             return sock
         except OSError:
             sock.close()
@@ -84,13 +112,18 @@ class BroadcastSender:
     def __init__(self, host: str, port: int, world_size: int, timeout: float) -> None:
         self._world = max(1, world_size)
         self._timeout = timeout
-        self._listener = listen(host, port)
-        self._listener.settimeout(timeout)
+        self._listeners = listen(host, port)
         self._peers: list[socket.socket] = []
 
     def _join(self) -> None:
+        deadline = time.monotonic() + self._timeout
         while len(self._peers) < self._world - 1:
-            peer, _ = self._listener.accept()
+            ready, _, _ = select.select(self._listeners, [], [],
+                                        max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError(f"{self._world - 1 - len(self._peers)} receiver(s) did not "
+                                   f"join the weight broadcast within {self._timeout:g} s")
+            peer, _ = ready[0].accept()
             peer.settimeout(None)
             with peer.makefile("rb") as hello:
                 json.loads(hello.readline() or b"{}")  # the receiver's rank (not needed here)
@@ -112,7 +145,8 @@ class BroadcastSender:
         for peer in self._peers:
             with contextlib.suppress(OSError):
                 peer.close()
-        self._listener.close()
+        for listener in self._listeners:
+            listener.close()
 
 
 class BroadcastReceiver:

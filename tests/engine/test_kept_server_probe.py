@@ -144,7 +144,7 @@ class DyingTrainer:
 
     def __init__(self) -> None:
         self.port = free_port()
-        self.listener = listen("127.0.0.1", self.port)
+        (self.listener,) = listen("127.0.0.1", self.port)  # (one machine: one end)
         self.peer: socket.socket | None = None
 
     def accept(self) -> None:
