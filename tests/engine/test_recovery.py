@@ -48,19 +48,14 @@ def test_demo_run_completes(harness: Harness, version: str) -> None:
     kinds = [e.kind for e in harness.events(run_id)]
     assert "inference_ready" in kinds and "success" in kinds
     started = [e.component for e in harness.events(run_id, "component_started")]
-    if version == "0.4":
-        # The split (issue 22): v0.4's filesystem broadcast lets a recovery keep the inference
-        # server, so it runs as its own process (its log in the attempt's directory, outside
-        # the run dir v0.4's clean empties) beside prime-rl's launcher for the rest.
-        assert started == ["inference", LAUNCHER]
-        server = next(c for c in harness.store.components(run_id) if c.name == "inference")
-        assert server.log_path is not None and Path(server.log_path).stat().st_size > 0
-        logged: tuple[str, ...] = ("trainer", "orchestrator")
-    else:
-        # main's default NCCL broadcast refuses the split: one tree, prime-rl's own launcher,
-        # which started the three components.
-        assert started == [LAUNCHER]
-        logged = ("inference", "trainer", "orchestrator")
+    # The split (issues 22, 30): v0.4's filesystem broadcast and main's default NCCL broadcast
+    # both let a recovery keep the inference server, so it runs as its own process (its log in
+    # the attempt's directory, outside the run dir a clean empties) beside prime-rl's launcher
+    # for the rest.
+    assert started == ["inference", LAUNCHER]
+    server = next(c for c in harness.store.components(run_id) if c.name == "inference")
+    assert server.log_path is not None and Path(server.log_path).stat().st_size > 0
+    logged: tuple[str, ...] = ("trainer", "orchestrator")
     for name in logged:
         log = layout.log_file(name)  # type: ignore[arg-type]
         assert log is not None and log.is_file() and log.stat().st_size > 0
