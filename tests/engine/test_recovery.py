@@ -153,8 +153,8 @@ def test_stop_request_stops_every_component(harness: Harness, version: str) -> N
 
 def test_main_members_are_found_by_their_titles_env_server_included(harness: Harness) -> None:
     """prime-rl main retitles each process `PRIME-RL::<Name>` once it runs: airvisor finds
-    inference, orchestrator, the env server of each source and the trainer in its launcher's
-    tree (for status, `airvisor logs` and the page), with their pids."""
+    the orchestrator, the env server of each source and the trainer in its launcher's tree (for
+    status, `airvisor logs` and the page), with their pids; the inference server is its own."""
     base = free_port()
     # main's parser imports each source's taskset package: air_mlgym (envs/, on the test venv's
     # path) over the MLGym checkout in ../shared/third_party; the env server is a stand-in.
@@ -172,10 +172,13 @@ def test_main_members_are_found_by_their_titles_env_server_included(harness: Har
     import time
 
     deadline = time.monotonic() + 90
-    wanted = {"inference", "orchestrator", "env-server", "trainer"}
+    # (main's inference server runs as its own component, where a recovery can keep it: issue
+    # 30; the others are members of prime-rl's launcher's tree)
+    wanted = {"orchestrator", "env-server", "trainer"}
     while not wanted <= set(supervisor.members) and time.monotonic() < deadline:
         harness.manager.tick(0.1)
     assert wanted <= set(supervisor.members), supervisor.members
+    assert "inference" in getattr(supervisor, "components", {})
     members = {c.name: c for c in harness.store.components(record.id) if c.kind == "member"}
     assert wanted <= set(members) and all(members[n].pid for n in wanted)
     for name in wanted:  # retitled as main does, and still found
