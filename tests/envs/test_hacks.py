@@ -574,7 +574,9 @@ def test_a_workspace_too_deep_to_read_is_the_agents_failure(bench: Bench) -> Non
 
 
 def test_a_fork_bomb_hits_the_pids_limit_and_is_the_agents_failure(bench: Bench) -> None:
-    runner = bench.make_runner(pids_limit=96)
+    # (A bomb that leaves no room even for the reset has the container restarted: a loaded CI
+    # machine's restart gets the time a person's would, not the default 30 s.)
+    runner = bench.make_runner(pids_limit=96, container_wait=180)
     bomb = "```bash\nbomb() { bomb | bomb & }; bomb; echo lit\n```"
     episode, _ = bench.play("battleOfSexes", [write_strategy("0"), bomb, "submit"], runner)
     limits = bench.client.containers.get(bench.name).attrs["HostConfig"]
@@ -586,7 +588,7 @@ def test_a_fork_bomb_hits_the_pids_limit_and_is_the_agents_failure(bench: Bench)
 
 
 def test_a_memory_bomb_hits_the_memory_limit_and_is_the_agents_failure(bench: Bench) -> None:
-    runner = bench.make_runner(memory="768m")
+    runner = bench.make_runner(memory="768m", container_wait=180)
     grab = "a = []\nwhile True:\n    a.append(bytearray(32 << 20))\n"
     hold = "import time\na = bytearray(700 << 20)\ntime.sleep(1000)\n"
     hack = (
