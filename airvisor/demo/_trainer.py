@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from airvisor.demo._broadcast import NCCL_READY_MARKER, BroadcastSender
 from airvisor.demo._config import TrainerSettings, parse_args
@@ -115,6 +117,7 @@ def _run_rank0(settings: TrainerSettings, ctx: StepContext) -> int:
     )
     ctx.output_dir.mkdir(parents=True, exist_ok=True)
     step, _ = _start_step(settings, ctx)
+    _wait_for_all_ranks_loaded(ctx)
     logger.info(f"Starting from step {step} (total_tokens=0, total_samples=0)")
     broadcast = _Broadcast(settings, ctx)
     time.sleep(settings.demo.startup_delay)
@@ -280,6 +283,28 @@ def _follow_rank0(settings: TrainerSettings, ctx: StepContext) -> int:
     """A non-zero rank: silent; it loads the same checkpoint, then finishes when rank 0 has
     broadcast the last step's weights (both versions broadcast step max_steps)."""
     _start_step(settings, ctx)
+    _loaded_marker(int(os.environ.get("RANK", "0"))).touch()
     while settings.max_steps is None or not ctx.paths.broadcast_dir(settings.max_steps).exists():
         time.sleep(POLL * 10)
     return 0
+
+
+def _loaded_marker(rank: int) -> Path:
+    """Where rank N says it has read the resume step. One directory per torchrun launch (the
+    workers' common parent and its master port), outside the output dir."""
+    launch = f"{os.getppid()}-{os.environ.get('MASTER_PORT', '')}"
+    directory = Path(tempfile.gettempdir()) / f"airvisor-standin-loaded-{launch}"
+    directory.mkdir(exist_ok=True)
+    return directory / f"rank-{rank}"
+
+
+def _wait_for_all_ranks_loaded(ctx: StepContext) -> None:
+    """prime-rl loads a checkpoint with torch.distributed.checkpoint, a collective: rank 0 gets
+    past the load (and so to saving, whose keep_last clean deletes older steps) only once every
+    rank has read the resume step. Without this, a late rank 1 found its step already cleaned."""
+    if ctx.world_size <= 1:
+        return
+    markers = [_loaded_marker(rank) for rank in range(1, ctx.world_size)]
+    while not all(marker.exists() for marker in markers):
+        time.sleep(POLL)
+    shutil.rmtree(markers[0].parent, ignore_errors=True)
