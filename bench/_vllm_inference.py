@@ -31,7 +31,7 @@ from typing import Any
 # fetched or reported over the network.
 VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1",
             "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-DEFAULT_MAX_MODEL_LEN = 512  # the bench's seq_len (tests/engine/conftest.py demo_rl_config)
+DEFAULT_MAX_MODEL_LEN = 512  # the bench's seq_len (tests/box/conftest.py demo_rl_config)
 
 
 def vllm_argv(venv: Path, config: dict[str, Any]) -> list[str]:

@@ -281,7 +281,7 @@ def main() -> int:
             and not result["holder"]["marker"])
         checks["GPU memory attributed to the run"] = result["holder"]["owner_run"] == run_a
 
-        # The engine's stop of the attempt (same call as airvisor.engine's stop_tree hook).
+        # The engine's stop of the attempt (same call as airvisor.box's stop_tree hook).
         t_stop = time.monotonic()
         report = terminate_tree([launched.pid], pgids=[launched.pid], marker_run_id=run_a,
                                 grace=args.grace,

@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CHUNK_MIB = 256
 CHUNKS = 8  # 2 GiB of weights per broadcast
-PROBE_TIMEOUT = 2.0  # airvisor's kept-server probe (engine/_probe.py)
+PROBE_TIMEOUT = 2.0  # airvisor's kept-server probe (box/_probe.py)
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 

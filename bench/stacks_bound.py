@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _demo_profile import write_demo_profile
 
 import airvisor.stacks as stacks_package
-from airvisor.engine import RunManager
 from airvisor.profile import load_profile
+from airvisor.runs import RunManager
 from airvisor.stacks import BUDGET_SECONDS, Target, capture
 from airvisor.store import Store
 

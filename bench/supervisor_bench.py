@@ -31,8 +31,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _demo_profile import write_demo_profile
 
-from airvisor.engine import RunManager
 from airvisor.profile import Profile, load_profile
+from airvisor.runs import RunManager
 from airvisor.store import Store
 
 

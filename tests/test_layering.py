@@ -100,7 +100,7 @@ def import_graph(root: Path, package: str) -> dict[Edge, list[Import]]:
 
 
 def package_of(module: str, root: Path, package: str) -> str:
-    """`airvisor.engine._manager` -> `airvisor.engine`; top-level modules stay themselves."""
+    """`airvisor.runs._manager` -> `airvisor.box`; top-level modules stay themselves."""
     parts = module.split(".")
     if len(parts) > 1 and (root / parts[1]).is_dir():
         return ".".join(parts[:2])

@@ -158,7 +158,7 @@ def run_foreground(profile: Any, mode: str, *, request_id: str | None = None) ->
     repeated by a script) starts nothing and names that run (exit 0)."""
     # lazy: the engine and the run view only when a run is started in the foreground
     from airvisor.daemon._housekeeping import Housekeeping
-    from airvisor.engine import RunConflict, RunManager, StartMode
+    from airvisor.runs import RunConflict, RunManager, StartMode
     from airvisor.store import AlreadySubmitted
     from airvisor.store._retention import (
         SettingsError,

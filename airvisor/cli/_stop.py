@@ -73,7 +73,7 @@ def _fail(message: str) -> None:
 def stop(run_id: str | None, local: bool, wait: bool) -> None:
     """Stop the current run (or RUN_ID) cleanly, through whoever supervises it."""
     # lazy: the engine only when a run is stopped without its daemon
-    from airvisor.engine import supervisor_alive
+    from airvisor.runs import supervisor_alive
 
     store = _open_store()
     record: RunRecord | None = None

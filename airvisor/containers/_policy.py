@@ -36,7 +36,7 @@ ATTEMPT_LABEL = "airvisor.attempt"
 # Docker's container-name grammar: [a-zA-Z0-9][a-zA-Z0-9_.-]+
 _NAME_INVALID = re.compile(r"[^a-zA-Z0-9_.-]+")
 _RUN_NAME_MAX = 40
-# A run id as new_run_id (engine/_manager.py) makes it: `<run name>-<YYYYmmdd-HHMMSS>-<4 hex>`.
+# A run id as new_run_id (runs/_manager.py) makes it: `<run name>-<YYYYmmdd-HHMMSS>-<4 hex>`.
 # The name prefix is the same for every run of a profile, so only what follows it tells two runs
 # apart (two airvisors running one profile on one Docker engine). The name keeps its time of
 # day and random suffix: two runs of one name alive at once that started at the same second of

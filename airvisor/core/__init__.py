@@ -1,7 +1,7 @@
 """The supervisor core: what every supervised run does wherever its processes run (the phase,
 events, worker tasks, progress from the logs, carrying out `policy.transition`), and the typed
-events its main loop consumes. Backends: `airvisor.engine.RunSupervisor` (this box) and
-`airvisor.slurm.SlurmRunSupervisor` (a Slurm job); `airvisor.engine.RunManager` drives them."""
+events its main loop consumes. Backends: `airvisor.box.RunSupervisor` (this box) and
+`airvisor.slurm.SlurmRunSupervisor` (a Slurm job); `airvisor.runs.RunManager` drives them."""
 
 from airvisor.core._events import (
     Command,

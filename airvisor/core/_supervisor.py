@@ -82,7 +82,7 @@ from airvisor.profile._checks import RUN_DIR_MIN_FREE, MachineFacts, nearest_exi
 from airvisor.profile._schema import Profile
 from airvisor.store import RunRecord, Store
 
-log = get_logger("airvisor.engine")
+log = get_logger("airvisor.box")
 
 LAST_LINES = 15  # of the failed component's log, kept with a failure event
 # The components whose logs say `Step N`: the stall names the one that stopped.

@@ -65,9 +65,9 @@ from airvisor.daemon._reaping import discover_stale, reap_stale
 from airvisor.daemon._submissions import Refusal, Submissions
 from airvisor.daemon._views import detail_of, event_of, summary_of
 from airvisor.daemon.web import install as install_run_page
-from airvisor.engine import RunConflict, UnknownRun
 from airvisor.policy import RunState
 from airvisor.profile import ProfileError
+from airvisor.runs import RunConflict, UnknownRun
 from airvisor.stacks import attempt_dir_of, capture_run, read_capture
 from airvisor.store import AlreadySubmitted, RunRecord, Store
 from airvisor.store._retention import recent_prunes, settings_file

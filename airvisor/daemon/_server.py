@@ -41,7 +41,7 @@ from airvisor.daemon._housekeeping import Housekeeping
 from airvisor.daemon._notify import Notifier, watchdog_interval
 from airvisor.daemon._profiles import ProfileCatalog
 from airvisor.daemon._service import RunService
-from airvisor.engine import RunManager
+from airvisor.runs import RunManager
 from airvisor.store import Store
 from airvisor.store._retention import SettingsError, load_state_settings, settings_file
 

@@ -1,4 +1,4 @@
-"""What the daemon needs from the supervision engine (`airvisor.engine.RunManager`).
+"""What the daemon needs from the supervision engine (`airvisor.runs.RunManager`).
 
 The API and the main loop depend only on this Protocol, so tests can drive them with a small
 in-memory implementation and the engine can change behind it.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from airvisor.engine._manager import StartMode as StartMode  # one definition: the engine's
+from airvisor.runs._manager import StartMode as StartMode  # one definition: the engine's
 
 if TYPE_CHECKING:
     from airvisor.profile._schema import Profile

@@ -18,7 +18,7 @@ reads them, so the engine needs no notification code. Mapping:
   failure's reason and the new attempt's resume step); a restart a person asked for is not a
   recovery.
 - `needs_person` (the environment could not serve `health.rollout_error_limit` episodes in a
-  row: airvisor.engine._rollouts) -> needs_person (reason: the newest episode's error); the
+  row: airvisor.box._rollouts) -> needs_person (reason: the newest episode's error); the
   run then stops as failed, which is the `failed` notification as for any failed run.
 """
 

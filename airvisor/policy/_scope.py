@@ -18,7 +18,7 @@ it starts. So a recovery keeps the server when, and only when, all of these hold
   the run, the next recovery restarts everything (the server may be what is wrong after all).
 
 Pure: the caller passes the facts (health probed by
-`airvisor.engine._probe.probe_kept_server`) and the time.
+`airvisor.box._probe.probe_kept_server`) and the time.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ KEEPABLE: frozenset[str] = frozenset({"trainer", "orchestrator", "env_server"})
 
 @dataclass(frozen=True)
 class InferenceHealth:
-    """The kept server's health after the failure (`airvisor.engine._probe.probe_kept_server`)."""
+    """The kept server's health after the failure (`airvisor.box._probe.probe_kept_server`)."""
 
     tree_alive: bool  # every recorded process of its tree still runs (pid + start time)
     health_ok: bool  # GET /health answered 200

@@ -26,7 +26,7 @@ anew at its start (main `orchestrator/orchestrator.py:281-290` posting `/init_br
 a new receiver on every call (main `inference/vllm/worker/nccl.py:95-130`, v0.4
 `inference/vllm/worker/nccl.py:89-109`), and the resume step's weights are broadcast to it before
 the first rollout. A worker stuck in a receive from the dead trainer is what the kept server's
-responsiveness probe (`airvisor.engine._probe.probe_kept_server`) catches: such a server is
+responsiveness probe (`airvisor.box._probe.probe_kept_server`) catches: such a server is
 stopped and the recovery is full.
 
 What cannot be kept faithfully is a typed `Refusal` (the engine then restarts everything and

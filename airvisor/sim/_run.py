@@ -26,16 +26,16 @@ from unittest import mock
 import structlog
 import tomli_w
 
-import airvisor.engine._supervisor as engine_module
-import airvisor.engine._takeover as takeover_module
+import airvisor.box._supervisor as engine_module
+import airvisor.box._takeover as takeover_module
 import airvisor.primerl._attempt as attempt_module
 import airvisor.proc._launch as launch_module
 import airvisor.profile._checks as checks_module
-from airvisor.engine import RunConflict, RunManager
-from airvisor.engine._supervisor import Hooks
+from airvisor.box._supervisor import Hooks
 from airvisor.policy import Phase, RunState, phase_of_record
 from airvisor.primerl import prepare_run, run_layout
 from airvisor.profile import Profile, load_profile
+from airvisor.runs import RunConflict, RunManager
 from airvisor.sim._schedule import (
     Crash,
     CrashLoop,

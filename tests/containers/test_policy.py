@@ -23,8 +23,8 @@ from airvisor.containers._policy import (
     parse_memory,
 )
 from airvisor.containers._types import ContainerFacts, ProbeResult
-from airvisor.engine._manager import new_run_id
 from airvisor.profile._schema import ContainerSection, Mount, Profile
+from airvisor.runs._manager import new_run_id
 
 DOCKER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
 

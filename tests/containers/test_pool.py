@@ -18,8 +18,8 @@ from airvisor.containers import (
     judge_orphan_containers,
     reap_orphan_containers,
 )
-from airvisor.engine._manager import new_run_id
 from airvisor.profile._schema import ContainerSection, Mount
+from airvisor.runs._manager import new_run_id
 
 pytestmark = pytest.mark.docker
 

@@ -22,10 +22,10 @@ import pytest
 import tomli_w
 
 from airvisor.daemon import ApiContext, ApiServer, ProfileCatalog, create_app
-from airvisor.engine import RunManager
 from airvisor.policy import RunState
 from airvisor.proc import processes_with_marker
 from airvisor.profile import Profile
+from airvisor.runs import RunManager
 from airvisor.store import RunRecord, Store
 
 from ..engine.conftest import demo_profile_dict
@@ -58,7 +58,7 @@ def wait_for(condition: Callable[[], T | None], what: str, timeout: float = 60.0
 
 
 def api_profile(tmp: Path, name: str = PROFILE_NAME, **rl: Any) -> dict[str, Any]:
-    """The engine tests' fast demo profile (tests/engine/conftest.py) named `name`, over the
+    """The engine tests' fast demo profile (tests/box/conftest.py) named `name`, over the
     demo's stand-in of prime-rl v0.4's launcher; its prime-rl config (`rl` keys on top) is
     written next to its run dir tmp/runs/<name>."""
     return demo_profile_dict(tmp / "runs" / name, rl={"max_steps": MAX_STEPS, **rl},

@@ -41,8 +41,8 @@ from airvisor.daemon._models import (
     is_profile_ref,
 )
 from airvisor.daemon._profiles import BadProfileRef
-from airvisor.engine import new_run_id
 from airvisor.profile import ProfileError, load_profile
+from airvisor.runs import new_run_id
 
 from ..engine.conftest import demo_profile_dict
 from .conftest import TOKEN, Api, free_port, write_profile

@@ -155,7 +155,7 @@ def test_errored_rollouts_warn_quietly_and_the_limit_needs_a_person() -> None:
     """The warnings of errored rollouts are events only; the limit in a row is the
     `needs_person` notification with the environment's reason, then the failed run is
     `failed` as any."""
-    from airvisor.engine._rollouts import event_of
+    from airvisor.box._rollouts import event_of
     from airvisor.policy._rollouts import EpisodeRecord, RolloutTally, tally_rollouts
 
     h = History()

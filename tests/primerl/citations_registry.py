@@ -3,7 +3,7 @@ tests/primerl/test_citations.py reads it, so it lives here and is not shipped in
 
 airvisor's rules about prime-rl cite the lines they come from (the layout table `RULES` in
 `_layout.py`, comments and docstrings in `airvisor/primerl/`, `airvisor/profile/`,
-`airvisor/core/`, `airvisor/engine/`, `airvisor/slurm/` and `docs/`), and the demo's
+`airvisor/core/`, `airvisor/box/`, `airvisor/slurm/` and `docs/`), and the demo's
 stand-ins of prime-rl's programs (`airvisor/demo/`) cite the lines they mirror. A citation
 that no longer points at what it claims is worse than none, so each one is registered here
 with what the cited lines hold:
@@ -81,9 +81,9 @@ _DEMO_ORCHESTRATOR = "airvisor/demo/_orchestrator.py"
 _DEMO_PROCESS = "airvisor/demo/_process.py"
 _DEMO_RL = "airvisor/demo/_rl.py"
 _DEMO_TRAINER = "airvisor/demo/_trainer.py"
-_ENGINE_MEMBERS = "airvisor/engine/_members.py"
-_ENGINE_SUPERVISOR = "airvisor/engine/_supervisor.py"
-_ENGINE_PROBE = "airvisor/engine/_probe.py"
+_ENGINE_MEMBERS = "airvisor/box/_members.py"
+_ENGINE_SUPERVISOR = "airvisor/box/_supervisor.py"
+_ENGINE_PROBE = "airvisor/box/_probe.py"
 _DEMO_BROADCAST = "airvisor/demo/_broadcast.py"
 _SPLIT = "airvisor/primerl/_split.py"
 _SLURM_SCRIPT = "airvisor/slurm/_script.py"
@@ -800,7 +800,7 @@ CITATIONS: tuple[Citation, ...] = (
     Citation(_DEMO_TRAINER, 'trainer/rl/train.py:638-648', MAIN,
              _SRC + 'trainer/rl/train.py', '703dd90bc947',
              ('step_message = f"Step {progress.step} | {format_time(step_ti',)),
-    # airvisor/engine/_members.py
+    # airvisor/box/_members.py
     Citation(_ENGINE_MEMBERS, 'rl.py:613,686-692,725-746', V04, _SRC + 'rl.py', '7d7e6726a36a',
              ('inference_cmd = ["uv", "run", "inference", "@", inference_fi',
               'orchestrator_cmd = [',
@@ -817,7 +817,7 @@ CITATIONS: tuple[Citation, ...] = (
     Citation(_ENGINE_MEMBERS, 'trainer/rl/train.py:748', MAIN,
              _SRC + 'trainer/rl/train.py', '36e291e05ce5',
              ('set_proc_title("Trainer")',)),
-    # airvisor/engine/_supervisor.py
+    # airvisor/box/_supervisor.py
     # A member's death acted on before the launcher's monitor loop reports it (issue 22).
     Citation(_ENGINE_SUPERVISOR, "rl.py:779-786", V04, _SRC + "rl.py", "cc9419f1f901",
              ("while not (stop_events[\"orchestrator\"].is_set() and",)),

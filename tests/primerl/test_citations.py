@@ -36,9 +36,9 @@ from .conftest import SETUP, STRICT, VENVS
 REPO = Path(__file__).resolve().parents[2]
 THIRD_PARTY = REPO.parent / "shared" / "third_party"
 # Where citations of prime-rl are written (and so checked): the rules (primerl/, profile/, the
-# supervisors: core/, engine/, slurm/), the stand-ins of prime-rl's programs and the lines they
+# supervisors: core/, box/, slurm/), the stand-ins of prime-rl's programs and the lines they
 # mirror (demo/), the docs.
-SCANNED = ("airvisor/primerl", "airvisor/profile", "airvisor/core", "airvisor/engine",
+SCANNED = ("airvisor/primerl", "airvisor/profile", "airvisor/core", "airvisor/box",
            "airvisor/slurm", "airvisor/demo", "docs")
 VLLM_VENV = Path(os.environ.get("AIRVISOR_VLLM_VENV", "/opt/airvisor-test/vllm-venv"))
 LAYOUT = "airvisor/primerl/_layout.py"

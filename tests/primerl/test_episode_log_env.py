@@ -1,5 +1,5 @@
 """Every attempt's processes learn where to report finished episodes (the environment in the
-orchestrator or env-server appends to it; airvisor.engine._rollouts reads it)."""
+orchestrator or env-server appends to it; airvisor.box._rollouts reads it)."""
 
 from __future__ import annotations
 

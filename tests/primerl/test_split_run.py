@@ -19,8 +19,8 @@ import psutil
 import pytest
 import tomli_w
 
+from airvisor.box._probe import probe_kept_server
 from airvisor.demo._weights import UPDATE_WEIGHTS, fetch_calls
-from airvisor.engine._probe import probe_kept_server
 from airvisor.policy._resume import choose_resume_step
 from airvisor.primerl._adapters import LaunchSpec
 from airvisor.primerl._layout import layout_for

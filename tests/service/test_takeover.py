@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airvisor.engine._takeover import (
+from airvisor.box._takeover import (
     LOG_TAIL_LINES,
     LogFacts,
     completed_step,

@@ -121,7 +121,7 @@ def test_a_death_of_a_disk_that_cleared_before_airvisor_looked_is_not_counted(
 
 
 @pytest.mark.xfail(strict=True, reason="found by the sweep: an adopted attempt's first-step "
-                   "grace starts again at the adoption (engine/_supervisor.py adopt), so a "
+                   "grace starts again at the adoption (box/_supervisor.py adopt), so a "
                    "trainer hung before the daemon died is declared hung up to "
                    "health.first_step_grace later, and the run can end otherwise than "
                    "without the kill")

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from airvisor.core import Command
-from airvisor.engine import RunManager
 from airvisor.policy import RunState
 from airvisor.profile import Profile
+from airvisor.runs import RunManager
 from airvisor.slurm import CommandSlurm, render_job_script
 from airvisor.store import Store
 

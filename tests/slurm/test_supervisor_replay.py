@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from airvisor.core import Command
-from airvisor.engine import RunManager
 from airvisor.policy import Phase, RunState
 from airvisor.profile import Profile
+from airvisor.runs import RunManager
 from airvisor.store import Store
 
 from ._support import Driver, FakeRender, FakeSlurm, full_step, slurm_profile, write_log

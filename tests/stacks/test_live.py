@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from airvisor.engine import RunManager
+from airvisor.runs import RunManager
 
 from .conftest import Harness, airvisor_cli, api_over, demo_profile
 

@@ -22,7 +22,7 @@ spec.loader.exec_module(planting)
 
 from _sandbox import private_tmp  # noqa: E402  (the scenario dir is on sys.path)
 
-from airvisor.engine import RunManager  # noqa: E402
+from airvisor.runs import RunManager  # noqa: E402
 from airvisor.policy import Phase  # noqa: E402
 from airvisor.proc import MARKER_OWNER_ENV, MARKER_RUN_ENV, own_state_dir  # noqa: E402
 from airvisor.profile._schema import (  # noqa: E402

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from airvisor.engine import RunConflict
 from airvisor.policy import Phase, RunState
 from airvisor.primerl import LAUNCHER
 from airvisor.proc import ProcessIdentity
 from airvisor.profile import load_profile
+from airvisor.runs import RunConflict
 
 from .conftest import demo_profile_dict, write_profile
 from .test_component_mode import V04_PYTHON

@@ -22,12 +22,12 @@ from typing import Any
 import psutil
 import pytest
 
+from airvisor.box._supervisor import RunSupervisor
 from airvisor.demo._weights import INIT_BROADCASTER, UPDATE_WEIGHTS, fetch_calls, fetch_served
-from airvisor.engine import RunManager
-from airvisor.engine._supervisor import RunSupervisor
 from airvisor.policy import RunState
 from airvisor.proc import processes_with_marker
 from airvisor.profile import Profile
+from airvisor.runs import RunManager
 from airvisor.stacks._capture import read_capture
 
 from .conftest import Harness

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import tomli_w
 
-from airvisor.engine import RunManager
 from airvisor.policy import RunState
 from airvisor.proc import processes_with_marker
 from airvisor.profile import Profile, load_profile
 from airvisor.profile._configs import deep_merge
+from airvisor.runs import RunManager
 from airvisor.store import Store
 
 from ..launchers import missing_launcher, real_launcher

@@ -12,10 +12,10 @@ from typing import Any
 
 import psutil
 
-from airvisor.engine import RunManager
-from airvisor.engine._supervisor import RunSupervisor
+from airvisor.box._supervisor import RunSupervisor
 from airvisor.policy import RunState
 from airvisor.proc import processes_with_marker
+from airvisor.runs import RunManager
 
 from .conftest import Harness
 from .test_kept_inference import BOUND, drive, running_attempt, start

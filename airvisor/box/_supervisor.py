@@ -19,6 +19,10 @@ from typing import Any, Protocol
 
 from airvisor._logfile import LogTail, tail_lines
 from airvisor._logging import get_logger
+from airvisor.box._members import launcher_members
+from airvisor.box._probe import InferenceProber, inference_base_url, probe_kept_server
+from airvisor.box._rollouts import RolloutWatcher, event_of
+from airvisor.box._takeover import component_alive
 from airvisor.core import (
     Background,
     ComponentExited,
@@ -34,10 +38,6 @@ from airvisor.core import (
     recorded_failure,
     run_on_thread,
 )
-from airvisor.engine._members import launcher_members
-from airvisor.engine._probe import InferenceProber, inference_base_url, probe_kept_server
-from airvisor.engine._rollouts import RolloutWatcher, event_of
-from airvisor.engine._takeover import component_alive
 from airvisor.policy import Phase
 from airvisor.policy._disk import disk_error
 from airvisor.policy._rollouts import NeedsPerson
@@ -79,7 +79,7 @@ from airvisor.proc._deathwatch import Death, DeathWatch
 from airvisor.profile._schema import Profile
 from airvisor.stacks import with_stacks_first
 
-log = get_logger("airvisor.engine")
+log = get_logger("airvisor.box")
 
 PROCESS_ORDER = ("inference", "trainer", "orchestrator")
 INFERENCE = "inference"  # the kept server's component name in the split (issue 22)
@@ -1162,7 +1162,7 @@ class RunSupervisor(SupervisorCore):
 
     # -- timers and progress -----------------------------------------------------------------
     def _check_rollouts(self) -> bool:
-        """What the environment reported of its episodes (airvisor.engine._rollouts): warnings
+        """What the environment reported of its episodes (airvisor.box._rollouts): warnings
         in the run's events; True when the run stops for a person."""
         if self._rollouts is None or self.phase not in (Phase.STARTING, Phase.RUNNING):
             return False

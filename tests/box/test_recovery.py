@@ -71,7 +71,7 @@ def test_trainer_crash_resumes_from_last_complete_checkpoint(harness: Harness,
     assert len(failures) == 1
     assert failures[0].component == "trainer"
     # Reported by prime-rl's launcher (with the status), or seen at once by airvisor's watch of
-    # the trainer (whose status the launcher, its parent, reaps: tests/engine/test_member_watch).
+    # the trainer (whose status the launcher, its parent, reaps: tests/box/test_member_watch).
     message = failures[0].message
     assert "trainer exited with status 3" in message \
         or message.startswith("trainer exited (seen at once by airvisor;"), message

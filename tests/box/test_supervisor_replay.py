@@ -18,14 +18,15 @@ from typing import Any
 import psutil
 import pytest
 
+from airvisor.box import RunSupervisor
+from airvisor.box._supervisor import FINISH_TIMEOUT, LogView
 from airvisor.core import InferenceReady, ProbeFailed
-from airvisor.engine import RunConflict, RunManager, RunSupervisor
-from airvisor.engine._supervisor import FINISH_TIMEOUT, LogView
 from airvisor.policy import RunState
 from airvisor.primerl import LAUNCHER
 from airvisor.proc import ProcessIdentity
 from airvisor.proc._deathwatch import Death
 from airvisor.profile import Profile, load_profile
+from airvisor.runs import RunConflict, RunManager
 from airvisor.store import Store
 
 from ..primerl.test_layout import v04_full_step

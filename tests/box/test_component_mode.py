@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
+from airvisor.box._supervisor import RunSupervisor
 from airvisor.demo._weights import UPDATE_WEIGHTS, fetch_calls
-from airvisor.engine._supervisor import RunSupervisor
 from airvisor.policy import RunState
 from airvisor.primerl import prepare_attempt, prepare_run, run_layout
 from airvisor.proc import processes_with_marker

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from airvisor.engine import _manager
+from airvisor.box import _manager
 from airvisor.policy import RunState
 
 from .test_supervisor_replay import Replay

@@ -20,9 +20,9 @@ import httpx
 import psutil
 import pytest
 
+from airvisor.box._probe import first_error_line, probe_kept_server
 from airvisor.demo._broadcast import listen, payload_for
 from airvisor.demo._weights import Version, fetch_served, init_broadcaster, send_update
-from airvisor.engine._probe import first_error_line, probe_kept_server
 
 BOUND = 60.0  # seconds: a bound on a stuck start, not a timing claim
 

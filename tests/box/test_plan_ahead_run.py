@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from airvisor.engine import _supervisor
+from airvisor.box import _supervisor
 from airvisor.policy import Phase, RunState
 from airvisor.primerl import choose_resume
 from airvisor.primerl._planahead import PLANS, resolution_key

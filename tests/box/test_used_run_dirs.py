@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from airvisor.engine import RunConflict
 from airvisor.policy import RunState
 from airvisor.primerl import prepare_run, run_layout
 from airvisor.profile import Profile, ProfileError
+from airvisor.runs import RunConflict
 
 from ..primerl.test_layout import main_orchestrator_save, main_trainer_save, v04_full_step
 from .conftest import Harness

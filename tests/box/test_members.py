@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from airvisor.engine._members import TreeProcess, component_of, launcher_members, match_members
+from airvisor.box._members import TreeProcess, component_of, launcher_members, match_members
 
 
 @pytest.mark.parametrize(("argv", "component"), [

@@ -10,7 +10,7 @@ environment: the container names and `AIRVISOR_EPISODE_LOG` as airvisor passes t
 fails and air_mlgym reports the errored episode; the supervisor warns in the run's events and,
 at `health.rollout_error_limit` in a row, stops the run as failed, needing a person.
 
-NEEDS the supervisor's wiring of `airvisor.engine._rollouts.RolloutWatcher` (a watcher per
+NEEDS the supervisor's wiring of `airvisor.box._rollouts.RolloutWatcher` (a watcher per
 attempt, one `poll()` per tick): until it lands this test is an expected failure (strict: it
 fails once the wiring makes it pass, so the marker goes then).
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from airvisor.engine._rollouts import RolloutWatcher, episode_log, event_of
+from airvisor.box._rollouts import RolloutWatcher, episode_log, event_of
 from airvisor.policy._rollouts import NeedsPerson, RolloutsErrored, RolloutsRecovered
 
 

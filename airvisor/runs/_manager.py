@@ -23,15 +23,15 @@ import psutil
 
 from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
-from airvisor.core import Command, Event, recorded_failure
-from airvisor.core._logview import written_before
-from airvisor.engine._supervisor import ComponentHandle, Hooks, RunSupervisor
-from airvisor.engine._takeover import (
+from airvisor.box._supervisor import ComponentHandle, Hooks, RunSupervisor
+from airvisor.box._takeover import (
     finish_if_completed,
     record_accepted,
     refresh_adopted,
     unfinished_commands,
 )
+from airvisor.core import Command, Event, recorded_failure
+from airvisor.core._logview import written_before
 from airvisor.policy import (
     BootAction,
     Failure,
@@ -56,7 +56,7 @@ from airvisor.reaper import prepare_machine as reaper_prepare
 from airvisor.slurm import SlurmRunSupervisor, is_slurm_profile
 from airvisor.store import AlreadySubmitted, RunRecord, Store
 
-log = get_logger("airvisor.engine")
+log = get_logger("airvisor.box")
 
 StartMode = Literal["auto", "resume", "fresh"]
 
