@@ -57,7 +57,8 @@ fi
 # "isolated": what neither plants nor supervises marked processes on this machine nor creates
 # airvisor-labelled containers: the MLGym environment (its own containers), the systemd scenarios
 # (inside containers), the stand-ins run bare (no marker: a host-wide reaper leaves them alone as
-# not ours) and prime-rl's config code. "host": everything else (runs, daemons, takeovers, Slurm
+# not ours), prime-rl's config code and the deterministic simulation (its processes are
+# simulated; it is pure CPU, so it runs beside the waits of the other groups). "host": everything else (runs, daemons, takeovers, Slurm
 # jobs and their node check, the reaper, task containers), in one process because a host-wide
 # reaper (a preflight, `airvisor reap`, Slurm's node check) would rightly judge another test's
 # unsupervised run, or its task containers, stale.
@@ -65,7 +66,7 @@ fi
 # mostly wait on `docker exec`: a third process of their own ("envs").
 envs=(tests/envs)
 isolated=(tests/demo tests/primerl tests/service/test_systemd_scenarios.py
-          tests/service/test_user_containment.py tests/test_layering.py)
+          tests/service/test_user_containment.py tests/test_layering.py tests/sim)
 host=()
 for path in tests/*/; do
   path="${path%/}"
