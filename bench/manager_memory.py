@@ -39,11 +39,11 @@ import tomli_w
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from airvisor.runs import RunManager  # noqa: E402
 from airvisor.core import InferenceReady  # noqa: E402
 from airvisor.policy import RunState  # noqa: E402
 from airvisor.proc import ProcessIdentity  # noqa: E402
 from airvisor.profile import load_profile  # noqa: E402
+from airvisor.runs import RunManager  # noqa: E402
 from airvisor.store import Store  # noqa: E402
 
 _pids = itertools.count(800_000)

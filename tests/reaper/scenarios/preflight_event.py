@@ -22,7 +22,6 @@ spec.loader.exec_module(planting)
 
 from _sandbox import private_tmp  # noqa: E402  (the scenario dir is on sys.path)
 
-from airvisor.runs import RunManager  # noqa: E402
 from airvisor.policy import Phase  # noqa: E402
 from airvisor.proc import MARKER_OWNER_ENV, MARKER_RUN_ENV, own_state_dir  # noqa: E402
 from airvisor.profile._schema import (  # noqa: E402
@@ -32,6 +31,7 @@ from airvisor.profile._schema import (  # noqa: E402
     RestartSection,
     RunSection,
 )
+from airvisor.runs import RunManager  # noqa: E402
 from airvisor.store import Store  # noqa: E402
 
 
