@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _recovery_timeline import LAUNCHED, Recovery, RecoveryClock, drive, recovery_of, report
-from tests.engine.conftest import demo_profile_dict, write_profile
 
 from airvisor.box import _supervisor
 from airvisor.box._supervisor import RunSupervisor
@@ -50,6 +49,7 @@ from airvisor.primerl._planahead import PLANS, resolution_key
 from airvisor.profile import load_profile
 from airvisor.runs import RunManager
 from airvisor.store import Store
+from tests.box.conftest import demo_profile_dict, write_profile
 
 BOUND = 300.0
 REAL_VLLM_BOUND = 900.0  # a CPU vLLM start on two busy cores: 30 to 90 s, more when cold

@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _recovery_timeline import RecoveryClock, drive
-from tests.engine.conftest import demo_profile_dict, write_profile
 
 from airvisor.box._supervisor import RunSupervisor
 from airvisor.policy import RunState
@@ -37,6 +36,7 @@ from airvisor.proc._deathwatch import Death
 from airvisor.profile import load_profile
 from airvisor.runs import RunManager
 from airvisor.store import Store
+from tests.box.conftest import demo_profile_dict, write_profile
 
 TICK = 0.01  # the main loop's idle wait (a death wakes it at once: its timers only)
 

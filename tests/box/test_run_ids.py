@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from airvisor.box import _manager
 from airvisor.policy import RunState
+from airvisor.runs import _manager
 
 from .test_supervisor_replay import Replay
 

@@ -31,7 +31,7 @@ import pytest
 from airvisor.proc import processes_with_marker
 from airvisor.store import RunRecord, Store
 
-from ..engine.conftest import demo_profile_dict, free_port, write_profile
+from ..box.conftest import demo_profile_dict, free_port, write_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from airvisor.store import Store
 
-from ..engine.conftest import demo_profile_dict, free_port, write_profile
+from ..box.conftest import demo_profile_dict, free_port, write_profile
 
 
 def airvisor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ import docker
 import docker.errors
 import pytest
 
-from ..engine.conftest import demo_profile_dict, write_profile
+from ..box.conftest import demo_profile_dict, write_profile
 
 pytestmark = pytest.mark.docker
 

@@ -28,7 +28,7 @@ from airvisor.profile import Profile
 from airvisor.runs import RunManager
 from airvisor.store import RunRecord, Store
 
-from ..engine.conftest import demo_profile_dict
+from ..box.conftest import demo_profile_dict
 
 TOKEN = "test-token-0123456789"
 PROFILE_NAME = "apitest"

@@ -18,7 +18,7 @@ from airvisor.primerl import layout_for
 from airvisor.proc._launch import process_alive
 from airvisor.proc._marker import processes_with_marker
 
-from ..engine.conftest import demo_profile_dict
+from ..box.conftest import demo_profile_dict
 from .conftest import DaemonProcess, write_profile
 
 PROFILE = "adoption_demo"

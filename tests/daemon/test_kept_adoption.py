@@ -11,7 +11,7 @@ import httpx
 import psutil
 import pytest
 
-from ..engine.conftest import demo_profile_dict
+from ..box.conftest import demo_profile_dict
 from .conftest import write_profile
 from .test_adoption import Daemons, current, event_kinds, wait_for
 

@@ -44,7 +44,7 @@ from airvisor.daemon._profiles import BadProfileRef
 from airvisor.profile import ProfileError, load_profile
 from airvisor.runs import new_run_id
 
-from ..engine.conftest import demo_profile_dict
+from ..box.conftest import demo_profile_dict
 from .conftest import TOKEN, Api, free_port, write_profile
 
 PROFILE = "schema_demo"

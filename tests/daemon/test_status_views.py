@@ -18,7 +18,7 @@ import pytest
 from airvisor.proc._marker import processes_with_marker
 from airvisor.store import Store
 
-from ..engine.conftest import demo_profile_dict
+from ..box.conftest import demo_profile_dict
 from .conftest import DaemonProcess, write_profile
 
 PROFILE = "views_demo"

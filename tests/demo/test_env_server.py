@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..engine.conftest import free_port
+from ..box.conftest import free_port
 
 BOUND = 30.0  # a bound on a stuck process, never a timing claim
 

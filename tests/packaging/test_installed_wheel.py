@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ..engine.conftest import free_port
+from ..box.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "airvisor", "configs")

@@ -19,7 +19,7 @@ from airvisor.primerl._planahead import PLANS, PlanAhead, resolution_key
 from airvisor.primerl._resolve import Resolution
 from airvisor.profile import Profile, load_profile
 
-from ..engine.conftest import demo_profile_dict, write_profile
+from ..box.conftest import demo_profile_dict, write_profile
 from .test_layout import v04_full_step
 
 pytestmark = pytest.mark.timeout(600)

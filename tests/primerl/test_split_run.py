@@ -27,7 +27,7 @@ from airvisor.primerl._layout import layout_for
 from airvisor.primerl._split import plan_split, resolve_split, split_of
 from airvisor.profile import load_profile
 
-from ..engine.conftest import demo_profile_dict
+from ..box.conftest import demo_profile_dict
 
 BOUND = 120.0  # seconds: a bound on a stuck run, not a timing claim
 

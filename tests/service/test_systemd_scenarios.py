@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import pytest
 import tomli_w
 
-from ..engine.conftest import demo_rl_config
+from ..box.conftest import demo_rl_config
 from ..launchers import VENVS, missing_launcher
 
 REPO = Path(__file__).resolve().parents[2]

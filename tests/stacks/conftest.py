@@ -20,7 +20,7 @@ from airvisor.profile import Profile, load_profile
 from airvisor.profile._configs import deep_merge
 from airvisor.store import Store
 
-from ..engine.conftest import (  # noqa: F401  (the fixture, shared)
+from ..box.conftest import (  # noqa: F401  (the fixture, shared)
     Harness,
     demo_profile_dict,
     harness,

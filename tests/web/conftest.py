@@ -17,7 +17,7 @@ from airvisor.profile._configs import deep_merge
 from airvisor.store import Store
 
 from ..daemon.conftest import DaemonProcess, write_profile
-from ..engine.conftest import demo_profile_dict, free_port
+from ..box.conftest import demo_profile_dict, free_port
 
 # What the supervisor wrote in the second attempt's details when its recovery kept the server
 # (`_record_scope` in airvisor.box._supervisor).
