@@ -260,6 +260,7 @@ class ComponentHandle:
 # main utils/process.py:96-105, entrypoints/rl.py:376-388): seconds a stop waits for that line
 # when the member's status was its to collect, before SIGTERM ends the launcher unsaid.
 LAUNCHER_REPORT_WAIT = 1.5
+FAILURE_LINES = 40  # a failed component's last log lines looked at (as many as a LogTail keeps)
 LAUNCHER_REPORT_LOOK = 0.05  # seconds between looks at the launcher's log meanwhile
 
 
@@ -300,6 +301,20 @@ def _after_launcher_report(job: Callable[[], TaskOutcome], log_path: Path,
         return job()
 
     return run
+
+
+def _last_lines_of(path: Path | None, read: list[str]) -> list[str]:
+    """A failed component's last log lines: the file's end, not only the lines this daemon
+    read (an adopted attempt's logs are read from the adoption on: what the component said
+    while no daemon watched, its dying words among them, is in the file only)."""
+    if path is not None:
+        try:
+            lines, _ = tail_lines(path, FAILURE_LINES)
+        except OSError:
+            lines = []
+        if lines:
+            return [line.rstrip("\n") for line in lines]
+    return read
 
 
 def describe_exit(code: int | None) -> str:
@@ -374,9 +389,12 @@ class RunSupervisor(SupervisorCore):
 
     def _failure_lines(self, component: str | None) -> list[str]:
         if component in self.views:
-            return self.views[component].last_lines
+            view = self.views[component]
+            return _last_lines_of(view.tail.path if view.tail is not None else None,
+                                  view.last_lines)
         if component in self.components:
-            return list(self.components[component].log.last_lines)
+            log = self.components[component].log
+            return _last_lines_of(log.path, list(log.last_lines))
         return []
 
     def _relaunch(self, cause: str) -> None:
@@ -580,7 +598,11 @@ class RunSupervisor(SupervisorCore):
         details: dict[str, Any] = {"split": self._split is not None,
                                    "prl_run_id": self._prl_run_id,
                                    # why its server cannot be kept (a new daemon reads them)
-                                   "keep_refusals": list(self._split_refusals)}
+                                   "keep_refusals": list(self._split_refusals),
+                                   # its start on this supervisor's wall clock (the store's
+                                   # started_at is the store's own time.time()): a new daemon
+                                   # runs the adopted attempt's grace and clocks from it
+                                   "began_at": self._wall()}
         if self.attempt > 1 or scope is not None:
             if kept is not None:
                 reason, detail = "kept", scope.detail if scope is not None else ""

@@ -435,7 +435,9 @@ class RunManager:
             refresh_adopted(self.store, run)  # step and progress time, before any answer
             # The run's step may be an earlier attempt's (the step before a crash): only the
             # attempt's own Step lines say whether it has begun training.
-            began = next((a.get("started_at") for a in self.store.attempts(run.id)
+            # (its start on the last supervisor's clock, else the store's record of it)
+            began = next(((a.get("details") or {}).get("began_at", a.get("started_at"))
+                          for a in self.store.attempts(run.id)
                           if a.get("number") == run.attempt), None)
             own = _step_from_logs(supervisor, handles, began)
             known = max((s for s in (run.step, own) if s is not None), default=None)

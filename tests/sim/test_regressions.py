@@ -108,24 +108,24 @@ def test_a_member_that_died_while_no_daemon_watched_is_the_recorded_failure(
     assert not broken(outcome, "fault-recorded", "right-component")
 
 
-@pytest.mark.xfail(strict=True, reason="found by the sweep: the core looks at the disk when it "
-                   "learns of the death (6eb771b); a disk that filled and cleared before that "
-                   "(here while no daemon watched) leaves the death a counted crash, though the "
-                   "trainer's log says 'No space left on device'")
 def test_a_death_of_a_disk_that_cleared_before_airvisor_looked_is_not_counted(
         tmp_path: Path) -> None:
+    """Found by the sweep (seed 3558): the trainer died of the full disk while no daemon
+    watched and the disk cleared before the new one looked; the adopted view of its log read
+    from the adoption on, so its "No space left on device" was never seen and the death
+    counted as a crash (the failure's lines are now the log file's end)."""
     sim, outcome = run(Schedule(3558, "main", (DaemonKill(1.0, 5.0), DiskFull(3.0, 3.0))),
                        tmp_path)
     assert any(x.kind == "machine" for x in sim.landed)
     assert not broken(outcome, "machine-death-uncounted")
 
 
-@pytest.mark.xfail(strict=True, reason="found by the sweep: an adopted attempt's first-step "
-                   "grace starts again at the adoption (box/_supervisor.py adopt), so a "
-                   "trainer hung before the daemon died is declared hung up to "
-                   "health.first_step_grace later, and the run can end otherwise than "
-                   "without the kill")
 def test_a_daemon_killed_and_replaced_at_once_changes_nothing(tmp_path: Path) -> None:
+    """Found by the sweep (seed 3535): a trainer hung before its daemon was killed and
+    replaced; the new daemon ran the adopted attempt's first-step grace from the store's
+    started_at, the store's own clock, not the supervisor's (in the simulation the two
+    differ), so the grace started again at the adoption and the run ended otherwise than
+    without the kill (the attempt records its start on the supervisor's clock now)."""
     schedule = Schedule(3535, "0.4", (Hang(3.0), DaemonKill(5.0, 0.0), LauncherDies(14.0)))
     assert not broken(simulate(schedule, tmp_path), "daemon-kill-same-outcome")
 

@@ -37,10 +37,6 @@ OPEN_DEFECTS: dict[str, str] = {
                    "an operator's stop while the recovery's stop waits for that line leaves "
                    "the failure without it (seed 82: the status is amended only while "
                    "recovering)",
-    "machine-death-uncounted": "a death from a disk that filled and cleared before the core "
-                               "looked is counted (test_regressions.py)",
-    "daemon-kill-same-outcome": "an adopted attempt's first-step grace starts again at the "
-                                "adoption (test_regressions.py)",
     "stacks-once-per-hang": "a daemon that dies between deciding a hang and its stop: the "
                             "next one stops the attempt without its stacks "
                             "(test_regressions.py, seed 6993)",
