@@ -16,8 +16,8 @@ from airvisor.proc._marker import processes_with_marker
 from airvisor.profile._configs import deep_merge
 from airvisor.store import Store
 
-from ..daemon.conftest import DaemonProcess, write_profile
 from ..box.conftest import demo_profile_dict, free_port
+from ..daemon.conftest import DaemonProcess, write_profile
 
 # What the supervisor wrote in the second attempt's details when its recovery kept the server
 # (`_record_scope` in airvisor.box._supervisor).
