@@ -679,6 +679,11 @@ def _split_main(config: Any, components: dict[str, Any], scratch: Path,
         refusals.append(_refusal("disaggregated" if inference.deployment.type == "disaggregated"
                                  else "multi_node",
                                  f"inference.deployment.type = {inference.deployment.type!r}"))
+    if refusals:
+        # Slurm or more than one node: no split on this box. Stop before the re-parse below:
+        # main refuses a multi-node config without [inference] (configs/rl.py:333-338), and
+        # that refusal is about the half, not the user's config, which prime-rl accepted.
+        return {"inference": None, "rest": None, "refusals": refusals}
     # NCCL broadcast (main's default with [inference]) is no refusal: the orchestrator forms the
     # group at its own start (orchestrator/orchestrator.py:281-290, utils/client.py:420-440
     # posting /init_broadcaster), the worker builds a new receiver on every call

@@ -362,6 +362,8 @@ CITATIONS: tuple[Citation, ...] = (
              _SRC + "orchestrator/types.py", "615ed11ee094", ("step: int = 1",)),
     Citation(_RESOLVER, "entrypoints/rl.py:622-627", MAIN,
              _SRC + "entrypoints/rl.py", "c4c4f6b9eeff", ("resuming = config.resume is not None",)),
+    Citation(_RESOLVER, "configs/rl.py:333-338", MAIN, _CFG + "rl.py", "4c63997d3309",
+             ("if self.deployment.type == \"multi_node\":",)),
     Citation(_RESOLVER, "configs/rl.py:246", MAIN, _CFG + "rl.py", "dbd9c25798d6",
              ("clean: bool = False",)),
     Citation(_RESOLVER, "utils/pathing.py:156-193", MAIN, _SRC + "utils/pathing.py", "ef3c194d0c6b",

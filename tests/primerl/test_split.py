@@ -113,6 +113,19 @@ def test_main_nixl_broadcast_is_refused_with_the_source_s_reason(
     assert caught.value.refusals == split.refusals
 
 
+@pytest.mark.slow
+def test_a_multi_node_slurm_config_is_refused_not_an_error(
+        primerl_python: Callable[[str], Path], tmp_path: Path) -> None:
+    """The shipped Slurm config (multi_node, [slurm], one inference node): prime-rl accepts it,
+    so the split says why it keeps nothing, without re-parsing a half main would refuse
+    ("Must configure inference when using multi-node deployment", configs/rl.py:333-338)."""
+    profile = load_profile(REPO / "configs" / "slurm.toml", {
+        "prime_rl.command_prefix": [], "prime_rl.python": [str(primerl_python("main"))],
+        "prime_rl.workdir": str(tmp_path)})
+    split = split_of(resolve_split(profile, resume_step=None, scratch=tmp_path / "scratch"))
+    assert [r.code for r in split.refusals] == ["slurm", "multi_node"]
+
+
 def test_unresolved_or_component_mode_is_refused(tmp_path: Path) -> None:
     facts = RunFacts(version="0.4", output_dir=tmp_path, run_dir=tmp_path,
                      orchestrator_output_dir=tmp_path, inference_host="", inference_port=8000,
