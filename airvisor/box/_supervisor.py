@@ -1171,16 +1171,28 @@ class RunSupervisor(SupervisorCore):
         self._record_containers(outcome.containers if outcome is not None else ())
         summary = outcome.summary if outcome is not None else event.error
         self._event("stopped_components", f"components stopped: {summary}")
-        launcher, failure = self.components.get(LAUNCHER), self._failure
-        if launcher is not None and failure is not None and failure.component is not None \
+        failure = self._failure
+        launcher_log = self._launcher_log()
+        if launcher_log is not None and failure is not None and failure.component is not None \
                 and not failure.status_known:
             # The launcher's line naming the exit status of a member whose failure was recorded
             # without it (the launcher reaped it first), also one written before a new daemon
-            # adopted the run: the failure gets its status.
-            child = launcher_report(launcher.log.path, failure.component)
+            # adopted the run or took its recovery over: the failure gets its status.
+            child = launcher_report(launcher_log, failure.component)
             if child is not None:
                 self._exit_status_read(child.component, child.code)
         self._processes_down()
+
+    def _launcher_log(self) -> Path | None:
+        """The attempt's launcher's log: its handle's, or (a recovery a new daemon took over
+        after the launcher died) where the store recorded it."""
+        launcher = self.components.get(LAUNCHER)
+        if launcher is not None:
+            return launcher.log.path
+        for comp in self.store.components(self.run_id, self.attempt):
+            if comp.name == LAUNCHER and comp.log_path:
+                return Path(comp.log_path)
+        return None
 
     # -- timers and progress -----------------------------------------------------------------
     def _check_rollouts(self) -> bool:

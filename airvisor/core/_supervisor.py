@@ -381,8 +381,12 @@ class SupervisorCore:
                 self._scope = effect.scope
                 scope = ({"scope": effect.scope.scope, "scope_reason": effect.scope.reason}
                          if effect.scope is not None else {})
+                # (with its component and whether its status is known: a new daemon that
+                # takes the recovery over completes it from the launcher's line too)
                 self.store.merge_run_details(self.run_id, recovery={
-                    "reason": effect.failure.reason, "kind": effect.failure.kind, **scope})
+                    "reason": effect.failure.reason, "kind": effect.failure.kind,
+                    "component": effect.failure.component,
+                    "status_known": effect.failure.status_known, **scope})
             elif isinstance(effect, EndAttempt):
                 if self.attempt:
                     self.store.end_attempt(self.run_id, self.attempt, effect.outcome, None)
@@ -652,4 +656,7 @@ def recorded_failure(run: RunRecord, default_reason: str) -> Failure:
     for known in get_args(RestartKind):
         if pending.get("kind") == known:
             kind = known
-    return Failure(str(pending.get("reason") or run.last_error or default_reason), kind)
+    component = pending.get("component")
+    return Failure(str(pending.get("reason") or run.last_error or default_reason), kind,
+                   component if isinstance(component, str) else None,
+                   status_known=pending.get("status_known") is not False)

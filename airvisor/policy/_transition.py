@@ -388,16 +388,22 @@ def transition(phase: Phase, event: Event) -> Next:
 
 def _on_exit_status(phase: Phase, event: ExitStatusRead) -> Next:
     """The status of the exit the recovery is for, read after the failure was recorded: only
-    for that failure (its component, its status unknown), while its recovery is under way."""
+    for that failure (its component, its status unknown), in whatever phase the run is then
+    (the recovery, a stop asked meanwhile, the run's end); never in a live attempt (the
+    failure is an earlier attempt's: the caller has none then)."""
     failure = event.failure
-    if phase not in (Phase.RECOVERY_STOPPING, Phase.BACKOFF, *_STOPPING) or failure is None \
+    if phase in _LIVE or failure is None \
             or failure.status_known or failure.component != event.component:
         return phase, ()
+    # What the reason said after the unknown status (a machine condition) is kept.
+    _, closed, rest = failure.reason.partition(")")
     known = Failure(f"{event.component} exited with status {event.code} (seen at once by "
-                    "airvisor; the status from prime-rl's launcher, which reaped it)",
-                    failure.kind, failure.component)
-    # (A stop asked meanwhile ends the run: the failure is amended, no recovery to remember.)
-    remember = () if phase.stopping else (RememberRecovery(known, event.scope),)
+                    "airvisor; the status from prime-rl's launcher, which reaped it)"
+                    + (rest if closed else ""), failure.kind, failure.component)
+    # (A stop asked meanwhile, or the run's end: the failure is amended, no recovery to
+    # remember.)
+    recovering = phase in (Phase.RECOVERY_STOPPING, Phase.BACKOFF, Phase.PREFLIGHT)
+    remember = (RememberRecovery(known, event.scope),) if recovering else ()
     return phase, (AmendFailure(known), *remember,
                    Say("failure_status", f"{event.component} exited with status {event.code}"
                        " (prime-rl's launcher's line): the failure recorded without its "
@@ -491,7 +497,10 @@ def _on_processes_down(phase: Phase, event: ProcessesDown) -> Next:
         return phase, (StopProcesses(),)
     if phase.stopping:
         target = phase.stop_target
-        ended: tuple[Effect, ...] = () if target == Phase.FAILED else (
+        # A stop asked during a recovery: the attempt ended failed when its failure was
+        # recorded; "stopped" (without a reason) would erase why it failed.
+        stopped_failed = target == Phase.STOPPED and event.failure is not None
+        ended: tuple[Effect, ...] = () if target == Phase.FAILED or stopped_failed else (
             EndAttempt("succeeded" if target == Phase.SUCCEEDED else "stopped"),)
         return target, ended
     if phase != Phase.RECOVERY_STOPPING:

@@ -45,6 +45,13 @@ UNKNOWN = Failure("trainer exited (seen at once by airvisor; prime-rl's launcher
                   "its status is the launcher's to know)", "crash", "trainer", status_known=False)
 KNOWN = Failure("trainer exited with status 1", "crash", "trainer")
 KEPT = ScopeDecision("keep_inference", "kept", "the inference server is healthy and is kept")
+AS_MACHINE_UNKNOWN = Failure(UNKNOWN.reason + "; its log says 'No space left on device': the "
+                             "machine's condition, not a crash of the run (not counted)",
+                             "machine", "trainer", status_known=False)
+AS_MACHINE_AMENDED = Failure("trainer exited with status 1 (seen at once by airvisor; the status "
+                             "from prime-rl's launcher, which reaped it); its log says 'No space "
+                             "left on device': the machine's condition, not a crash of the run "
+                             "(not counted)", "machine", "trainer")
 AMENDED = Failure("trainer exited with status 3 (seen at once by airvisor; the status from "
                   "prime-rl's launcher, which reaped it)", "crash", "trainer")
 
@@ -61,11 +68,20 @@ AMENDED = Failure("trainer exited with status 3 (seen at once by airvisor; the s
     (Phase.RECOVERY_STOPPING, ExitStatusRead(KNOWN, "trainer", "3"), []),
     (Phase.RECOVERY_STOPPING, ExitStatusRead(None, "trainer", "3"), []),
     (Phase.RUNNING, ExitStatusRead(UNKNOWN, "trainer", "3"), []),
-    (Phase.PREFLIGHT, ExitStatusRead(UNKNOWN, "trainer", "3"), []),
-    # A stop asked while the recovery's stop waited for the line: amended all the same.
+    (Phase.STARTING, ExitStatusRead(UNKNOWN, "trainer", "3"), []),
+    # The next attempt still being prepared: the failed one is still the run's attempt.
+    (Phase.PREFLIGHT, ExitStatusRead(UNKNOWN, "trainer", "3"),
+     [AmendFailure(AMENDED), RememberRecovery(AMENDED, None)]),
+    # A stop asked while the recovery's stop ran, or the run's last stop: amended all the
+    # same (the line is read when a stop ends, before the run's end).
     (Phase.STOPPING_STOPPED, ExitStatusRead(UNKNOWN, "trainer", "3", KEPT),
      [AmendFailure(AMENDED)]),
+    (Phase.STOPPING_FAILED, ExitStatusRead(UNKNOWN, "trainer", "3"), [AmendFailure(AMENDED)]),
+    # An ended run decides nothing more (its supervisor is released).
     (Phase.FAILED, ExitStatusRead(UNKNOWN, "trainer", "3"), []),
+    # A machine condition the reason named stays named.
+    (Phase.RECOVERY_STOPPING, ExitStatusRead(AS_MACHINE_UNKNOWN, "trainer", "1"),
+     [AmendFailure(AS_MACHINE_AMENDED), RememberRecovery(AS_MACHINE_AMENDED, None)]),
 ])
 def test_an_exit_status_read_later_completes_only_its_failure(
         phase: Phase, event: ExitStatusRead, expected: list[object]) -> None:

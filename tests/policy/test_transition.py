@@ -405,8 +405,10 @@ def test_the_probing_scope_spares_the_server_but_keeps_nothing_yet() -> None:
     (Phase.STOPPING_STOPPED, ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=KEPT,
                                            inference_left=True),
      Phase.STOPPING_STOPPED, [StopProcesses()]),
+    # (A stop asked during the recovery: the attempt ended failed when its failure was
+    # recorded, and stays so, with its reason.)
     (Phase.STOPPING_STOPPED, ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=KEPT),
-     Phase.STOPPED, [EndAttempt("stopped")]),
+     Phase.STOPPED, []),
     # The server left running and kept: the rest's relaunch is scheduled as before.
     (Phase.RECOVERY_STOPPING, ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=KEPT,
                                             inference_left=True),
