@@ -733,6 +733,15 @@ class RunSupervisor(SupervisorCore):
                    else step is None)
         # The old supervisor died before the server was ready: wait for it again.
         self._decide(TakenOver(Phase.STARTING if waiting else Phase.RUNNING))
+        launcher = handles.get(LAUNCHER)
+        named = launcher_first_report(launcher.log.path) if launcher is not None else None
+        if named is not None:
+            # prime-rl's launcher said a child failed while no supervisor watched (its log is
+            # read from the adoption on): that is the attempt's failure, with the status the
+            # line says, whatever its clean-up has stopped or not stopped since.
+            self._fail(f"{named.describe()} while no supervisor watched (reported by "
+                       "prime-rl's launcher)",
+                       named.component if named.component in self.views else LAUNCHER)
         if self.mode == "launcher":
             self._adopt_members()
         if self.mode == "components" and "orchestrator" not in handles:
@@ -797,10 +806,28 @@ class RunSupervisor(SupervisorCore):
                 "counted)" if machine else reason, "machine" if machine else "crash",
                 child.component), record=True))
             return
+        if failure.kind == "boot" and failure.component is not None \
+                and self._attempt_survived(attempt, survivors):
+            # A component died while no supervisor watched and the launcher (if it was not
+            # the one) named no child: what it started still runs, so this is no reboot that
+            # took everything (that resume is uncounted) but that component's crash, whose
+            # status this daemon cannot know (it is not its child).
+            self._decide(RecoveryResumed(Failure(
+                f"{failure.component} exited while no supervisor watched (status unknown: not "
+                "this daemon's child; the rest of the attempt still ran)", "crash",
+                failure.component), record=True))
+            return
         # A hang the last daemon decided but died before stopping: its stacks, unless taken.
         taken = any(a.get("number") == attempt and "stacks" in (a.get("details") or {})
                     for a in self.store.attempts(self.run_id))
         self._decide(RecoveryResumed(failure, stacks=failure.kind == "hang" and not taken))
+
+    def _attempt_survived(self, attempt: int, survivors: dict[str, ComponentHandle]) -> bool:
+        """Something of the attempt still runs: a component, or a member of its launcher."""
+        return bool(survivors) or any(
+            comp.kind == "member" and comp.state in ("running", "starting")
+            and component_alive(comp, self.run_id)
+            for comp in self.store.components(self.run_id, attempt))
 
     def _unwatched_lines(self, component: str) -> list[str]:
         """The last lines of `component`'s log where this prime-rl version writes it."""

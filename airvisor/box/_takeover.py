@@ -19,6 +19,7 @@ from airvisor.policy import Phase
 from airvisor.primerl import (
     FINISH_MILESTONES,
     LAUNCHER,
+    child_failure_from_line,
     milestone_from_log_line,
     run_layout,
     step_base_of,
@@ -30,6 +31,7 @@ from airvisor.store import ComponentRecord, RunRecord, Store
 
 # The end of a log is where a run's last step and its "finished" lines are.
 LOG_TAIL_LINES = 20_000
+LAUNCHER_LINES = 200  # of the launcher's log's end, looked at for a child's failure line
 ACCEPTED_KIND = "command_accepted"
 # What the supervisor records when it acts on a command.
 CARRIED_OUT_KINDS = {"stop": "stop_requested", "restart": "restart_requested"}
@@ -135,6 +137,8 @@ def finish_if_completed(store: Store, run: RunRecord, profile: Profile,
     if step is None:
         return False
     both_finished = set(FINISH_MILESTONES) <= facts.finished
+    if not both_finished and _launcher_named_a_failure(comps):
+        return False  # its last step was printed, but it died after (a final checkpoint's)
     for comp in comps:
         cleaning_up = comp.name in OUTLIVE_TRAINING or (comp.name == LAUNCHER and both_finished)
         if not cleaning_up and component_alive(comp, run.id):
@@ -157,6 +161,19 @@ def finish_if_completed(store: Store, run: RunRecord, profile: Profile,
                     f"say so): recorded as succeeded, not relaunched{stopped}",
                     data={"step": step})
     return True
+
+
+def _launcher_named_a_failure(comps: list[ComponentRecord]) -> bool:
+    """prime-rl's launcher's log says the trainer or the orchestrator failed ("<Name> failed
+    with exit code N"): training did not end, whatever step its log printed last."""
+    for comp in comps:
+        if comp.name != LAUNCHER or not comp.log_path:
+            continue
+        for line in _tail_lines(Path(comp.log_path))[-LAUNCHER_LINES:]:
+            child = child_failure_from_line(line)
+            if child is not None and child.component in FINISH_MILESTONES:
+                return True
+    return False
 
 
 def refresh_adopted(store: Store, run: RunRecord) -> int | None:

@@ -453,7 +453,8 @@ class RunManager:
                 choice = choose_resume_step(supervisor.layout.scan())  # type: ignore[union-attr]
                 self.store.add_event(run.id, "boot_resume",
                                      f"{why}; resuming ({choice.describe()})")
-            supervisor.resume_after_boot(run.attempt, handles, Failure(why, "boot"))
+            supervisor.resume_after_boot(run.attempt, handles,
+                                         Failure(why, "boot", dead[0] if dead else None))
 
     def _component_handles(self, run: RunRecord) -> tuple[dict[str, ComponentHandle], list[str]]:
         handles: dict[str, ComponentHandle] = {}
