@@ -81,14 +81,28 @@ def main() -> None:
         daemon.terminate()
         daemon.wait(60)
         log.close()
-    kept = [s for s in samples if s[0] > args.warmup]
-    mean_x = sum(x for x, _ in kept) / len(kept)
-    mean_y = sum(y for _, y in kept) / len(kept)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in kept) / max(
-        1e-9, sum((x - mean_x) ** 2 for x, _ in kept))
+    slope, stderr, r2 = least_squares([s for s in samples if s[0] > args.warmup])
     print(f"slope after run {args.warmup}: {slope * 1024:.1f} KiB per run "
-          f"({slope:.4f} MB/run) over {args.runs} runs; {time.monotonic() - started:.0f} s")
+          f"({slope:.4f} MB/run, standard error {stderr:.4f}, R^2 {r2:.2f}) over "
+          f"{args.runs} runs; {time.monotonic() - started:.0f} s")
+    half = args.warmup + (args.runs - args.warmup) // 2
+    for first, last in ((args.warmup + 1, half), (half + 1, args.runs)):
+        part = [s for s in samples if first <= s[0] <= last]
+        if len(part) > 2:
+            print(f"  runs {first}-{last}: {least_squares(part)[0]:.4f} MB/run")
 
+
+def least_squares(points: list[tuple[int, float]]) -> tuple[float, float, float]:
+    """Slope (MiB per run), its standard error, and R^2 of a least-squares line."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = max(1e-9, sum((x - mean_x) ** 2 for x, _ in points))
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+    residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in points)
+    total = sum((y - mean_y) ** 2 for _, y in points)
+    stderr = (residual / max(1, n - 2) / sxx) ** 0.5
+    return slope, stderr, 1 - residual / total if total else 0.0
 
 if __name__ == "__main__":
     main()

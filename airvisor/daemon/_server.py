@@ -37,7 +37,7 @@ from airvisor.daemon._auth import (
 )
 from airvisor.daemon._context import ApiContext
 from airvisor.daemon._discovery import announce, announce_paths, withdraw
-from airvisor.daemon._housekeeping import Housekeeping
+from airvisor.daemon._housekeeping import Housekeeping, limit_allocator_arenas
 from airvisor.daemon._notify import Notifier, watchdog_interval
 from airvisor.daemon._profiles import ProfileCatalog
 from airvisor.daemon._service import RunService
@@ -269,6 +269,7 @@ class Daemon:
 
     def run(self) -> int:
         """Serve and supervise until a stop signal; returns the process exit code."""
+        limit_allocator_arenas(self._env)  # before any thread of the daemon starts
         state = state_dir()
         self._lock_file = lock_state_dir(state)
         token = self.prepare_auth(state)
