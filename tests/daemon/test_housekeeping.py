@@ -12,7 +12,12 @@ from pathlib import Path
 
 import httpx
 
-from airvisor.daemon._housekeeping import Housekeeping, _malloc_trim, cap_run_logs
+from airvisor.daemon._housekeeping import (
+    Housekeeping,
+    _malloc_trim,
+    cap_run_logs,
+    limit_allocator_arenas,
+)
 from airvisor.proc._logcap import cap_log
 from airvisor.profile._schema import StateSection
 from airvisor.store import Store
@@ -103,6 +108,12 @@ def test_the_allocator_trim_is_there_on_glibc() -> None:
         assert _malloc_trim() is not None
     else:
         assert _malloc_trim() is None
+
+
+def test_the_arena_limit_is_set_on_glibc_unless_the_environment_sets_one() -> None:
+    glibc = platform.libc_ver()[0] == "glibc"
+    assert limit_allocator_arenas({}) is glibc
+    assert limit_allocator_arenas({"MALLOC_ARENA_MAX": "8"}) is False
 
 
 def test_a_daemon_refuses_a_bad_settings_file_and_serves_a_good_one(tmp_path: Path) -> None:
