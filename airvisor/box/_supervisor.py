@@ -66,6 +66,7 @@ from airvisor.primerl import (
     prepare_attempt,
     prepare_run,
     run_layout,
+    step_from_log_line,
 )
 from airvisor.primerl._split import (
     SplitPlan,
@@ -236,6 +237,9 @@ class Hooks:
     # Runs a blocking job off the main loop (worker tasks, the wait for a component's exit):
     # a daemon thread; the deterministic simulation (airvisor.sim) runs each when it chooses.
     background: Background = run_on_thread
+    # Has prime-rl resolve the next attempt ahead, on a thread of its own
+    # (`primerl.plan_ahead`); the simulation answers every preflight from its own cache.
+    plan_ahead: Callable[..., bool] = plan_ahead
 
 
 @dataclass
@@ -315,6 +319,21 @@ def _last_lines_of(path: Path | None, read: list[str]) -> list[str]:
         if lines:
             return [line.rstrip("\n") for line in lines]
     return read
+
+
+def _last_step_of(path: Path | None, began: float | None) -> tuple[int, float] | None:
+    """The last `Step N` of a log written since `began` (wall time), and its last write."""
+    if path is None:
+        return None
+    try:
+        written = path.stat().st_mtime
+        lines, _ = tail_lines(path, FAILURE_LINES)
+    except OSError:
+        return None
+    if began is not None and written < began:
+        return None  # an earlier attempt's
+    steps = [s for line in lines if (s := step_from_log_line(line)) is not None]
+    return (max(steps), written) if steps else None
 
 
 def describe_exit(code: int | None) -> str:
@@ -716,6 +735,16 @@ class RunSupervisor(SupervisorCore):
         if attempt_step is not None:  # the trainer's own, as its log says
             self._component_steps["trainer"] = (attempt_step, self._clock())
         layout = self.layout
+        if attempt_step is not None and layout is not None:
+            # The orchestrator's own last step too, each as of its log's last write: the
+            # stall names the one silent the longest, not the one whose log this daemon has
+            # not read yet (a trainer hung before the adoption was named the orchestrator).
+            for name in ("trainer", "orchestrator"):
+                seen = _last_step_of(layout.log_file(name), began)
+                if seen is not None:
+                    step, written = seen
+                    self._component_steps[name] = (
+                        step, self._clock() - max(0.0, self._wall() - written))
         metrics = layout.metrics_file() if layout is not None else None
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
         self._rollouts = RolloutWatcher.for_attempt(self.attempt_dir_of(attempt), self.profile,
@@ -1272,7 +1301,8 @@ class RunSupervisor(SupervisorCore):
         if self.layout is None or now < self._next_plan_ahead:
             return
         self._next_plan_ahead = now + PLAN_AHEAD_INTERVAL
-        plan_ahead(self.profile, self.layout, split=self.profile.restart.scope == "auto")
+        self._hooks.plan_ahead(self.profile, self.layout,
+                               split=self.profile.restart.scope == "auto")
 
     # The watchdogs' facts (the core's `_watchdogs`).
     def _stall_clock_from(self, now: float) -> float:

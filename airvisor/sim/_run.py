@@ -225,11 +225,6 @@ def _patched(world: World, shape: tuple[Any, ...]) -> Iterator[None]:
             # let by (Blocked) and run again at later steps until the line or the deadline.
             stack.enter_context(mock.patch.object(engine_module, "_after_launcher_report",
                                                   _report_wait(world)))
-        if hasattr(engine_module, "plan_ahead"):
-            # prime-rl's resolution computed ahead on a thread of its own (primerl._planahead):
-            # the cache above answers every preflight, so nothing is computed ahead here.
-            stack.enter_context(mock.patch.object(engine_module, "plan_ahead",
-                                                  lambda *a, **k: False))
         structlog.configure(
             wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
         try:
@@ -287,7 +282,10 @@ class Simulation:
                       container_pool=None, live_run_ids=set, launch=w.launch,
                       prober=w.prober, members=w.members, death_watch=w.death_watch,
                       containment=lambda: "sim (the world's process table)",
-                      background=w.background)
+                      background=w.background,
+                      # (prime-rl's resolution ahead: the cache in `_patched` answers every
+                      # preflight, so nothing is computed ahead here)
+                      plan_ahead=lambda *a, **k: False)
         return RunManager(self.store, hooks=hooks, clock=w.monotonic, wall_clock=w.wall)
 
     def _kill_daemon(self) -> None:
