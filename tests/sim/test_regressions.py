@@ -19,11 +19,14 @@ from airvisor.sim import Outcome, Schedule, Simulation, simulate
 from airvisor.sim._explore import invariant_of
 from airvisor.sim._schedule import (
     Crash,
+    CrashLoop,
     DaemonKill,
     DiskFull,
     Hang,
     LauncherDies,
+    OperatorRestart,
     OperatorStop,
+    ProbeHang,
     Version,
 )
 
@@ -141,3 +144,51 @@ def test_a_hang_whose_daemon_died_before_the_stop_still_gets_its_stacks(
             if e.kind == "failure" and e.data.get("failure_kind") == "hang"]
     assert hung and any("took over" in line for line in outcome.history)
     assert not broken(outcome, "stacks-once-per-hang")
+
+
+# Found by the 2,000-seed and 3,000-seed sweeps of this round (issue 29), each a seed's
+# schedule as drawn (not shrunk), broken before its fix: ea8969e (exit-status), 52d7968
+# (fault-recorded, right-component), ae7abd5 (right-component).
+FOUND = {
+    # An operator's stop during the recovery (before the daemon's deaths): the stop ended
+    # the failed attempt "stopped" without its reason, so the status the launcher's line
+    # gave it was lost.
+    "exit-status after an operator's stop (seed 1180)": Schedule(
+        1180, "main", (CrashLoop(6.0, 4), OperatorStop(8.0), DaemonKill(9.0, 5.0),
+                       DaemonKill(14.0, 0.0)), max_steps=4, max_restarts=2),
+    # A new daemon took the recovery over without knowing the failure's component and that
+    # its status was unknown: the launcher's line never completed it.
+    "exit-status after a takeover of the recovery (seed 56)": Schedule(
+        56, "0.4", (ProbeHang(3.0), CrashLoop(9.0, 4), DaemonKill(19.0, 0.0),
+                    DaemonKill(20.0, 5.0), OperatorStop(22.0)), max_steps=8, max_restarts=2),
+    # prime-rl's launcher killed while no daemon watched, its members still running: an
+    # uncounted boot resume with no failure recorded.
+    "fault-recorded: the launcher died unwatched (seed 246)": Schedule(
+        246, "0.4", (DaemonKill(2.0, 20.0), LauncherDies(10.0), LauncherDies(18.0),
+                     CrashLoop(27.0, 4)), max_steps=8, max_restarts=2),
+    # The launcher logged the orchestrator's failure before the adoption; the new daemon
+    # read its log from the adoption on and recorded the server its clean-up stopped.
+    "right-component: the launcher's line before the adoption (seed 579)": Schedule(
+        579, "main", (DaemonKill(1.0, 5.0), Crash(3.0, "orchestrator", -9, True),
+                      LauncherDies(20.0), OperatorRestart(23.0)), max_steps=8, max_restarts=3),
+    # The trainer printed its last step and died writing the final checkpoint while no
+    # daemon watched: the takeover took the run for completed, no failure recorded.
+    "fault-recorded: died at the final checkpoint unwatched (seed 188)": Schedule(
+        188, "0.4", (Crash(7.0, "trainer", -9, True, during_checkpoint=True),
+                     DaemonKill(9.0, 5.0)), max_steps=4, max_restarts=2),
+    # A trainer hung before the adoption: the stall named the orchestrator, whose log the
+    # new daemon had not read.
+    "right-component: a hang before the adoption (seed 1106)": Schedule(
+        1106, "main", (DaemonKill(1.0, 20.0), Crash(6.0, "trainer", 1, False,
+                                                    during_checkpoint=True),
+                       Hang(7.0), ProbeHang(19.0)), max_steps=8, max_restarts=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOUND))
+def test_a_schedule_found_by_the_sweep_breaks_nothing(tmp_path: Path, name: str) -> None:
+    schedule = FOUND[name]
+    sim, outcome = run(schedule, tmp_path)
+    assert sim.landed, "no fault reached an attempt"
+    assert not outcome.violations
+    assert not simulate(schedule, tmp_path).violations  # (with the kill comparison)

@@ -20,27 +20,10 @@ from airvisor.sim._explore import invariant_of
 SEEDS = int(os.environ.get("AIRVISOR_SIM_SEEDS", "10000"))  # CI: the issue asks >= 10,000
 WORKERS = 2  # this machine's cores: one world per process
 
-# invariant -> the defect of issue 29's "Why" (or found by the sweep) that still breaks it.
-# One root cause behind the three (found by this sweep; issue 29's bullet 1 is one case of it,
-# afbf706 fixed the members already dead and recorded at the adoption): what prime-rl's
-# launcher logged while no daemon watched ("<Child> failed with exit code N") is never read by
-# the daemon that takes over; it adopts the launcher's log from its end. So a member that
-# died unwatched is recorded as a member the launcher's clean-up stopped (right-component),
-# or as a 'boot' restart with no failure (fault-recorded), and its status is lost, also when
-# the new daemon takes over a recovery the old one began (exit-status).
-OPEN_DEFECTS: dict[str, str] = {
-    "right-component": "a takeover does not read the launcher's failure line "
-                       "(test_regressions.py: adoption a second after the trainer died)",
-    "fault-recorded": "a takeover does not read the launcher's failure line "
-                      "(test_regressions.py: a member dead while no daemon watched)",
-    "exit-status": "a takeover does not read the launcher's failure line (its status); and "
-                   "an operator's stop while the recovery's stop waits for that line leaves "
-                   "the failure without it (seed 82: the status is amended only while "
-                   "recovering)",
-    "stacks-once-per-hang": "a daemon that dies between deciding a hang and its stop: the "
-                            "next one stops the attempt without its stacks "
-                            "(test_regressions.py, seed 6993)",
-}
+# invariant -> the open defect that still breaks it (with its named regression schedule in
+# test_regressions.py, xfail until its fix lands). Empty: every invariant holds for every seed.
+# (The defects found by earlier sweeps are named regressions there, fixed.)
+OPEN_DEFECTS: dict[str, str] = {}
 
 
 def test_a_seed_replays_exactly(tmp_path: Path) -> None:
