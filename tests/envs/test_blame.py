@@ -140,10 +140,12 @@ class Session:
 
     def __init__(self) -> None:
         self.asked: list[bool] = []
+        self.stops: list[bool] = []
         self.draw = 0
 
-    def evaluate(self, known: Any = None) -> Evaluation:
+    def evaluate(self, known: Any = None, *, stop: bool = False) -> Evaluation:
         self.asked.append(known is not None)
+        self.stops.append(stop)
         if known:
             return Evaluation(**{**vars(next(iter(known.values()))), "cached": True})
         self.draw += 1
@@ -162,9 +164,11 @@ def test_a_submit_is_evaluated_again_and_an_agent_failure_is_logged() -> None:
     assert episode._run_evaluation().cached  # validate, unchanged: the earlier draw
     assert episode._run_evaluation(fresh=True).metrics == {"Score": 2.0}  # submit: a new draw
     assert episode.session.asked == [True, True, False]  # type: ignore[attr-defined]
+    # the agent's processes are ended before the submit's evaluation, held for a validate's
+    assert episode.session.stops == [False, False, True]  # type: ignore[attr-defined]
 
     class Failing(Session):
-        def evaluate(self, known: Any = None) -> Evaluation:
+        def evaluate(self, known: Any = None, *, stop: bool = False) -> Evaluation:
             return Evaluation(None, "why", "msg", "h", agent_failure="pids used up")
 
     episode.session = Failing()  # type: ignore[assignment]

@@ -458,10 +458,14 @@ def test_an_unfreezable_vfork_neither_stops_the_evaluation_nor_errors(bench: Ben
         "for i in $(seq 150); do ps -u agent -o stat= | grep -q '^D' && break; sleep 0.1; done\n"
         "ps -u agent -o stat=,args= | grep '^D'\n```"
     )
-    episode, seen = bench.play("battleOfSexes", [hack, write_strategy("0"), "submit"])
+    episode, seen = bench.play(
+        "battleOfSexes", [hack, write_strategy("0"), "validate", "submit"]
+    )
     assert "vf.py" in seen[0]  # the parent was in state D
     assert_agents_failure_not_error(episode)
     assert episode.agent_failure is None
+    # the validate held it (the submit ends the agent's processes first)
+    assert episode.steps[2]["info"]["score"] == pytest.approx(1.444, abs=0.03)
     assert episode.total_reward == pytest.approx(expected_reward("battleOfSexes", True), abs=0.03)
     bench.honest_titanic()
 
@@ -523,11 +527,12 @@ def test_sigcont_from_strategy_code_wakes_nothing(bench: Bench) -> None:
         "    return 1 if WOKEN else 0\n"
         "EOF\n```"
     )
-    episode, seen = bench.play("battleOfSexes", [watchers, strategy, "submit"])
+    episode, seen = bench.play("battleOfSexes", [watchers, strategy, "validate", "submit"])
     assert seen[0].strip().endswith("2")
     assert_agents_failure_not_error(episode)
-    # always 0 (1.444): the watchers stayed stopped through every check; woken, it would be
-    # always 1 (0.822)
+    # always 0 (1.444): the watchers stayed stopped through every check of the validate (the
+    # submit ends them first); woken, it would be always 1 (0.822)
+    assert episode.steps[2]["info"]["score"] == pytest.approx(1.444, abs=0.03)
     assert episode.total_reward == pytest.approx(expected_reward("battleOfSexes", True), abs=0.03)
     bench.honest_titanic()
 
@@ -573,17 +578,6 @@ def test_a_workspace_too_deep_to_read_is_the_agents_failure(bench: Bench) -> Non
 # kept), and the honest titanic episode fits under them.
 
 
-# Open (issue 32): under a fresh-clone CI run's load the evaluation after the fork bomb met the
-# bomb's processes still holding the pids limit; its interpreter's imports failed
-# ("PyCapsule_Import could not import module 'datetime'") and that was blamed on the image, an
-# errored rollout; the container's restart then left the next episode's reset refusing the
-# interpreter as not trustworthy. Both pass alone, in module order and in the CI clone; kept
-# running (non-strict) until the blame reads the pids limit for an evaluation that fails so.
-BOMB_UNDER_LOAD = pytest.mark.xfail(
-    strict=False, reason="issue 32: a pids-starved evaluation is blamed on the image under load")
-
-
-@BOMB_UNDER_LOAD
 def test_a_fork_bomb_hits_the_pids_limit_and_is_the_agents_failure(bench: Bench) -> None:
     # (A bomb that leaves no room even for the reset has the container restarted: a loaded CI
     # machine's restart gets the time a person's would, not the default 30 s.)
@@ -598,7 +592,6 @@ def test_a_fork_bomb_hits_the_pids_limit_and_is_the_agents_failure(bench: Bench)
     bench.honest_titanic()  # the next episode: every process gone, same state, same reward
 
 
-@BOMB_UNDER_LOAD
 def test_a_memory_bomb_hits_the_memory_limit_and_is_the_agents_failure(bench: Bench) -> None:
     runner = bench.make_runner(memory="768m", container_wait=180)
     grab = "a = []\nwhile True:\n    a.append(bytearray(32 << 20))\n"

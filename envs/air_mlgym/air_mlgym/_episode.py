@@ -377,9 +377,11 @@ class Episode:
         return "\n".join(kept)
 
     def _run_evaluation(self, *, fresh: bool = False) -> Evaluation:
-        """`fresh`: evaluated again even when the solution is unchanged (a submit, as MLGym
-        does: a resubmit of an earlier lucky draw's bytes gets a new draw)."""
-        evaluation = self.session.evaluate(None if fresh else self._evaluations)
+        """`fresh`: the episode's end (a submit or the final evaluation): evaluated again even
+        when the solution is unchanged (as MLGym does: a resubmit of an earlier lucky draw's
+        bytes gets a new draw), after the agent's processes are ended."""
+        # (a submit and the final evaluation end the episode: the agent's processes go first)
+        evaluation = self.session.evaluate(None if fresh else self._evaluations, stop=fresh)
         if evaluation.solution_hash is not None and evaluation.agent_failure is None:
             self._evaluations.setdefault(evaluation.solution_hash, evaluation)
         if evaluation.agent_failure is not None:

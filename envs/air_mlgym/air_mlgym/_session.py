@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import posixpath
+import re
 import secrets
 import shlex
 import tarfile
@@ -80,20 +81,6 @@ stage="$target.stage"
 /bin/mv "$stage/env" "$target"
 /bin/rmdir "$stage"
 """
-# Before root runs an interpreter of the image: it and every directory above it (links
-# resolved) must be root's and writable by root only; prints the first one that is not.
-TRUST_SCRIPT = r"""
-set -eu
-path=$(/usr/bin/readlink -f -- "$1")
-while :; do
-  set -- $(/usr/bin/stat -c '%u %a' -- "$path")
-  if [ "$1" != 0 ] || [ $(( 0$2 & 022 )) != 0 ]; then
-    echo "$path is owned by uid $1 with mode $2"; exit 1
-  fi
-  [ "$path" = / ] && exit 0
-  path=$(/usr/bin/dirname -- "$path")
-done
-"""
 
 EVALUATION_KINDS = {
     "CSVSubmissionTasks": "csv",
@@ -124,10 +111,60 @@ class AgentExhaustedLimit(ContainerBroken):
     memory the container's limits allow (read from the engine): the agent's failure."""
 
 
+class ExecRefused(ContainerUnavailable):
+    """The running container refused to start a root exec (the engine's runtime could not
+    fork or allocate in it): a restart gives the reset its room back."""
+
+
 class EnvironmentUnusable(ContainerUnavailable):
     """The image or the container's setup cannot serve an episode (no trustworthy evaluator,
     pid 1 run by the agent, ...): replacing the container would not help. The message names
     the problem and the fix; an episode that meets it is an errored rollout, never a 0."""
+
+
+# What the container's runtime says when it cannot fork or allocate for an exec (runc's
+# "OCI runtime exec failed: ... resource temporarily unavailable"), or a process in it cannot.
+RESOURCE_ERRORS = re.compile(
+    r"resource temporarily unavailable|cannot allocate memory|cannot fork|fork failed|EAGAIN"
+    r"|ENOMEM|out of memory",
+    re.IGNORECASE,
+)
+# Where a container's cgroup is on this host: Docker's cgroupfs and systemd drivers, v1 and v2.
+CGROUP_DIRS = (
+    "/sys/fs/cgroup/{controller}/docker/{id}",
+    "/sys/fs/cgroup/{controller}/system.slice/docker-{id}.scope",
+    "/sys/fs/cgroup/system.slice/docker-{id}.scope",
+    "/sys/fs/cgroup/docker/{id}",
+)
+LIMIT_FILES = (("pids", "pids", "pids.events", "max"),
+               ("memory", "memory", "memory.oom_control", "oom_kill"),
+               ("memory", "memory", "memory.events", "oom_kill"))  # fmt: skip
+
+
+def host_limit_counters(container_id: str) -> dict[str, int]:
+    """How often the container's pids limit refused a fork and its memory limit had a process
+    OOM-killed, read from its cgroup on this host (nothing in the container can lower them);
+    empty where this host does not show them (the engine elsewhere, another layout)."""
+    counts: dict[str, int] = {}
+    for what, controller, name, key in LIMIT_FILES:
+        for pattern in CGROUP_DIRS:
+            path = Path(pattern.format(controller=controller, id=container_id)) / name
+            try:
+                text = path.read_text(encoding="ascii")
+            except (OSError, ValueError):
+                continue
+            for line in text.splitlines():
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
+                    counts[what] = int(parts[1])
+            break
+    return counts
+
+
+def _text(output: Any) -> str:
+    if isinstance(output, tuple):
+        output = b"".join(part or b"" for part in output)
+    return output.decode(errors="replace") if isinstance(output, bytes) else str(output or "")
 
 
 def memory_bytes(text: str | int) -> int:
@@ -239,6 +276,8 @@ class TaskSession:
         self._resetting = False
         self._pythons: dict[str, str] = {}  # container id -> its evaluator interpreter
         self._checked_imports: set[tuple[str, str]] = set()
+        # container id -> its cgroup's limit counters (host_limit_counters) at the last reset
+        self._limit_baseline: dict[str, dict[str, int]] = {}
 
     # --- container and shell -----------------------------------------------------------
 
@@ -344,7 +383,7 @@ class TaskSession:
             self._drop_shell()
             try:
                 self._restore(task)
-            except AgentExhaustedLimit as e:
+            except (AgentExhaustedLimit, ExecRefused) as e:
                 # Not even root's helper can start: restart the container (the kernel ends
                 # every process in it); its files stay and the next restore puts them right.
                 self._restart_container(str(e))
@@ -400,6 +439,8 @@ class TaskSession:
             result = self._admin(container, "reset", args)
         if not result.get("ok"):
             raise ContainerBroken(f"restore failed: {result.get('message', result)}")
+        if isinstance(result.get("limit_counters"), dict):
+            self._limit_baseline[str(container.id)] = host_limit_counters(str(container.id))
         self._check_imports(container, template)
         self.last_restore = result
 
@@ -411,6 +452,7 @@ class TaskSession:
         known = self._prepared.get(cid)
         if known is not None:
             return known
+        self._kill_agent(container)
         try:
             self._root_exec(container, ["/bin/mkdir", "-p", TOOLS_DIR])
             container.put_archive(TOOLS_DIR, _tar(self._tool_entries()))
@@ -507,9 +549,20 @@ class TaskSession:
                 "pids_limit, memory or cpus to what this host supports (null: no limit)"
             ) from e
 
-    def _limit_hit(self, container: Container) -> str | None:
-        """Whether the agent's processes hold all the pids or memory the container may use,
-        as the engine reports it (root's helper cannot even start then)."""
+    def _limit_hit(self, container: Container, error: str = "") -> str | None:
+        """Whether the agent's processes hold all the pids or memory the container may use
+        (root's helper cannot even start then): the kernel's counters of the container's
+        cgroup (read on this host, against those of the episode's reset), else the runtime's
+        own words, else as the engine reports the usage."""
+        baseline = self._limit_baseline.get(str(container.id))
+        counted = host_limit_counters(str(container.id))
+        if baseline is not None and counted:
+            hits = [what for what, n in counted.items() if n > int(baseline.get(what, 0))]
+            if hits:
+                return f"the container's {' and '.join(hits)} limit was hit during the episode"
+        said = RESOURCE_ERRORS.search(error)
+        if said is not None:
+            return f"the container could not start a process ({said[0]})"
         try:
             stats = container.stats(stream=False, one_shot=True)
         except DOCKER_ERRORS:
@@ -529,6 +582,23 @@ class TaskSession:
         if isinstance(usage, int) and isinstance(cap, int) and 0 < cap * 0.95 <= usage:
             return f"the container's memory limit is used up ({usage >> 20} of {cap >> 20} MiB)"
         return None
+
+    def _kill_agent(self, container: Container) -> None:
+        """Before a session's first checks in a container: every process of the agent's
+        (another session's episode may have left a fork bomb) gets SIGKILL from one kill(-1)
+        run as the agent (a root-owned program; nothing root runs is the agent's)."""
+        try:
+            done = container.exec_run(["/bin/kill", "-KILL", "-1"], user=self.config.user)
+        except DOCKER_ERRORS as e:
+            raise self._refused(container, "kill the agent's processes", str(e)) from e
+        if done.exit_code not in (0, 1, 137, -1, None):  # 137: killed itself, as it should
+            raise self._refused(container, "kill the agent's processes", _text(done.output))
+
+    def _refused(self, container: Container, what: str, error: str) -> ContainerUnavailable:
+        hit = self._limit_hit(container, error)
+        if hit is not None:
+            return AgentExhaustedLimit(f"{what} could not run: {hit}")
+        return ExecRefused(f"{self.container_name} refused to {what}: {error[-500:]}")
 
     def _evaluator_python(self, container: Container) -> str:
         """The interpreter the root helper and the evaluation run with (SessionConfig
@@ -572,10 +642,31 @@ class TaskSession:
 
     def _trusted(self, container: Container, python: str) -> str:
         """`python`, once it is shown that only root can change it (checked before root runs
-        it: an interpreter the agent can write would run the agent's code as root)."""
-        done = self._root_exec(container, ["/bin/sh", "-c", TRUST_SCRIPT, "trust", python])
-        if done.exit_code != 0:
-            why = (done.output or b"").decode(errors="replace").strip()[-500:]
+        it: an interpreter the agent can write would run the agent's code as root). Two
+        execs of coreutils, no fork inside (a container at its pids limit cannot make this
+        say "untrusted"): the real path, then the owner and mode of it and each directory
+        above it."""
+        try:
+            real = self._root_exec(container, ["/usr/bin/readlink", "-e", "--", python])
+            path = _text(real.output).strip()
+            if real.exit_code != 0 or not path.startswith("/"):
+                raise self._refused(container, f"resolve {python}", _text(real.output))
+            chain = [path]
+            while chain[-1] != "/":
+                chain.append(posixpath.dirname(chain[-1]))
+            done = self._root_exec(container, ["/usr/bin/stat", "-c", "%u %a %n", "--", *chain])
+        except DOCKER_ERRORS as e:
+            raise self._refused(container, f"inspect {python}", str(e)) from e
+        lines = _text(done.output).strip().splitlines()
+        if done.exit_code != 0 or len(lines) != len(chain):
+            raise self._refused(container, f"inspect {python}", _text(done.output))
+        why = ""
+        for line in lines:
+            owner, mode, name = line.split(" ", 2)
+            if owner != "0" or int(mode, 8) & 0o022:
+                why = f"{name} is owned by uid {owner} with mode {mode}"
+                break
+        if why:
             raise EnvironmentUnusable(
                 f"{self.container_name}: the evaluation interpreter {python} is not "
                 f"trustworthy ({why}); fix: name a root-owned interpreter in admin_python, or "
@@ -595,10 +686,14 @@ class TaskSession:
         return container.exec_run([*ROOT_ENV, *argv], user="root", demux=demux)
 
     def _root_test(self, container: Container, flag: str, path: str) -> bool:
+        """`test flag path` as root: its answer (0 or 1), never a refused exec read as "no"."""
         try:
-            return bool(self._root_exec(container, ["/usr/bin/test", flag, path]).exit_code == 0)
+            done = self._root_exec(container, ["/usr/bin/test", flag, path])
         except DOCKER_ERRORS as e:
-            raise ContainerUnavailable(f"cannot inspect {self.container_name}: {e}") from e
+            raise self._refused(container, f"test {flag} {path}", str(e)) from e
+        if done.exit_code not in (0, 1):
+            raise self._refused(container, f"test {flag} {path}", _text(done.output))
+        return bool(done.exit_code == 0)
 
     def _check_imports(self, container: Container, template: _Template) -> None:
         """Once per task and container: the evaluator imports what the task's evaluation
@@ -627,10 +722,8 @@ class TaskSession:
         try:
             result = self._root_exec(container, argv, demux=True)
         except DOCKER_ERRORS as e:
-            hit = self._limit_hit(container)
-            if hit is not None:  # the engine could not start the exec: the agent holds it all
-                raise AgentExhaustedLimit(f"{command} could not run: {hit}") from e
-            raise ContainerUnavailable(f"{command} in {self.container_name} failed: {e}") from e
+            # the engine could not start the exec: the agent may hold it all
+            raise self._refused(container, command, str(e)) from e
         stdout, stderr = result.output if isinstance(result.output, tuple) else (b"", b"")
         text = (stdout or b"").decode(errors="replace").strip()
         try:
@@ -639,8 +732,8 @@ class TaskSession:
             answer = None
         if not isinstance(answer, dict):
             error = (stderr or b"").decode(errors="replace").strip()[-2000:]
-            hit = self._limit_hit(container)
-            if hit is not None:  # the engine says why: the agent's processes hold it all
+            hit = self._limit_hit(container, f"{error}\n{text}")
+            if hit is not None:  # the kernel says why: the agent's processes hold it all
                 raise AgentExhaustedLimit(f"{command} could not run: {hit}")
             if result.exit_code in (126, 127):
                 raise EnvironmentUnusable(
@@ -777,10 +870,13 @@ class TaskSession:
             command = f"python3 {TOOLS_PATH} {shlex.join(argv)}"
         return self.run(command, timeout=self.config.short_timeout)
 
-    def evaluate(self, known: Mapping[str, Evaluation] | None = None) -> Evaluation:
+    def evaluate(
+        self, known: Mapping[str, Evaluation] | None = None, *, stop: bool = False
+    ) -> Evaluation:
         """Evaluate the current solution (README "Evaluation"). `known` maps solution digests
         to earlier evaluations of this episode: an unchanged solution is not run again (a
-        submit passes none: it is always evaluated, as MLGym does).
+        submit passes none: it is always evaluated, as MLGym does). `stop`: the episode ends
+        with it (a submit, the final evaluation): the agent's processes are ended first.
 
         What the agent causes is a failed evaluation with its reason (`agent_failure`), never
         an exception (README "Blame")."""
@@ -807,6 +903,7 @@ class TaskSession:
             "evaluation_files": list(template.evaluation_files),
             "returns": {k: dict(v) for k, v in self.protection(task).returns.items()},
             "submission_rules": dict(self.protection(task).submission),
+            "stop": stop,
         }
         try:
             answer = self._admin(container, "evaluate", args, timeout=timeout + 60)
@@ -884,9 +981,7 @@ class TaskSession:
         with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
             member = archive.extractfile(posixpath.basename(path))
             data = member.read() if member is not None else b""
-        with contextlib.suppress(*DOCKER_ERRORS):
-            self._root_exec(container, ["/bin/rm", "-f", path])
-        try:
+        try:  # (left for the next reset to remove, with every other result: no exec here)
             result = json.loads(data)
         except json.JSONDecodeError as e:
             raise ContainerBroken(f"unreadable evaluation result: {e}") from e

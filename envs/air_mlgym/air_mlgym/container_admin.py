@@ -57,7 +57,6 @@ PYTHON_SNAPSHOT = "/opt/air_mlgym/python"
 # What root's processes run with: never the image's PATH, whose first entries the agent writes.
 ROOT_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
-NO_PYCACHE = "/nonexistent/air-mlgym-no-pycache"  # a pycache prefix that never exists
 MAX_LOG_BYTES = 16_000
 MAX_REPLY_BYTES = 1 << 20
 HASH_LIMIT_BYTES = 256 << 20  # bigger workspaces are not hashed (always re-evaluated)
@@ -207,6 +206,71 @@ def kill_user(uid: int, gid: int, patience: float = 20.0) -> list[int]:
 
 def _is_zombie(pid: int) -> bool:
     return _state(pid) in {"Z", "X", ""}
+
+
+def stop_user(uid: int, gid: int, patience: float = 20.0) -> list[int]:
+    """End every process of `uid` before an evaluation that needs the container's room: held
+    first (a stopped process cannot fork, so a fork bomb stops growing), then killed, then
+    waited for until every one is reaped (a zombie still holds its pid in the container's
+    count); returns any still running after `patience` seconds."""
+    deadline = time.monotonic() + patience
+    freeze_user(uid, gid, patience=patience / 2)
+    left = kill_user(uid, gid, patience=max(deadline - time.monotonic(), 1.0))
+    pause = 0.002
+    while not left and user_pids(uid) and time.monotonic() < deadline:
+        time.sleep(pause)  # zombies: pid 1 (the init) reaps them
+        pause = min(pause * 2, 0.05)
+    return left
+
+
+# --- the container's limits, from its own cgroup (v1 or v2) ---------------------------------
+
+LIMITS_BASELINE = f"{STATE_DIR}/limits.json"
+# (what, files to read, the key counting the times the limit was hit)
+LIMIT_COUNTERS = (
+    ("pids", ("/sys/fs/cgroup/pids.events", "/sys/fs/cgroup/pids/pids.events"), "max"),
+    ("memory", ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"),
+     "oom_kill"),
+)
+
+
+def limit_counters() -> dict[str, int]:
+    """How often the container's pids limit refused a fork and its memory limit had the OOM
+    killer kill a process, as the kernel counts them (root reads them; no agent process can
+    lower them)."""
+    counts: dict[str, int] = {}
+    for what, names, key in LIMIT_COUNTERS:
+        text = _cgroup_value(names)
+        for line in (text or "").splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
+                counts[what] = int(parts[1])
+    return counts
+
+
+def record_limit_counters() -> dict[str, int]:
+    counts = limit_counters()
+    _atomic_write(LIMITS_BASELINE, json.dumps(counts).encode())
+    return counts
+
+
+def limits_hit_since_reset() -> str | None:
+    """Which of the container's limits was hit since the episode's reset (the agent's doing:
+    only its processes run between resets), as the reason given to the agent; None if none."""
+    try:
+        with open(LIMITS_BASELINE, "rb") as handle:
+            baseline = json.load(handle)
+    except (OSError, ValueError):
+        baseline = {}
+    now = limit_counters()
+    hits = []
+    if now.get("pids", 0) > int(baseline.get("pids", 0)):
+        hits.append(f"the container's process limit refused "
+                    f"{now['pids'] - int(baseline.get('pids', 0))} forks")
+    if now.get("memory", 0) > int(baseline.get("memory", 0)):
+        hits.append(f"the container's memory limit had "
+                    f"{now['memory'] - int(baseline.get('memory', 0))} processes killed")
+    return "; ".join(hits) + " during this episode" if hits else None
 
 
 # --- SysV IPC -----------------------------------------------------------------------------------
@@ -432,7 +496,13 @@ def _write_manifest(home: str, workspace_name: str) -> dict[str, list[Any]]:
 
 
 def restore_home(home: str, workspace_name: str) -> dict[str, int]:
-    """Make `home` (but its workspace) identical to the snapshot; returns what was changed."""
+    """Make `home` (but its workspace) identical to the snapshot; returns what was changed.
+
+    One pass over the home (one lstat per entry, from `scandir`), comparing each entry with
+    the manifest of the last restore: what is new or changed goes (a directory whose type is
+    unchanged stays, its contents compared one by one, its owner and mode put back); then
+    whatever of the manifest is missing comes back from the snapshot, parents first (the
+    manifest is in walk order). The manifest is updated for what was put back."""
     with open(HOME_MANIFEST, "rb") as handle:
         manifest: dict[str, list[Any]] = json.load(handle)
     removed = restored = 0
@@ -445,32 +515,65 @@ def restore_home(home: str, workspace_name: str) -> dict[str, int]:
         os.mkdir(home)
         restored += 1
     _set_attrs(home, snap.st_uid, snap.st_gid, stat.S_IMODE(snap.st_mode))
-    # Entries that changed or appear nowhere in the manifest go; directories stay (their
-    # contents are compared one by one) unless their type changed.
-    for rel, path in list(_walk(home, frozenset({workspace_name}))):
-        if not os.path.lexists(path):
-            continue  # under a directory removed a moment ago
-        expected = manifest.get(rel)
-        current = _entry_signature(path)
-        if expected is not None and current[0] == expected[0] == stat.S_IFDIR:
-            if current[1:4] != expected[1:4]:
-                snap_st = os.lstat(os.path.join(HOME_SNAPSHOT, rel))
-                _set_attrs(path, snap_st.st_uid, snap_st.st_gid, stat.S_IMODE(snap_st.st_mode))
-                restored += 1
+    kept: set[str] = set()
+    touched: list[str] = []  # entries put back: their signature changed
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            with os.scandir(os.path.join(home, rel_dir) if rel_dir else home) as listing:
+                entries = list(listing)
+        except OSError:
             continue
-        if expected is None or current != expected:
-            _remove(path)
-            removed += 1
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            if not rel_dir and entry.name == workspace_name:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                link = os.readlink(entry.path) if stat.S_ISLNK(st.st_mode) else None
+            except OSError:
+                continue
+            current = _signature(st, link)
+            expected = manifest.get(rel)
+            if expected is not None and current[0] == expected[0] == stat.S_IFDIR:
+                if current[1:4] != expected[1:4]:
+                    snap_st = os.lstat(os.path.join(HOME_SNAPSHOT, rel))
+                    _set_attrs(entry.path, snap_st.st_uid, snap_st.st_gid,
+                               stat.S_IMODE(snap_st.st_mode))
+                    restored += 1
+                    touched.append(rel)
+                kept.add(rel)
+                stack.append(rel)
+                continue
+            if expected is None or current != expected:
+                _remove(entry.path)
+                removed += 1
+            else:
+                kept.add(rel)
     # What is missing comes back from the snapshot, parents first.
-    changed = False
-    for rel, _ in _walk(HOME_SNAPSHOT):
-        path = os.path.join(home, rel)
-        if not os.path.lexists(path):
-            _copy_entry(os.path.join(HOME_SNAPSHOT, rel), path)
-            restored += 1
-            changed = True
-    if changed or removed or restored:
-        _write_manifest(home, workspace_name)
+    for rel in list(manifest):
+        if not rel or rel in kept:
+            continue
+        source = os.path.join(HOME_SNAPSHOT, rel)
+        if not os.path.lexists(source) or not os.path.isdir(os.path.dirname(
+                os.path.join(home, rel))):
+            del manifest[rel]  # (not in the snapshot: gone from the manifest too)
+            continue
+        if os.path.lexists(os.path.join(home, rel)):
+            continue  # (in a directory that could not be listed: left as it is)
+        _copy_entry(source, os.path.join(home, rel))
+        restored += 1
+        touched.append(rel)
+    if removed or restored:
+        for rel in touched:
+            path = os.path.join(home, rel)
+            if os.path.lexists(path):
+                manifest[rel] = _entry_signature(path)
+            else:
+                manifest.pop(rel, None)
+        manifest[""] = _entry_signature(home)
+        _atomic_write(HOME_MANIFEST, json.dumps(manifest).encode())
     return {"removed": removed, "restored": restored}
 
 
@@ -763,7 +866,11 @@ def last_json_object(text: str) -> dict[str, Any] | None:
 def evaluate(args: dict[str, Any]) -> dict[str, Any]:
     """Score the workspace. Every outcome names its cause (README "Blame"): `error` only for
     what is outside the agent's reach (the image's interpreter); whatever the agent's
-    processes, files or resource use make fail is `agent_failure`, a failed evaluation."""
+    processes, files or resource use make fail is `agent_failure`, a failed evaluation.
+
+    The agent's processes are held for a `validate`; at the episode's end (`stop`: a submit,
+    the final evaluation), and whenever a limit of the container was hit in the episode, they
+    are ended instead (killed and reaped), so the evaluation has the container's room."""
     uid, gid = int(args["uid"]), int(args["gid"])
     workspace = args["workspace"]
     key = args["task_key"]
@@ -771,22 +878,40 @@ def evaluate(args: dict[str, Any]) -> dict[str, Any]:
     if problem is not None:
         return {"status": "error", "message": f"untrusted evaluation interpreter: {problem}"}
     try:
-        running = freeze_user(uid, gid)  # nothing of the agent runs while we look and score
+        stop = bool(args.get("stop")) or limits_hit_since_reset() is not None
+        running = stop_user(uid, gid) if stop else freeze_user(uid, gid)
         try:
             if running:
                 return agent_failure(
-                    "the agent's processes could not be frozen for the evaluation: "
-                    + describe_processes(running)
+                    f"the agent's processes could not be {'ended' if stop else 'frozen'} for "
+                    "the evaluation: " + describe_processes(running)
                 )
-            return _evaluate_frozen(args, uid, gid, workspace, key)
+            result = _evaluate_frozen(args, uid, gid, workspace, key)
         finally:
             kill_user(EVAL_UID, gid, patience=5.0)  # the agent code's process and its children
-            signal_user(uid, gid, signal.SIGCONT)
+            if not stop:
+                signal_user(uid, gid, signal.SIGCONT)
     except OSError as e:
-        limit = resource_limit_hit()
+        limit = limits_hit_since_reset() or resource_limit_hit()
         if limit is not None:  # the agent's processes hold what the container may use
             return agent_failure(f"{limit} ({type(e).__name__}: {e})")
         raise
+    return blame_limits(result)
+
+
+def blame_limits(result: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation that did not score, in an episode that hit the container's pids or
+    memory limit, failed because of the agent (its interpreter could not start threads or
+    import, it was OOM-killed): never the image's fault."""
+    if result.get("status") not in ("failed", "timeout", "evaluator_broken", "error"):
+        return result
+    hit = limits_hit_since_reset()
+    if hit is None:
+        return result
+    what = str(result.get("output") or result.get("message") or "").strip()
+    blamed = agent_failure(f"{hit}; the evaluation failed: {_tail(what, 2000)}")
+    blamed["hash"] = result.get("hash")
+    return blamed
 
 
 def agent_failure(reason: str) -> dict[str, Any]:
@@ -861,7 +986,10 @@ def _evaluate_frozen(
              "log": log_path, "python": sys.executable, "returns": args.get("returns") or {}}
         ),
     }  # fmt: skip
-    command = [sys.executable, "-I", "-B", "-X", f"pycache_prefix={NO_PYCACHE}", __file__, "run"]
+    # The evaluator reads the bytecode of its own root-owned sys.path (checked at prepare:
+    # root's, writable by root only), not recompiling pandas each time; it writes none (-B).
+    # The agent's code is compiled from its source (the call proxy's process, `host`).
+    command = [sys.executable, "-I", "-B", __file__, "run"]
     command += [json.dumps({"argv": argv, "eval_dir": eval_dir})]
     cwd = eval_dir if kind == "python" else workspace
     if kind in ("model", "lm"):
@@ -1029,8 +1157,8 @@ class _AgentProcess:
         ours, theirs = socket.socketpair()
         log = os.open(info["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.process = subprocess.Popen(
-            [info["python"], "-I", "-B", "-X", f"pycache_prefix={NO_PYCACHE}", __file__,
-             "host", info["workspace"], str(theirs.fileno())],
+            [info["python"], "-I", "-B", __file__, "host", info["workspace"],
+             str(theirs.fileno())],
             cwd=info["workspace"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             pass_fds=[theirs.fileno()], user=EVAL_UID, group=info["gid"], extra_groups=[],
             env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": info["home"],
@@ -1099,11 +1227,40 @@ def proxy_module(name: str) -> None:
     sys.modules[name] = module
 
 
+def source_only_outside(trusted: list[str]) -> None:
+    """Modules found outside the interpreter's own (root-owned, checked) `trusted` sys.path
+    entries are compiled from their source, never from bytecode: a stale `__pycache__` the
+    agent made (same size and mtime as its edited source) is never what is evaluated."""
+    import importlib.machinery as machinery
+
+    class SourceOnly(machinery.SourceFileLoader):
+        def get_code(self, fullname: str) -> Any:
+            path = self.get_filename(fullname)
+            return self.source_to_code(self.get_data(path), path)
+
+    keep = {os.path.realpath(entry) for entry in trusted if entry}
+    loaders = [
+        (machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
+        (SourceOnly, machinery.SOURCE_SUFFIXES),
+        (machinery.SourcelessFileLoader, machinery.BYTECODE_SUFFIXES),
+    ]
+    source_hook = machinery.FileFinder.path_hook(*loaders)
+
+    def hook(path: str) -> Any:
+        if os.path.realpath(path or ".") in keep:
+            raise ImportError("a trusted entry: the default finder")
+        return source_hook(path)
+
+    sys.path_hooks.insert(0, hook)
+    sys.path_importer_cache.clear()
+
+
 def host(workspace: str, fd: int) -> None:
     """The agent's side of the proxy (runs as the agent user): import and call on request."""
     import socket
 
     channel = socket.socket(fileno=fd)
+    source_only_outside(list(sys.path))
     sys.path.insert(0, workspace)
     sys.stdout = sys.stderr  # the agent's prints go to its log, never to the channel
     functions: dict[tuple[str, str], Callable[..., Any]] = {}
@@ -1241,9 +1398,10 @@ def cmd_check_imports(args: dict[str, Any]) -> dict[str, Any]:
 def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
     uid, gid = int(args["uid"]), int(args["gid"])
     started = time.monotonic()
-    survivors = kill_user(uid, gid) + kill_user(EVAL_UID, gid)
+    survivors = stop_user(uid, gid) + kill_user(EVAL_UID, gid)
     if survivors:
         return {"ok": False, "message": f"processes of uid {uid} survive SIGKILL: {survivors}"}
+    counters = record_limit_counters()  # the episode's limit hits count from here
     pid1 = pid1_problem(uid)
     if pid1:
         return {"ok": False, "message": pid1}
@@ -1272,6 +1430,7 @@ def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
         "scratch_removed": scratch["removed"],
         "writable_restored": scratch["restored"],
         "ipc_removed": len(ipc_before),
+        "limit_counters": counters,
         "seconds": round(time.monotonic() - started, 4),
     }
 
@@ -1306,7 +1465,13 @@ def cmd_install_template(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_evaluate(args: dict[str, Any]) -> dict[str, Any]:
-    result = evaluate(args)
+    try:
+        result = evaluate(args)
+    except Exception as e:  # MemoryError, a fork refused: the agent's if a limit was hit
+        hit = limits_hit_since_reset()
+        if hit is None:
+            raise
+        result = agent_failure(f"{hit} ({type(e).__name__}: {e})")
     _atomic_write(os.path.join(RESULTS_DIR, f"{args['nonce']}.json"), json.dumps(result).encode())
     return {"written": True}
 
