@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airvisor.sim import Outcome, Schedule, Simulation, simulate
+from airvisor.sim import Outcome, Schedule, Simulation, draw, simulate
 from airvisor.sim._explore import invariant_of
 from airvisor.sim._schedule import (
     Crash,
@@ -192,3 +192,41 @@ def test_a_schedule_found_by_the_sweep_breaks_nothing(tmp_path: Path, name: str)
     assert sim.landed, "no fault reached an attempt"
     assert not outcome.violations
     assert not simulate(schedule, tmp_path).violations  # (with the kill comparison)
+
+
+# Open: found by the 10,000-seed sweep at the end of this round (seeds 0-9,999, 2026-11-28
+# 15:51-16:03 UTC), not fixed yet; each seed's schedule as drawn, strict xfail until its fix.
+OPEN = {
+    6511: ("fault-recorded", "prime-rl's launcher killed while no daemon watched, and the daemon "
+           "had died before it recorded the launcher's members: the takeover cannot tell its "
+           "re-parented members from a reboot that took everything (no member recorded), so it "
+           "resumes uncounted as 'boot' with no failure"),
+    7032: ("fault-recorded", "as seed 6511 (the launcher died unwatched before its members were "
+           "recorded)"),
+    9629: ("fault-recorded", "as seed 6511"),
+    7388: ("exit-status", "the launcher SIGKILLed in the very second its daemon was killed: the "
+           "simulation's oracle takes the status for known (the dead daemon's own child), but "
+           "only that daemon could have read it; the new one records 'status unknown'. The "
+           "oracle (sim/_run.py `_status_known`, the launcher case) is to be decided"),
+    4880: ("exit-status", "an operator's stop during the recovery of a member seen without its "
+           "status, then the daemon killed: the new daemon's finish_stop does not restore the "
+           "recorded recovery's failure, so the launcher's line is never matched to it"),
+    7437: ("right-component", "a trainer hang, the launcher SIGKILLed and the inference probe "
+           "hung in one schedule: the failure recorded is the inference server's health check, "
+           "not yet read which of the faults should be named (possibly the oracle's: a hang "
+           "masked by the launcher's death)"),
+    9730: ("daemon-kill-same-outcome", "an operator's stop asked in the very second the daemon "
+           "was killed and training finished: with the kill the new daemon finds the run "
+           "completed (finished_unsupervised: succeeded), without it the stop lands first "
+           "(stopped); a race of the stop with the end of training, which the comparison "
+           "allows for the restart count but not for the end state"),
+}
+
+
+@pytest.mark.parametrize("seed", sorted(OPEN))
+def test_an_open_schedule_of_the_last_sweep(tmp_path: Path, seed: int) -> None:
+    invariant, note = OPEN[seed]
+    outcome = simulate(draw(seed), tmp_path)
+    if broken(outcome, invariant):
+        pytest.xfail(f"open (seed {seed}, {invariant}): {note}")
+    assert not outcome.violations
