@@ -934,7 +934,12 @@ class RunSupervisor(SupervisorCore):
         """Boot takeover of a run that was stopping: finish the stop, end as it was to end."""
         self.attempt = attempt
         self.components = survivors  # (only what still runs: gone processes need no grace)
-        self._take_over_stop(self.store.get_run(self.run_id))
+        run = self.store.get_run(self.run_id)
+        self._take_over_stop(run)
+        if run is not None and (run.details or {}).get("recovery"):
+            # A stop asked during a recovery: that failure is still the attempt's (its status
+            # may yet come with the launcher's line; the attempt stays failed).
+            self._failure = recorded_failure(run, "the daemon restarted during recovery")
         self._decide(TakenOver(target))
 
     def detach(self) -> None:

@@ -208,9 +208,6 @@ OPEN = {
            "simulation's oracle takes the status for known (the dead daemon's own child), but "
            "only that daemon could have read it; the new one records 'status unknown'. The "
            "oracle (sim/_run.py `_status_known`, the launcher case) is to be decided"),
-    4880: ("exit-status", "an operator's stop during the recovery of a member seen without its "
-           "status, then the daemon killed: the new daemon's finish_stop does not restore the "
-           "recorded recovery's failure, so the launcher's line is never matched to it"),
     7437: ("right-component", "a trainer hang, the launcher SIGKILLed and the inference probe "
            "hung in one schedule: the failure recorded is the inference server's health check, "
            "not yet read which of the faults should be named (possibly the oracle's: a hang "
