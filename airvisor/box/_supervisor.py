@@ -44,12 +44,15 @@ from airvisor.policy._rollouts import NeedsPerson
 from airvisor.policy._scope import InferenceHealth, ScopeDecision
 from airvisor.policy._transition import (
     Abort,
+    AttemptBegins,
     Failure,
     Launched,
     MachineBusy,
+    PreparationEnded,
     Preparing,
     Ready,
     RecoveryResumed,
+    RecoveryTakenOver,
     TakenOver,
 )
 from airvisor.policy._watchdog import Healthy
@@ -386,8 +389,6 @@ class RunSupervisor(SupervisorCore):
         self._split: SplitPlan | None = None
         self._split_refusals: tuple[str, ...] = (
             "not_resolved: the attempt was not planned in the split",)
-        self._keep_next = False
-        self._keeping = False  # the stop under way spares the kept server
         self._prl_run_id: str | None = None
         self._next_plan_ahead = 0.0  # when to look ahead at the next attempt's plan again
 
@@ -443,13 +444,16 @@ class RunSupervisor(SupervisorCore):
             return ()
         return self._split_refusals
 
-    def _probe_kept_server(self, failure: Failure) -> bool:
+    def _can_probe_kept_server(self) -> bool:
+        return self._kept_server() is not None and self.profile.inference.port is not None
+
+    def _probe_kept_server(self, failure: Failure) -> None:
         """The kept server's health now (`probe_kept_server`, on a worker): its process alive,
         /health and /v1/models, its engine answering in time, its log since the failure."""
         server = self._kept_server()
         port = self.profile.inference.port
         if server is None or port is None:
-            return False
+            return
         try:
             offset = server.log.path.stat().st_size
         except OSError:
@@ -460,7 +464,6 @@ class RunSupervisor(SupervisorCore):
         self._run_task(Task.SCOPE, lambda: probe_kept_server(
             members=members, base_url=base_url, version=version, log_path=log_path,
             log_offset=offset))
-        return True
 
     # -- lifecycle -------------------------------------------------------------------------
     def begin(self) -> None:
@@ -469,12 +472,10 @@ class RunSupervisor(SupervisorCore):
             self._begin_preflight()
 
     def _begin_preflight(self, *, keep_inference: bool = False) -> None:
-        self._decide(Preparing())
-        self._backoff_until = None
+        kept = self._kept_server() if keep_inference else None
+        self._decide(Preparing(keep_inference=kept is not None))
         profile, run_id = self.profile, self.run_id
         live = self._hooks.live_run_ids() - {run_id}
-        kept = self._kept_server() if keep_inference else None
-        self._keep_next = kept is not None
         want_split = profile.prime_rl.mode == "launcher" and profile.restart.scope == "auto"
         # Component mode keeps its own server unless prime-rl's split derivation refuses:
         # both are resolved with the halves, in the attempt's one run of prime-rl's resolver.
@@ -527,14 +528,11 @@ class RunSupervisor(SupervisorCore):
 
     def _launch_attempt(self, prepared: PreparedAttempt,
                         split: SplitPrepared | None = None) -> None:
-        cause = self._failure.kind if self._failure is not None else "first"
-        scope, self._scope = self._scope, None
-        self._failure = None
-        kept = self._kept_server() if self._keep_next else None
-        self._keep_next = False
-        if self._machine_reason is not None:
-            self._event("machine_condition_cleared", "the machine can host the run again")
-            self._machine_reason = None
+        machine = self.machine
+        cause = machine.failure.kind if machine.failure is not None else "first"
+        scope = machine.scope
+        kept = self._kept_server() if machine.keep_next else None
+        self._decide(AttemptBegins())  # (the recovery is over)
         self.attempt = prepared.number
         self.profile = prepared.profile
         self.layout = run_layout(prepared.profile)
@@ -885,18 +883,20 @@ class RunSupervisor(SupervisorCore):
         (recorded running, alive) and keeps it."""
         self.attempt = attempt
         recorded = self.store.get_run(self.run_id)
-        self._failure = (recorded_failure(recorded, "the daemon restarted during recovery")
-                         if recorded is not None
-                         else Failure("the daemon restarted during recovery", "boot"))
+        failure = (recorded_failure(recorded, "the daemon restarted during recovery")
+                   if recorded is not None
+                   else Failure("the daemon restarted during recovery", "boot"))
         pending = ((recorded.details or {}).get("recovery") or {}) if recorded else {}
         server = self._recorded_server(attempt)
         if pending.get("scope") == "keep_inference" and server is not None:
             self.components = {INFERENCE: server}
             server.since = self._restore_split(attempt) or attempt
-            self._scope = ScopeDecision("keep_inference", "kept", "the inference server was "
-                                        "kept by the recovery the last daemon began")
+            self._decide(RecoveryTakenOver(failure, ScopeDecision(
+                "keep_inference", "kept", "the inference server was kept by the recovery the "
+                "last daemon began")))
             self._begin_preflight(keep_inference=True)
             return
+        self._decide(RecoveryTakenOver(failure))
         self._begin_preflight()
 
     def _recorded_server(self, attempt: int) -> ComponentHandle | None:
@@ -1103,7 +1103,7 @@ class RunSupervisor(SupervisorCore):
 
     def _after_preflight(self, event: TaskDone) -> None:
         if self.phase.stopping:
-            self._stop_processes()  # a stop arrived while preparing: undo what the preflight did
+            self._decide(PreparationEnded())  # a stop arrived while preparing: undo it now
             return
         if self.phase != Phase.PREFLIGHT:
             return
@@ -1122,12 +1122,11 @@ class RunSupervisor(SupervisorCore):
             prepared = event.result
         if prepared.summary:
             self._event("preflight", f"preflight: {prepared.summary}")
-        if self._keep_next and self.mode == "launcher" \
+        if self.machine.keep_next and self.mode == "launcher" \
                 and (split is None or split.plan is None) and not prepared.complete:
             # The rest cannot be planned apart from the kept server any more (prime-rl now
-            # refuses the split): a failure of this preflight, whose full stop takes the kept
-            # server too, then a full relaunch.
-            self._keep_next = False
+            # refuses the split): a failure of this preflight (keeping nothing), whose full
+            # stop takes the kept server too, then a full relaunch.
             why = "; ".join(split.refusals) if split is not None else "no split was planned"
             self._fail(f"the rest could not be planned against the kept inference server: "
                        f"{why}", INFERENCE)
@@ -1148,11 +1147,8 @@ class RunSupervisor(SupervisorCore):
         crash of the run. Said once per cause (a warning event, `last_error`), then the
         preflight is tried again every restart.backoff_max, uncounted, until it passes or
         the run is stopped."""
-        new = self._machine_reason != reason
-        self._machine_reason = reason
-        # The wait keeps the scope of the recovery being prepared: a kept server stays kept.
-        self._decide(MachineBusy(reason, self._machine_retry(), new,
-                                 self._scope if self._keep_next else None))
+        # (Whether it is new, and the scope the wait keeps: the machine's.)
+        self._decide(MachineBusy(reason, self._machine_retry()))
 
     def _machine_retry(self) -> float:
         """How often a waiting run looks again: restart.backoff_max, at most a minute (a
@@ -1161,15 +1157,16 @@ class RunSupervisor(SupervisorCore):
         return max(min(r.backoff_max, MACHINE_RETRY_MAX), r.backoff_initial)
 
     # -- stopping ---------------------------------------------------------------------------
-    def _stop_processes(self, keep: str | None = None, *, stacks: bool = False) -> None:
-        """Stop every component tree (but `keep`'s: the kept server) and the containers, on a
+    def _stop_processes(self, *, keep_inference: bool = False,
+                        stacks: bool = False) -> bool | None:
+        """Stop every component tree (but the kept server's, when `keep_inference` and it
+        still runs: prime-rl's `rl` without [inference], its tree) and the containers, on a
         worker thread; the phase says what follows (a restart decision, or the end the stop
         leads to)."""
         if Task.STOP in self._tasks:
-            return  # one stop at a time: the running one ends in the current phase
-        self._backoff_until = None
-        if keep is None:
-            self._keeping = False
+            return None  # one stop at a time: the running one ends in the current phase
+        # (No server left to keep: the recovery stops what is there.)
+        keep = INFERENCE if keep_inference and self._kept_server() is not None else None
         if self._prober is not None:
             self._prober.stop()
         handles = [h for h in self.components.values() if h.name != keep]
@@ -1199,7 +1196,7 @@ class RunSupervisor(SupervisorCore):
             # the hung attempt's first stop only (the core decides), never a later one.
             job = with_stacks_first(job, self.store, run_id, self.attempt, self.attempt_dir)
         launcher = self.components.get(LAUNCHER)
-        failure = self._failure
+        failure = self.machine.failure
         if failure is not None and not failure.status_known and failure.component is not None \
                 and self.phase == Phase.RECOVERY_STOPPING \
                 and launcher is not None and not launcher.exited:
@@ -1207,20 +1204,10 @@ class RunSupervisor(SupervisorCore):
             # tree is stopped; the line is read when the stop ends (`_after_stop`).
             job = _after_launcher_report(job, launcher.log.path, failure.component)
         self._run_task(Task.STOP, job)
-
-    def _stop_rest(self, *, stacks: bool = False) -> None:
-        """Stop prime-rl's `rl` without [inference] (its tree), keep the server."""
-        if Task.STOP in self._tasks:
-            return
-        if self._kept_server() is None:
-            # nothing left to keep: the recovery stops what is there
-            self._stop_processes(stacks=stacks)
-            return
-        self._keeping = True
-        self._stop_processes(keep=INFERENCE, stacks=stacks)
+        return keep is not None
 
     def _after_stop(self, event: TaskDone) -> None:
-        keeping, self._keeping = self._keeping, False
+        keeping = self.machine.keeping  # (the machine forgets it with the stop's end)
         for handle in self.components.values():
             if keeping and handle.name == INFERENCE:
                 continue
@@ -1232,7 +1219,7 @@ class RunSupervisor(SupervisorCore):
         self._record_containers(outcome.containers if outcome is not None else ())
         summary = outcome.summary if outcome is not None else event.error
         self._event("stopped_components", f"components stopped: {summary}")
-        failure = self._failure
+        failure = self.machine.failure
         launcher_log = self._launcher_log()
         if launcher_log is not None and failure is not None and failure.component is not None \
                 and not failure.status_known:
@@ -1242,7 +1229,7 @@ class RunSupervisor(SupervisorCore):
             child = launcher_report(launcher_log, failure.component)
             if child is not None:
                 self._exit_status_read(child.component, child.code)
-        self._processes_down()
+        self._decide(self._down_event())
 
     def _launcher_log(self) -> Path | None:
         """The attempt's launcher's log: its handle's, or (a recovery a new daemon took over

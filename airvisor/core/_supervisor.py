@@ -11,6 +11,7 @@ progress from the logs) is written once, here.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -21,7 +22,7 @@ from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
 from airvisor.core._events import Command, Event, ProcessEvent, Task, TaskDone
 from airvisor.core._logview import LogView
-from airvisor.policy import Phase, RestartKind, RestartPolicy, RunState
+from airvisor.policy import Phase, RestartKind, RestartPolicy, RunMachine, RunState, transition
 from airvisor.policy._disk import DiskState, disk_condition, disk_error
 from airvisor.policy._event_levels import event_log_level
 from airvisor.policy._progress import ComponentProgress, StallRule
@@ -45,19 +46,23 @@ from airvisor.policy._transition import (
     GiveUpRun,
     InternalError,
     NoteError,
+    ProbeServer,
     ProcessesDown,
     RecordFailure,
     Relaunch,
+    ReleaseDown,
     RememberRecovery,
+    RememberStop,
     RestartAsked,
     Say,
     ScopeSettled,
     StopAsked,
+    StopBegan,
     StopProcesses,
+    StopTakenOver,
     TrainingDone,
     WaitThenRelaunch,
     preparation_hopeless,
-    transition,
 )
 from airvisor.policy._transition import Event as RunEvent
 from airvisor.policy._watchdog import (
@@ -119,14 +124,14 @@ class SupervisorCore:
         self._wall = wall
         self._background = background
         self.layout: RunLayout | None = run_layout(profile) if profile.resolved else None
-        self.phase = phase
+        # The run machine (phase and recovery state): replaced only by what
+        # `policy.transition` returns, in `_decide`.
+        self._machine = RunMachine(phase)
         self.attempt = 0
         self.step: int | None = None
         self.last_progress_wall: float | None = None
         self.finished = threading.Event()
         self._tasks: set[Task] = set()
-        self._failure: Failure | None = None  # payload of RECOVERY_STOPPING / BACKOFF
-        self._backoff_until: float | None = None  # payload of BACKOFF
         self._attempt_progress: float | None = None  # monotonic time of the last advance
         self._attempt_max_step = 0
         # Each step-logging component's own last step in this attempt and when it was first
@@ -138,21 +143,25 @@ class SupervisorCore:
         # attempt's logs: training is done.
         self._finished: set[str] = set()
         self._notes: set[str] = set()  # one-off events already recorded in this attempt
-        self._machine_reason: str | None = None  # the machine condition last said
-        self._scope: ScopeDecision | None = None  # the recovery's scope (with `_failure`)
-        # A failure whose scope waits for the kept server's health probe (a worker task),
-        # while the rest stops; and that stop's end, held until the probe reports.
-        self._scope_pending: Failure | None = None
-        self._down_held = False
-        self._stacks_taken: int | None = None  # the attempt whose stacks were taken
-        # When the stop under way began (wall time, persisted with the run): a new supervisor
-        # that takes it over gives what still runs only the rest of the grace.
-        self._stop_began_at: float | None = None
+
+    @property
+    def phase(self) -> Phase:
+        return self._machine.phase
+
+    @property
+    def machine(self) -> RunMachine:
+        """The run machine now (read-only: `_decide` replaces it)."""
+        return self._machine
 
     # -- what a backend provides -------------------------------------------------------------
-    def _stop_processes(self, *, stacks: bool = False) -> None:
-        """Stop every process of the attempt; call `_processes_down()` once they are gone.
-        `stacks`: look at where each one is before the kill (once per hung attempt)."""
+    def _stop_processes(self, *, keep_inference: bool = False,
+                        stacks: bool = False) -> bool | None:
+        """Stop the attempt's processes (`keep_inference`: all but the kept inference server,
+        where it still runs; a backend that cannot keep it never gets a kept scope); decide
+        `self._down_event()` once they are gone. `stacks`: look at where each one is before
+        the kill (once per hung attempt). Returns whether the stop spares the kept server;
+        None when no stop began (one is under way: it ends in the current phase). Called only
+        by the executor (`_decide`)."""
         raise NotImplementedError
 
     def _relaunch(self, cause: str) -> None:
@@ -163,11 +172,6 @@ class SupervisorCore:
         """The last log lines that show the failure of `component`."""
         return []
 
-    def _stop_rest(self, *, stacks: bool = False) -> None:
-        """Stop the attempt's processes but the kept inference server; `_processes_down()`
-        once they are gone. A backend that cannot keep it never gets a kept scope."""
-        self._stop_processes(stacks=stacks)
-
     def _relaunch_rest(self, cause: str) -> None:
         """Start the next attempt's rest against the kept inference server."""
         self._relaunch(cause)
@@ -177,10 +181,12 @@ class SupervisorCore:
         The core's own backend other than the box is Slurm's, which submits one job."""
         return ("slurm: the run is a Slurm job: a recovery resubmits the whole job",)
 
-    def _probe_kept_server(self, failure: Failure) -> bool:
-        """Start probing the kept server's health on a worker (reported to
-        `_scope_probed`); False when there is no server to probe."""
+    def _can_probe_kept_server(self) -> bool:
+        """There is a kept server to probe (a fact of the world: it runs, it has a port)."""
         return False
+
+    def _probe_kept_server(self, failure: Failure) -> None:
+        """Start probing the kept server's health on a worker (reported to `_scope_probed`)."""
 
     def _inference_left(self) -> bool:
         """The last stop spared the kept inference server and it still runs."""
@@ -307,13 +313,13 @@ class SupervisorCore:
             self._notes.add(kind)
             self._event(kind, message)
 
-    def _set_phase(self, target: Phase) -> None:
-        """The only place the run's phase (and so its state) changes; persisted at once."""
-        if target == self.phase:
+    def _set_phase(self, previous: Phase, target: Phase) -> None:
+        """The only place the run's phase (and so its state) is persisted, at once, from the
+        machine `_decide` holds."""
+        if target == previous:
             return
-        previous = self.phase
-        self.phase = self.store.set_phase(self.run_id, target, previous=previous, now=self._wall())
-        waiting = self._machine_reason is not None and \
+        self.store.set_phase(self.run_id, target, previous=previous, now=self._wall())
+        waiting = self._machine.machine_reason is not None and \
             {previous, target} <= {Phase.PREFLIGHT, Phase.BACKOFF}
         if target.state != previous.state and not waiting:  # (each look while waiting: quiet)
             self._event("state", f"run {target.state}", phase=str(target))
@@ -361,10 +367,16 @@ class SupervisorCore:
 
     # -- decisions (policy.transition) and their effects --------------------------------------
     def _decide(self, event: RunEvent) -> None:
-        """Ask the policy what `event` leads to and carry it out: first what records the
-        decision, then the phase change, then what acts on it (a stop, a relaunch, a wait)."""
-        target, effects = transition(self.phase, event)
-        acts = [e for e in effects if isinstance(e, (StopProcesses, WaitThenRelaunch, Relaunch))]
+        """The executor: ask the run machine what `event` leads to, hold the machine it
+        returns, and carry out its effects in order: first what records the decision, then the
+        phase change, then what acts on it (a stop, a probe, a relaunch). The one place the
+        machine is replaced and the one caller of the backend's stop."""
+        previous = self._machine
+        machine, effects = transition(previous, event, now=self._clock(), wall=self._wall())
+        acts = [e for e in effects
+                if isinstance(e, (StopProcesses, WaitThenRelaunch, Relaunch, ProbeServer,
+                                  ReleaseDown))]
+        self._machine = machine
         for effect in effects:
             if isinstance(effect, Say):
                 self._event(effect.kind, effect.message, component=effect.component,
@@ -377,8 +389,6 @@ class SupervisorCore:
                     self.store.end_attempt(self.run_id, self.attempt, "failed",
                                            effect.failure.reason)
             elif isinstance(effect, RememberRecovery):
-                self._failure = effect.failure
-                self._scope = effect.scope
                 scope = ({"scope": effect.scope.scope, "scope_reason": effect.scope.reason}
                          if effect.scope is not None else {})
                 # (with its component and whether its status is known: a new daemon that
@@ -387,6 +397,8 @@ class SupervisorCore:
                     "reason": effect.failure.reason, "kind": effect.failure.kind,
                     "component": effect.failure.component,
                     "status_known": effect.failure.status_known, **scope})
+            elif isinstance(effect, RememberStop):
+                self.store.merge_run_details(self.run_id, stop_began_at=effect.began_at)
             elif isinstance(effect, EndAttempt):
                 if self.attempt:
                     self.store.end_attempt(self.run_id, self.attempt, effect.outcome, None)
@@ -399,30 +411,28 @@ class SupervisorCore:
                 self._event("gave_up", effect.reason)
             elif isinstance(effect, NoteError):
                 self.store.update_run(self.run_id, last_error=effect.reason)
-        self._set_phase(target)
+        try:
+            self._set_phase(previous.phase, machine.phase)
+        except Exception:
+            # (A refused edge leaves the phase where the store has it.)
+            self._machine = dataclasses.replace(self._machine, phase=previous.phase)
+            raise
         for effect in acts:
             if isinstance(effect, StopProcesses):
-                self._backoff_until = None
-                if self._stop_began_at is None:
-                    self._stop_began_at = self._wall()
-                    self.store.merge_run_details(self.run_id,
-                                                 stop_began_at=self._stop_began_at)
-                # Stacks once per hung attempt (the transition asks only on its first stop;
-                # recorded here too, so no later stop of the attempt overwrites them).
-                stacks = effect.stacks and self._stacks_taken != self.attempt
-                if stacks:
-                    self._stacks_taken = self.attempt
-                if effect.keep_inference:
-                    self._stop_rest(stacks=stacks)
-                else:
-                    self._stop_processes(stacks=stacks)
-            elif isinstance(effect, WaitThenRelaunch):
-                self._backoff_until = self._clock() + effect.delay
+                spared = self._stop_processes(keep_inference=effect.keep_inference,
+                                              stacks=effect.stacks)
+                if spared is not None:
+                    self._decide(StopBegan(spared))
+            elif isinstance(effect, ProbeServer):
+                self._probe_kept_server(effect.failure)
+            elif isinstance(effect, ReleaseDown):
+                self._decide(self._down_event())
             elif isinstance(effect, Relaunch):
                 if effect.keep_inference:
                     self._relaunch_rest(effect.cause)
                 else:
                     self._relaunch(effect.cause)
+            # (WaitThenRelaunch: the machine holds the deadline; `_tick_backoff` reads it.)
 
     def _record_failure(self, failure: Failure, *, end_attempt: bool) -> None:
         self.store.update_run(self.run_id, last_error=failure.reason)
@@ -453,9 +463,8 @@ class SupervisorCore:
             self._decide(AttemptFailed(failure, machine=machine))
             return
         scope = self._decide_scope(failure, None)
-        if scope.reason == "health_unknown" and self._probe_kept_server(failure):
-            self._scope_pending = failure
-            scope = probing(scope)
+        if scope.reason == "health_unknown" and self._can_probe_kept_server():
+            scope = probing(scope)  # (the machine has it probed: `ProbeServer`)
         self._decide(AttemptFailed(failure, scope=scope))
 
     def _disk_state(self) -> list[DiskState]:
@@ -480,29 +489,27 @@ class SupervisorCore:
     def _stop_grace(self) -> float:
         """The grace the stop under way gives what still runs: restart.stop_grace, less what
         has passed since the stop began (a stop a new supervisor took over)."""
-        return remaining_grace(self.profile.restart.stop_grace, self._stop_began_at,
+        return remaining_grace(self.profile.restart.stop_grace, self._machine.stop_began_at,
                                self._wall())
 
     def _take_over_stop(self, run: RunRecord | None) -> None:
         """A new supervisor takes over the stop the last one began (if it had): its start."""
         began = ((run.details or {}) if run is not None else {}).get("stop_began_at")
-        self._stop_began_at = float(began) if isinstance(began, (int, float)) else None
+        self._decide(StopTakenOver(float(began) if isinstance(began, (int, float)) else None))
 
     def _exit_status_read(self, component: str, code: str) -> None:
         """prime-rl's launcher named `component`'s exit status: the failure recorded without
         it (the launcher reaped the process first) gets it (README: a failure's reason names
         the exit status)."""
-        self._decide(ExitStatusRead(self._failure, component, code, self._scope))
+        machine = self._machine
+        self._decide(ExitStatusRead(machine.failure, component, code, machine.scope))
 
     def _scope_probed(self, health: InferenceHealth | None) -> None:
-        """The kept server's health after the failure: settle the recovery's scope, then act
-        on the end of the rest's stop if it came first."""
-        failure, self._scope_pending = self._scope_pending, None
+        """The kept server's health after the failure: settle the recovery's scope (the
+        machine then acts on the end of the rest's stop if it came first: `ReleaseDown`)."""
+        failure = self._machine.scope_pending
         if failure is not None:
             self._decide(ScopeSettled(failure, self._decide_scope(failure, health)))
-        if self._down_held:
-            self._down_held = False
-            self._processes_down()
 
     def _decide_scope(self, failure: Failure, health: InferenceHealth | None) -> ScopeDecision:
         """`policy.decide_scope` over what this run knows: the failed component, the refusals,
@@ -529,23 +536,21 @@ class SupervisorCore:
         self._decide(StopAsked(deferred=bool(self.stop_waits_for & self._tasks)))
 
     def _ask_restart(self) -> None:
-        self._decide(RestartAsked(scope=self._scope if self.phase == Phase.BACKOFF else None))
+        self._decide(RestartAsked(scope=self._machine.scope if self.phase == Phase.BACKOFF
+                                  else None))
 
-    def _processes_down(self) -> None:
-        """The stop the phase asked for is done: end the run, or decide the restart (once
-        the recovery's scope is settled: held until the server's probe reports)."""
-        if self._scope_pending is not None and self.phase == Phase.RECOVERY_STOPPING:
-            self._down_held = True
-            return
-        if self._stop_began_at is not None:
-            self._stop_began_at = None  # that stop is over
-            self.store.merge_run_details(self.run_id, stop_began_at=None)
+    def _down_event(self) -> ProcessesDown:
+        """The stop the phase asked for is done: the event with the facts its decision reads
+        (the restart history, what still runs). A backend decides it when its stop ends; the
+        machine ends the run, or decides the restart (once the recovery's scope is settled:
+        held until the server's probe reports)."""
         history = self.store.restart_history(self.run_id)
-        self._decide(ProcessesDown(
-            failure=self._failure, policy=self._restart_policy(),
+        machine = self._machine
+        return ProcessesDown(
+            failure=machine.failure, policy=self._restart_policy(),
             counted_restarts=tuple(r.at for r in history if r.counted),
-            restarts=len(history), now=self._wall(), scope=self._scope,
-            inference_left=self._inference_left()))
+            restarts=len(history), now=self._wall(), scope=machine.scope,
+            inference_left=self._inference_left())
 
     def _watchdogs(self, now: float) -> Verdict:
         """The live attempt's watchdogs (`policy._watchdog.watchdog`, one rule for every
@@ -584,11 +589,14 @@ class SupervisorCore:
     def _preparation_failed(self, reason: str) -> None:
         """The next attempt could not be prepared (the box's preflight, Slurm's submission):
         hopeless when nothing ever ran (`policy.preparation_hopeless`), else a crash."""
-        self._fail(reason, None, hopeless=preparation_hopeless(self.attempt, self._failure))
+        self._fail(reason, None,
+                   hopeless=preparation_hopeless(self.attempt, self._machine.failure))
 
     def _tick_backoff(self, now: float) -> None:
-        if (self._backoff_until is None or now >= self._backoff_until) and self._may_relaunch():
-            self._decide(BackoffOver(self._failure, self._scope))
+        machine = self._machine
+        if (machine.backoff_until is None or now >= machine.backoff_until) \
+                and self._may_relaunch():
+            self._decide(BackoffOver(machine.failure, machine.scope))
 
     # -- progress from the logs ------------------------------------------------------------------
     def _scan_logs(self, now: float, sources: Iterable[tuple[str, LogView | LogTail]],

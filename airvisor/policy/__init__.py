@@ -18,6 +18,7 @@ from airvisor.policy._progress import (
     stalled_for,
 )
 from airvisor.policy._resume import CheckpointHalves, ResumeChoice, choose_resume_step
+from airvisor.policy._runmachine import RunMachine, transition
 from airvisor.policy._state import (
     LIVE,
     STOP_TARGET,
@@ -31,7 +32,7 @@ from airvisor.policy._state import (
 )
 from airvisor.policy._stop import StopDecision, StopRoute, decide_stop_route
 from airvisor.policy._takeover import BootAction, decide_takeover
-from airvisor.policy._transition import Failure, transition
+from airvisor.policy._transition import Failure, phase_transition
 
 __all__ = [
     "COUNTED_KINDS",
@@ -49,6 +50,7 @@ __all__ = [
     "RestartKind",
     "RestartPolicy",
     "ResumeChoice",
+    "RunMachine",
     "RunState",
     "StallRule",
     "StalledComponent",
@@ -62,6 +64,7 @@ __all__ = [
     "decide_takeover",
     "edges",
     "phase_of_record",
+    "phase_transition",
     "stall_message",
     "stalled_component",
     "stalled_for",

@@ -1,4 +1,8 @@
-"""What a run does next: `transition(phase, event) -> (phase, effects)`.
+"""What a run's phase does next: `phase_transition(phase, event) -> (phase, effects)`.
+
+The phase projection of the run machine (`policy._runmachine.transition`, over the whole
+`RunMachine`): the decisions that depend on the phase alone, with the recovery's facts (its
+failure, scope, restart history) handed in with the event; tests replay it as tables.
 
 One pure function holds the recovery decisions both supervisors (one box, Slurm) make: a
 failure of the attempt, an operator's stop or restart, the end of a stop, the end of a backoff.
@@ -170,7 +174,46 @@ class RecoveryResumed:
 @dataclass(frozen=True)
 class Preparing:
     """The next attempt is being prepared (the box's preflight, Slurm's submission): the first
-    one, one after a backoff, or one a new supervisor starts."""
+    one, one after a backoff, or one a new supervisor starts. `keep_inference`: it is prepared
+    against the kept inference server (asked so, and the server still runs)."""
+
+    keep_inference: bool = False
+
+
+@dataclass(frozen=True)
+class PreparationEnded:
+    """The preparation a deferred stop waited for (the box's preflight, Slurm's submission)
+    reported: the stop is carried out now (it undoes what the preparation did)."""
+
+
+@dataclass(frozen=True)
+class AttemptBegins:
+    """The prepared attempt is about to be launched: the recovery it came from is over."""
+
+
+@dataclass(frozen=True)
+class StopBegan:
+    """The backend began the stop an effect asked for; `spared`: it spares the kept inference
+    server (asked to, and the server still ran)."""
+
+    spared: bool
+
+
+@dataclass(frozen=True)
+class RecoveryTakenOver:
+    """A new supervisor takes over the recovery the last one recorded (its failure and the
+    scope it keeps to)."""
+
+    failure: Failure
+    scope: ScopeDecision | None = None
+
+
+@dataclass(frozen=True)
+class StopTakenOver:
+    """A new supervisor takes over a stop: when the last one began it (wall time, recorded;
+    None: not recorded), so what still runs gets only the rest of the grace."""
+
+    began_at: float | None
 
 
 @dataclass(frozen=True)
@@ -192,7 +235,9 @@ class MachineBusy:
 
     reason: str
     retry: float
-    new: bool
+    # (The run machine fills both from its state: `new` when the reason differs from the one
+    # last said, `scope` the recovery's when the attempt was prepared against a kept server.)
+    new: bool = True
     scope: ScopeDecision | None = None
 
 
@@ -226,7 +271,8 @@ class InternalError:
 
 Event = (AttemptFailed | TrainingDone | StopAsked | RestartAsked | ProcessesDown | ScopeSettled
          | ExitStatusRead | BackoffOver | RecoveryResumed | Preparing | Launched | Ready
-         | MachineBusy | TakenOver | Abort | InternalError)
+         | MachineBusy | TakenOver | Abort | InternalError | PreparationEnded | AttemptBegins
+         | StopBegan | RecoveryTakenOver | StopTakenOver)
 
 
 # -- effects ----------------------------------------------------------------------------------
@@ -319,8 +365,31 @@ class NoteError:
     reason: str
 
 
+@dataclass(frozen=True)
+class RememberStop:
+    """Persist when the stop under way began (wall time; None: no stop is under way): a new
+    supervisor that takes the stop over gives what still runs only the rest of the grace."""
+
+    began_at: float | None
+
+
+@dataclass(frozen=True)
+class ProbeServer:
+    """Probe the kept inference server's health on a worker (the recovery's scope waits for
+    it: `ScopeSettled`)."""
+
+    failure: Failure
+
+
+@dataclass(frozen=True)
+class ReleaseDown:
+    """The end of the stop was held until the scope settled: act on it now (gather the facts
+    again and decide `ProcessesDown`)."""
+
+
 Effect = (Say | RecordFailure | AmendFailure | RememberRecovery | StopProcesses | EndAttempt
-          | CountRestart | WaitThenRelaunch | Relaunch | GiveUpRun | NoteError)
+          | CountRestart | WaitThenRelaunch | Relaunch | GiveUpRun | NoteError | RememberStop
+          | ProbeServer | ReleaseDown)
 
 Next = tuple[Phase, tuple[Effect, ...]]
 
@@ -330,7 +399,7 @@ _STOPPING = (Phase.STOPPING_STOPPED, Phase.STOPPING_FAILED, Phase.STOPPING_SUCCE
 _ATTEMPT = (Phase.PREFLIGHT, *_LIVE)
 
 
-def transition(phase: Phase, event: Event) -> Next:
+def phase_transition(phase: Phase, event: Event) -> Next:
     """The phase the run goes to on `event`, and what must be done for it, in order."""
     if phase.terminal:
         return phase, ()
@@ -442,6 +511,11 @@ def _on_attempt_lifecycle(phase: Phase, event: Event) -> Next:
             return phase, ()
         target = Phase.STOPPING_STOPPED if phase == Phase.BACKOFF else Phase.STOPPING_FAILED
         return target, (NoteError(event.reason), StopProcesses())
+    if isinstance(event, PreparationEnded):
+        # A stop asked while preparing waited for it: carried out now.
+        return (phase, (StopProcesses(),)) if phase.stopping else (phase, ())
+    if isinstance(event, (AttemptBegins, StopBegan, RecoveryTakenOver, StopTakenOver)):
+        return phase, ()  # (the run machine's own: no phase changes on them)
     raise TypeError(f"not a run event: {event!r}")
 
 

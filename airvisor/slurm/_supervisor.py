@@ -33,9 +33,11 @@ from airvisor.policy import (
 )
 from airvisor.policy._transition import (
     Launched,
+    PreparationEnded,
     Preparing,
     Ready,
     RecoveryResumed,
+    RecoveryTakenOver,
     TakenOver,
 )
 from airvisor.primerl import (
@@ -166,15 +168,20 @@ class SlurmRunSupervisor(SupervisorCore):
         if end_attempt and self.attempt:
             self.store.merge_attempt_details(self.run_id, self.attempt, reason=failure.reason)
 
-    def _stop_processes(self, *, stacks: bool = False) -> None:
+    def _stop_processes(self, *, keep_inference: bool = False,
+                        stacks: bool = False) -> bool | None:
         """Cancel the job (and wait for Slurm to end it) if one is alive, else it is down.
-        (`stacks`: the job's processes run on the nodes, out of py-spy's reach: the hang's
-        failure says so instead, `_record_failure`.)"""
+        (`keep_inference`: never asked, the job is one; `stacks`: the job's processes run on
+        the nodes, out of py-spy's reach: the hang's failure says so instead,
+        `_record_failure`.)"""
         alive = self.job_id is not None and (self.job is None or self.job.phase != "ended")
         if not alive:
-            self._processes_down()
+            self._decide(self._down_event())
         elif Task.CANCEL not in self._tasks:
             self._cancel()
+        else:
+            return None  # (the cancel under way ends in the current phase)
+        return False
 
     # -- lifecycle -------------------------------------------------------------------------
     def begin(self) -> None:
@@ -214,11 +221,11 @@ class SlurmRunSupervisor(SupervisorCore):
         elif action in (BootAction.RELAUNCH, BootAction.RESUME):
             # Backing off (the failed job is gone and its restart is counted), preparing the
             # next job, or no job recorded for the attempt: submit the next one now.
-            self._failure = recorded_failure(run, "the daemon restarted before a job was "
-                                             "submitted")
+            failure = recorded_failure(run, "the daemon restarted before a job was submitted")
+            self._decide(RecoveryTakenOver(failure))
             self._event("reattached", f"daemon restarted during {recorded}: submitting the "
                         f"next job (last job {self.job_id or '-'})")
-            self._submit(cause=self._failure.kind)
+            self._submit(cause=failure.kind)
         elif action == BootAction.CONTINUE_RECOVERY:
             # It was ending the failed job: finish that (cancel it if it lives), then the
             # restart policy decides with the failure's own kind.
@@ -256,7 +263,6 @@ class SlurmRunSupervisor(SupervisorCore):
 
     # -- submission ------------------------------------------------------------------------
     def _submit(self, *, cause: str) -> None:
-        self._backoff_until = None
         self._decide(Preparing())
         number = self.attempt + 1
         profile, layout, run_id = self.profile, self.layout, self.run_id
@@ -303,7 +309,8 @@ class SlurmRunSupervisor(SupervisorCore):
         self.store.merge_attempt_details(
             self.run_id, done.number, job_id=done.job_id, nodes=[],
             exclude=list(done.exclusion.nodes),
-            reason=self._failure.reason if done.number > 1 and self._failure else None,
+            reason=(self.machine.failure.reason if done.number > 1 and self.machine.failure
+                    else None),
             script=str(done.script.path))
         self.store.merge_run_details(self.run_id, slurm_job_id=done.job_id, slurm_nodes=[],
                                      slurm_state="PENDING", slurm_submitted_at=submitted_at)
@@ -354,14 +361,14 @@ class SlurmRunSupervisor(SupervisorCore):
     def _after_submit(self, event: TaskDone) -> None:
         if event.error is not None:
             if self.phase.stopping:
-                self._stop_processes()  # nothing was submitted: the stop ends here
+                self._decide(PreparationEnded())  # nothing was submitted: the stop ends here
                 return
             # (hopeless when nothing ever ran: the core's one rule)
             self._preparation_failed(f"job submission failed: {event.error}")
             return
         self._on_submitted(event.result)
         if self.phase.stopping:
-            self._stop_processes()  # stopped while submitting: cancel what was submitted
+            self._decide(PreparationEnded())  # stopped while submitting: cancel the job
 
     # -- watching --------------------------------------------------------------------------
     def _ticking(self) -> bool:
@@ -504,4 +511,4 @@ class SlurmRunSupervisor(SupervisorCore):
         else:
             summary = f"scancel {self.job_id}: {event.error}"
         self._event("stopped_components", summary, job_id=self.job_id)
-        self._processes_down()
+        self._decide(self._down_event())

@@ -317,7 +317,7 @@ def test_a_new_daemon_adopts_the_kept_server(harness: Harness, when: str,
         drive(harness, "the second attempt running", lambda: running_attempt(harness, sup, 2))
     else:
         drive(harness, "the backoff", lambda: sup.state == RunState.RECOVERING
-              and "stop" not in sup._tasks and sup._backoff_until is not None)
+              and "stop" not in sup._tasks and sup.machine.backoff_until is not None)
     _, sup = new_daemon(harness, run_id)
     drive(harness, "the second attempt training",
           lambda: running_attempt(harness, sup, 2, step=6))

@@ -28,8 +28,8 @@ from airvisor.policy._transition import (
     RememberRecovery,
     Say,
     StopProcesses,
+    phase_transition,
     preparation_hopeless,
-    transition,
 )
 from airvisor.policy._watchdog import (
     Finishing,
@@ -85,7 +85,7 @@ AMENDED = Failure("trainer exited with status 3 (seen at once by airvisor; the s
 ])
 def test_an_exit_status_read_later_completes_only_its_failure(
         phase: Phase, event: ExitStatusRead, expected: list[object]) -> None:
-    target, effects = transition(phase, event)
+    target, effects = phase_transition(phase, event)
     assert target == phase
     assert [e for e in effects if not isinstance(e, Say)] == expected
     said = [e for e in effects if isinstance(e, Say)]
@@ -145,7 +145,7 @@ AS_MACHINE = Failure("trainer exited with status 1; " + FULL + ": the machine's 
 def test_a_death_of_a_machine_condition_is_not_a_crash(
         phase: Phase, event: AttemptFailed, expected_phase: Phase,
         expected: list[object]) -> None:
-    target, effects = transition(phase, event)
+    target, effects = phase_transition(phase, event)
     assert (target, list(effects)) == (expected_phase, expected)
 
 
@@ -153,7 +153,7 @@ def test_the_machines_failure_is_not_counted_when_its_stop_ends() -> None:
     policy = RestartPolicy(max_restarts=1, window=600.0, backoff_initial=2.0,
                            backoff_factor=2.0, backoff_max=60.0)
     # One counted crash already: a crash now would give up; the machine's failure does not.
-    target, effects = transition(Phase.RECOVERY_STOPPING, ProcessesDown(
+    target, effects = phase_transition(Phase.RECOVERY_STOPPING, ProcessesDown(
         AS_MACHINE, policy, counted_restarts=(9_990.0,), restarts=1, now=10_000.0))
     assert target == Phase.BACKOFF
     assert CountRestart(AS_MACHINE, False, 10_000.0) in effects
@@ -181,7 +181,7 @@ BUG = "internal error: KeyError: 'job'"
 ])
 def test_an_internal_error_never_leaves_the_run_wedged(phase: Phase, expected_phase: Phase,
                                                        expected: list[object]) -> None:
-    assert transition(phase, InternalError(BUG)) == (expected_phase, tuple(expected))
+    assert phase_transition(phase, InternalError(BUG)) == (expected_phase, tuple(expected))
 
 
 @pytest.mark.parametrize(("began_at", "now", "expected"), [
@@ -281,12 +281,12 @@ def test_a_disk_error_the_dying_component_logged(lines: list[str], expected: str
 ])
 def test_a_resumed_recovery_records_only_what_nobody_recorded(
         event: RecoveryResumed, expected: list[object]) -> None:
-    assert transition(Phase.TAKEOVER, event) == (Phase.RECOVERY_STOPPING, tuple(expected))
+    assert phase_transition(Phase.TAKEOVER, event) == (Phase.RECOVERY_STOPPING, tuple(expected))
 
 
 def test_a_resumed_hang_takes_the_stacks_nobody_took() -> None:
     hang = Failure("hung: step 5 has not advanced for 31 s", "hang", "trainer")
-    _, effects = transition(Phase.TAKEOVER, RecoveryResumed(hang, stacks=True))
+    _, effects = phase_transition(Phase.TAKEOVER, RecoveryResumed(hang, stacks=True))
     assert effects[-1] == StopProcesses(stacks=True)
-    _, effects = transition(Phase.TAKEOVER, RecoveryResumed(KNOWN, stacks=True))
+    _, effects = phase_transition(Phase.TAKEOVER, RecoveryResumed(KNOWN, stacks=True))
     assert effects[-1] == StopProcesses()  # only a hang's stop looks

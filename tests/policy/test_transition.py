@@ -35,7 +35,7 @@ from airvisor.policy._transition import (
     TakenOver,
     TrainingDone,
     WaitThenRelaunch,
-    transition,
+    phase_transition,
 )
 
 CRASH = Failure("trainer exited with status 1", "crash", "trainer")
@@ -150,7 +150,7 @@ def kinds(effects: tuple[object, ...]) -> list[str]:
 ])
 def test_transition_table(phase: Phase, event: object, expected_phase: Phase,
                           expected: list[object]) -> None:
-    assert transition(phase, event) == (expected_phase, tuple(expected))  # type: ignore[arg-type]
+    assert phase_transition(phase, event) == (expected_phase, tuple(expected))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("failure", "earlier", "restarts", "expected_phase", "expected_kinds",
@@ -175,7 +175,7 @@ def test_transition_table(phase: Phase, event: object, expected_phase: Phase,
 def test_restart_decision_after_the_failed_attempt_is_down(
         failure: Failure, earlier: tuple[float, ...], restarts: int, expected_phase: Phase,
         expected_kinds: list[str], delay: float | None) -> None:
-    phase, effects = transition(Phase.RECOVERY_STOPPING,
+    phase, effects = phase_transition(Phase.RECOVERY_STOPPING,
                                 ProcessesDown(failure, POLICY, earlier, restarts, NOW))
     assert phase == expected_phase
     assert kinds(effects) == expected_kinds
@@ -198,7 +198,8 @@ def test_restart_decision_after_the_failed_attempt_is_down(
 def test_restarts_off_fails_the_run_at_the_first_failure() -> None:
     off = RestartPolicy(max_restarts=0, window=600.0, backoff_initial=1.0, backoff_factor=2.0,
                         backoff_max=10.0)
-    phase, effects = transition(Phase.RECOVERY_STOPPING, ProcessesDown(CRASH, off, (), 0, NOW))
+    phase, effects = phase_transition(Phase.RECOVERY_STOPPING,
+                                      ProcessesDown(CRASH, off, (), 0, NOW))
     assert phase == Phase.FAILED
     assert effects == (GiveUpRun("restarts are off (restart.max_restarts = 0); last failure: "
                                  f"{CRASH.reason}"),)
@@ -219,7 +220,7 @@ def test_every_phase_a_transition_reaches_is_an_allowed_edge() -> None:
         *(TakenOver(target) for target in Phase)]
     for phase in Phase:
         for event in events:
-            target, _ = transition(phase, event)  # type: ignore[arg-type]
+            target, _ = phase_transition(phase, event)  # type: ignore[arg-type]
             if target != phase:
                 assert advance(phase, target) == target, (phase, event, target)
 
@@ -277,11 +278,11 @@ def scope_said(scope: ScopeDecision, kept: bool, component: str | None = "traine
 ])
 def test_scope_table(phase: Phase, event: object, expected_phase: Phase,
                      expected: list[object]) -> None:
-    assert transition(phase, event) == (expected_phase, tuple(expected))  # type: ignore[arg-type]
+    assert phase_transition(phase, event) == (expected_phase, tuple(expected))  # type: ignore[arg-type]
 
 
 def test_a_kept_recovery_schedules_the_rest_s_relaunch() -> None:
-    phase, effects = transition(Phase.RECOVERY_STOPPING,
+    phase, effects = phase_transition(Phase.RECOVERY_STOPPING,
                                 ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=KEPT))
     assert phase == Phase.BACKOFF
     count, wait, said = effects
@@ -298,7 +299,7 @@ def test_the_first_restart_in_the_window_relaunches_with_the_decision(
     relaunch is ordered by the decision itself (not left to a timer), in the recovery's scope;
     the second restart waits backoff_initial."""
     policy = dataclasses.replace(POLICY, immediate_first=True)
-    phase, effects = transition(Phase.RECOVERY_STOPPING,
+    phase, effects = phase_transition(Phase.RECOVERY_STOPPING,
                                 ProcessesDown(CRASH, policy, (), 0, NOW, scope=scope))
     assert phase == Phase.BACKOFF
     count, go, said = effects
@@ -306,7 +307,7 @@ def test_the_first_restart_in_the_window_relaunches_with_the_decision(
     assert go == Relaunch("crash", keep_inference=scope is not None)
     assert isinstance(said, Say) and "now (the first restart within restart.window" in \
         said.message and said.data["delay"] == 0.0
-    _, effects = transition(Phase.RECOVERY_STOPPING,
+    _, effects = phase_transition(Phase.RECOVERY_STOPPING,
                             ProcessesDown(CRASH, policy, (NOW - 10,), 1, NOW, scope=scope))
     assert effects[1] == WaitThenRelaunch(2.0)
 
@@ -315,21 +316,21 @@ def test_giving_up_after_a_kept_stop_stops_the_kept_server_first() -> None:
     """The crash-loop limit reached with only the rest down: the server is stopped too (a
     full stop), then the run fails once that stop reports."""
     loop = (NOW - 30, NOW - 20, NOW - 10)
-    phase, effects = transition(Phase.RECOVERY_STOPPING, ProcessesDown(
+    phase, effects = phase_transition(Phase.RECOVERY_STOPPING, ProcessesDown(
         CRASH, POLICY, loop, 3, NOW, scope=KEPT, inference_left=True))
     assert phase == Phase.RECOVERY_STOPPING
     assert kinds(effects) == ["RememberRecovery", "Say", "StopProcesses"]
     remembered, _, stop = effects
     assert isinstance(remembered, RememberRecovery) and remembered.scope is not None
     assert remembered.scope.scope == "full" and stop == StopProcesses()
-    phase, effects = transition(Phase.RECOVERY_STOPPING, ProcessesDown(
+    phase, effects = phase_transition(Phase.RECOVERY_STOPPING, ProcessesDown(
         CRASH, POLICY, loop, 3, NOW, scope=remembered.scope))
     assert phase == Phase.FAILED and kinds(effects) == ["GiveUpRun"]
 
 
 def test_a_failed_preflight_keeps_nothing() -> None:
     """A preflight's failure has no live attempt whose server could be kept."""
-    _, effects = transition(Phase.PREFLIGHT, AttemptFailed(CRASH, scope=KEPT))
+    _, effects = phase_transition(Phase.PREFLIGHT, AttemptFailed(CRASH, scope=KEPT))
     assert effects[-1] == StopProcesses()
     remembered = effects[1]
     assert isinstance(remembered, RememberRecovery) and remembered.scope is not None
@@ -367,7 +368,7 @@ def test_the_probing_scope_spares_the_server_but_keeps_nothing_yet() -> None:
     assert PROBING.keep_inference and not PROBING.settled
     assert PROBING.detail == ("trainer crashed; the rest is stopped at once while the inference "
                               "server's health is probed: it is kept only if healthy")
-    phase, effects = transition(Phase.RUNNING, AttemptFailed(CRASH, scope=PROBING))
+    phase, effects = phase_transition(Phase.RUNNING, AttemptFailed(CRASH, scope=PROBING))
     assert phase == Phase.RECOVERY_STOPPING
     record, remember, said, stop = effects
     assert record == RecordFailure(CRASH, end_attempt=True)
@@ -422,4 +423,4 @@ def test_the_probing_scope_spares_the_server_but_keeps_nothing_yet() -> None:
 def test_settling_the_scope_and_the_spared_server(phase: Phase, event: object,
                                                   expected_phase: Phase,
                                                   expected: list[object]) -> None:
-    assert transition(phase, event) == (expected_phase, tuple(expected))  # type: ignore[arg-type]
+    assert phase_transition(phase, event) == (expected_phase, tuple(expected))  # type: ignore[arg-type]

@@ -1,0 +1,148 @@
+"""The run machine: `transition(machine, event) -> (machine, effects)` over everything a
+recovery decision needs (issue 29 item 1).
+
+`RunMachine` is one frozen value: the phase and the recovery's state beside it (the failure
+and its scope, the probe the scope waits for and the stop's end held meanwhile, the backoff's
+deadline, what the stop under way spares, whether the attempt's stacks were taken, the machine
+condition waited for, when the stop began). The supervisor core holds one and replaces it only
+with what `transition` returns; backends read it, turn the world into typed events and carry
+out the effects (the core's executor runs them in order). The phase-only decisions are
+`phase_transition` (tables in tests/policy); this adds what depends on the rest of the state.
+
+What is persisted with the run: the phase (`Store.set_phase`), the recovery's failure and scope
+(`RememberRecovery`: the run's details "recovery"), when the stop began (`RememberStop`). A new
+daemon restores them (`RecoveryTakenOver`, `StopTakenOver`, `policy.decide_takeover` from the
+phase); the rest is a daemon's own on purpose: the backoff deadline is on this process's
+monotonic clock (a new daemon that finds a backoff relaunches at once), a probe and the stop's
+end it holds belong to the worker that ran them (a new daemon stops and decides afresh), the
+stacks taken are read from the attempt's record (`RecoveryResumed.stacks`), a machine
+condition is said again by the daemon that meets it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from airvisor.policy._scope import ScopeDecision
+from airvisor.policy._state import Phase
+from airvisor.policy._transition import (
+    AttemptBegins,
+    AttemptFailed,
+    Effect,
+    Event,
+    Failure,
+    Launched,
+    MachineBusy,
+    Preparing,
+    ProbeServer,
+    ProcessesDown,
+    RecoveryTakenOver,
+    ReleaseDown,
+    RememberRecovery,
+    RememberStop,
+    Say,
+    ScopeSettled,
+    StopBegan,
+    StopProcesses,
+    StopTakenOver,
+    WaitThenRelaunch,
+    phase_transition,
+)
+
+
+@dataclass(frozen=True)
+class RunMachine:
+    """Everything a recovery decision reads, as one value (see the module's docstring)."""
+
+    phase: Phase = Phase.PENDING
+    # The failure the recovery is for (the payload of RECOVERY_STOPPING and BACKOFF) and the
+    # scope it keeps to (None: not decided, everything restarts).
+    failure: Failure | None = None
+    scope: ScopeDecision | None = None
+    # A failure whose scope waits for the kept server's health probe, while the rest stops;
+    # and that stop's end, held until the probe reports (`ScopeSettled` releases it).
+    scope_pending: Failure | None = None
+    down_held: bool = False
+    backoff_until: float | None = None  # monotonic: when the backoff is over
+    keep_next: bool = False  # the attempt being prepared runs against the kept server
+    keeping: bool = False  # the stop under way spares the kept server
+    stacks_taken: bool = False  # this attempt's stacks were taken (once per hung attempt)
+    machine_reason: str | None = None  # the machine condition last said (a wait under way)
+    stop_began_at: float | None = None  # wall time: when the stop under way began
+
+
+Step = tuple[RunMachine, tuple[Effect, ...]]
+
+
+def transition(machine: RunMachine, event: Event, *, now: float, wall: float) -> Step:
+    """The machine after `event`, and what must be done for it, in order. `now`: the
+    monotonic clock (the backoff's deadline); `wall`: wall time (the stop's start)."""
+    if machine.phase.terminal:
+        return machine, ()
+    state = machine
+    before: list[Effect] = []
+    after: list[Effect] = []
+    if isinstance(event, StopBegan):
+        return dataclasses.replace(state, keeping=event.spared), ()
+    if isinstance(event, RecoveryTakenOver):
+        return dataclasses.replace(state, failure=event.failure, scope=event.scope), ()
+    if isinstance(event, StopTakenOver):
+        return dataclasses.replace(state, stop_began_at=event.began_at), ()
+    if isinstance(event, AttemptBegins):
+        # The recovery is over; a machine condition waited for has cleared.
+        said: tuple[Effect, ...] = () if state.machine_reason is None else (
+            Say("machine_condition_cleared", "the machine can host the run again"),)
+        return dataclasses.replace(state, failure=None, scope=None, keep_next=False,
+                                   machine_reason=None), said
+    if isinstance(event, Preparing):
+        state = dataclasses.replace(state, backoff_until=None, keep_next=event.keep_inference)
+    elif isinstance(event, MachineBusy):
+        # Said once per cause; the wait keeps the scope of the recovery being prepared (a kept
+        # server stays kept).
+        event = dataclasses.replace(event, new=state.machine_reason != event.reason,
+                                    scope=state.scope if state.keep_next else None)
+        state = dataclasses.replace(state, machine_reason=event.reason)
+    elif isinstance(event, AttemptFailed) and state.phase == Phase.PREFLIGHT:
+        state = dataclasses.replace(state, keep_next=False)  # a failed preflight keeps nothing
+    elif isinstance(event, ProcessesDown):
+        if state.scope_pending is not None and state.phase == Phase.RECOVERY_STOPPING:
+            # Acted on once the probe settles the scope (`ReleaseDown`).
+            return dataclasses.replace(state, down_held=True), ()
+        if state.stop_began_at is not None:  # that stop is over
+            before.append(RememberStop(None))
+        state = dataclasses.replace(state, stop_began_at=None, keeping=False)
+    elif isinstance(event, ScopeSettled):
+        if state.down_held:
+            after.append(ReleaseDown())
+        state = dataclasses.replace(state, scope_pending=None, down_held=False)
+    target, effects = phase_transition(state.phase, event)
+    out = list(before)
+    probe: Failure | None = None
+    for effect in effects:
+        if isinstance(effect, RememberRecovery):
+            state = dataclasses.replace(state, failure=effect.failure, scope=effect.scope)
+            if effect.scope is not None and not effect.scope.settled:
+                # The scope waits for the kept server's health: probed while the rest stops.
+                state = dataclasses.replace(state, scope_pending=effect.failure)
+                probe = effect.failure
+        elif isinstance(effect, StopProcesses):
+            if probe is not None:  # (the probe's worker starts first, then the stop's)
+                out.append(ProbeServer(probe))
+                probe = None
+            # Stacks once per hung attempt: no later stop of the attempt overwrites them.
+            stacks = effect.stacks and not state.stacks_taken
+            effect = dataclasses.replace(effect, stacks=stacks)
+            state = dataclasses.replace(state, backoff_until=None,
+                                        stacks_taken=state.stacks_taken or stacks)
+            if state.stop_began_at is None:
+                state = dataclasses.replace(state, stop_began_at=wall)
+                out.append(RememberStop(wall))
+        elif isinstance(effect, WaitThenRelaunch):
+            state = dataclasses.replace(state, backoff_until=now + effect.delay)
+        out.append(effect)
+    if probe is not None:
+        out.append(ProbeServer(probe))
+    if isinstance(event, Launched) and target == Phase.STARTING:
+        state = dataclasses.replace(state, stacks_taken=False)  # a new attempt
+    return dataclasses.replace(state, phase=target), (*out, *after)
