@@ -939,7 +939,8 @@ class RunSupervisor(SupervisorCore):
         if run is not None and (run.details or {}).get("recovery"):
             # A stop asked during a recovery: that failure is still the attempt's (its status
             # may yet come with the launcher's line; the attempt stays failed).
-            self._failure = recorded_failure(run, "the daemon restarted during recovery")
+            self._decide(RecoveryTakenOver(recorded_failure(
+                run, "the daemon restarted during recovery")))
         self._decide(TakenOver(target))
 
     def detach(self) -> None:
