@@ -66,7 +66,8 @@ fi
 # mostly wait on `docker exec`: a third process of their own ("envs").
 envs=(tests/envs)
 isolated=(tests/demo tests/primerl tests/service/test_systemd_scenarios.py
-          tests/service/test_user_containment.py tests/test_layering.py tests/sim)
+          tests/service/test_user_containment.py tests/sim)
+isolated+=(tests/test_*.py)  # the package-wide static checks (imports, who writes recovery state)
 host=()
 for path in tests/*/; do
   path="${path%/}"
