@@ -630,6 +630,18 @@ CITATIONS: tuple[Citation, ...] = (
              "370b831f881a",
              ("The route /update_weights does not exist. Skipping weight update.",
               "The route /reload_weights does not exist. Skipping weight reload.")),
+    # The launcher's exit-status line: queued by the monitor thread, logged at the main loop's
+    # next look, lost to a SIGTERM before it (docs/benchmarks.md, the stop's wait).
+    Citation(_BENCHMARKS, "utils/process.py:96-105", MAIN, _SRC + "utils/process.py",
+             "162ab5a26833", ("def monitor_process(process: Popen, stop_event: Event, error",)),
+    Citation(_BENCHMARKS, "rl.py:539-552", V04, _SRC + "rl.py", "fd003e56cf47",
+             ("def monitor_process(process: Popen, stop_event: Event, error",)),
+    Citation(_BENCHMARKS, "entrypoints/rl.py:376-383", MAIN, _SRC + "entrypoints/rl.py",
+             "180a914d3a1c", ("# Check for errors from monitor threads",)),
+    Citation(_BENCHMARKS, "rl.py:779-786", V04, _SRC + "rl.py", "cc9419f1f901",
+             ("while not (stop_events[",)),
+    Citation(_BENCHMARKS, "entrypoints/rl.py:184-188", MAIN, _SRC + "entrypoints/rl.py",
+             "a3db575cd083", ("def sigterm_handler(signum, frame):",)),
     Citation(_BENCHMARKS, "rl.py:539-552,779-786", V04, _SRC + "rl.py", "630fe65ddb7e",
              ("def monitor_process(process: Popen, stop_event: Event,",
               "while not (stop_events[\"orchestrator\"].is_set() and")),
