@@ -354,7 +354,7 @@ def test_no_backend_sets_a_phase_itself() -> None:
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                         and node.func.attr == "_set_phase":
                     callers.append(f"{path.relative_to(package)}:{function.name}")
-    assert callers == ["core/_supervisor.py:_decide"]
+    assert callers == ["core/_executor.py:_decide"]
 
 
 # -- the rest stops at once while the kept server is probed (issue 22, item 4) ------------------

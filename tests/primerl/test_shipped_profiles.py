@@ -60,7 +60,7 @@ BOUND = 180.0
 # profile's own [ckpt] interval).
 KEPT = {"mlgym": (9, 5)}
 # Shipped main profiles whose server cannot be kept: prime-rl's resolution gives them the Slurm
-# backend (a [slurm] table), which states why (core/_supervisor.py `_scope_refusals`: a recovery
+# backend (a [slurm] table), which states why (core/_executor.py `_scope_refusals`: a recovery
 # resubmits the whole job).
 REFUSED = {"slurm": "slurm: the run is a Slurm job"}
 
