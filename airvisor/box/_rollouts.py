@@ -63,10 +63,6 @@ class RolloutWatcher:
         return cls(episode_log(attempt_dir), limit=profile.health.rollout_error_limit,
                    from_end=from_end, clock=clock)
 
-    @property
-    def tally(self) -> RolloutTally:
-        return self._tally
-
     def poll(self) -> list[RolloutNotice]:
         records = [record for line in self._tail.read_new_lines()
                    if (record := parse_episode_line(line)) is not None]
