@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
+
 from airvisor._logfile import LogTail, tail_lines
 from airvisor._logging import get_logger
 from airvisor.box._members import launcher_members
 from airvisor.box._probe import InferenceProber, inference_base_url, probe_kept_server
 from airvisor.box._rollouts import RolloutWatcher, event_of
-from airvisor.box._takeover import component_alive
+from airvisor.box._takeover import component_alive, ended_by_a_reboot
 from airvisor.core import (
     Background,
     ComponentExited,
@@ -243,6 +245,9 @@ class Hooks:
     # Has prime-rl resolve the next attempt ahead, on a thread of its own
     # (`primerl.plan_ahead`); the simulation answers every preflight from its own cache.
     plan_ahead: Callable[..., bool] = plan_ahead
+    # The machine's boot time, on the clock of a process's create time (psutil's): a takeover
+    # tells a reboot (every process of the run started before it) from a crash with it.
+    boot_time: Callable[[], float] = psutil.boot_time
 
 
 @dataclass
@@ -833,17 +838,23 @@ class RunSupervisor(SupervisorCore):
                 "counted)" if machine else reason, "machine" if machine else "crash",
                 child.component), record=True))
             return
-        if failure.kind == "boot" and failure.component is not None \
-                and self._attempt_survived(attempt, survivors):
+        if failure.kind == "boot" and failure.component is not None:
             # A component died while no supervisor watched and the launcher (if it was not
-            # the one) named no child: what it started still runs, so this is no reboot that
-            # took everything (that resume is uncounted) but that component's crash, whose
-            # status this daemon cannot know (it is not its child).
-            self._decide(RecoveryResumed(Failure(
-                f"{failure.component} exited while no supervisor watched (status unknown: not "
-                "this daemon's child; the rest of the attempt still ran)", "crash",
-                failure.component), record=True))
-            return
+            # the one) named no child. When what it started still runs, or it started in
+            # this boot of the machine (its recorded start is after the boot time: no reboot
+            # ended it), this is no reboot that took everything (that resume is uncounted)
+            # but that component's crash, whose status this daemon cannot know (it is not its
+            # child). Its members need not be recorded to tell (the last daemon may have died
+            # before it recorded them: seeds 6511, 7032, 9629 of the simulation).
+            survived = self._attempt_survived(attempt, survivors)
+            if survived or not self._ended_by_a_reboot(attempt, failure.component):
+                why = ("the rest of the attempt still ran" if survived else
+                       "it started after the machine's last boot: no reboot ended it")
+                self._decide(RecoveryResumed(Failure(
+                    f"{failure.component} exited while no supervisor watched (status unknown: "
+                    f"not this daemon's child; {why})", "crash", failure.component),
+                    record=True))
+                return
         # A hang the last daemon decided but died before stopping: its stacks, unless taken.
         taken = any(a.get("number") == attempt and "stacks" in (a.get("details") or {})
                     for a in self.store.attempts(self.run_id))
@@ -855,6 +866,12 @@ class RunSupervisor(SupervisorCore):
             comp.kind == "member" and comp.state in ("running", "starting")
             and component_alive(comp, self.run_id)
             for comp in self.store.components(self.run_id, attempt))
+
+    def _ended_by_a_reboot(self, attempt: int, component: str) -> bool:
+        """The recorded `component` of `attempt` started before the machine's current boot."""
+        created = next((c.create_time for c in self.store.components(self.run_id, attempt)
+                        if c.name == component), None)
+        return ended_by_a_reboot(created, self._hooks.boot_time())
 
     def _unwatched_lines(self, component: str) -> list[str]:
         """The last lines of `component`'s log where this prime-rl version writes it."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airvisor._logfile import tail_lines
-from airvisor.policy import Phase
+from airvisor.policy import CheckpointHalves, Phase
 from airvisor.primerl import (
     FINISH_MILESTONES,
     LAUNCHER,
@@ -124,6 +124,15 @@ def component_alive(comp: ComponentRecord, run_id: str) -> bool:
     return marker is not None and marker.run_id == run_id
 
 
+def ended_by_a_reboot(create_time: float | None, boot_time: float) -> bool:
+    """A recorded process, gone at the takeover, is one the machine's reboot ended: it started
+    before the current boot (`create_time` is psutil's, the boot time plus its start ticks,
+    so every process of this boot started at or after `boot_time`). A process that started
+    in this boot and is gone died while the machine ran: a crash, not a reboot. Its start
+    unrecorded: taken for a reboot (the uncounted resume; nothing tells otherwise)."""
+    return create_time is None or create_time < boot_time
+
+
 def finish_if_completed(store: Store, run: RunRecord, profile: Profile,
                         claim: Callable[[str], None] | None = None) -> bool:
     """At boot, before adopting or relaunching a run whose supervisor died: when its logs show
@@ -139,6 +148,13 @@ def finish_if_completed(store: Store, run: RunRecord, profile: Profile,
     both_finished = set(FINISH_MILESTONES) <= facts.finished
     if not both_finished and _launcher_named_a_failure(comps):
         return False  # its last step was printed, but it died after (a final checkpoint's)
+    if not both_finished and final_checkpoint_unfinished(_checkpoints(profile),
+                                                         profile.run.max_steps):
+        # Its last step was printed and the final checkpoint begun, never finished (the
+        # trainer says it finished only after writing it): it died writing it, and its
+        # launcher's line, if it was to come, never did (a reboot, the launcher killed too).
+        # The run resumes from its newest complete checkpoint instead (a sweep's seed 809).
+        return False
     for comp in comps:
         cleaning_up = comp.name in OUTLIVE_TRAINING or (comp.name == LAUNCHER and both_finished)
         if not cleaning_up and component_alive(comp, run.id):
@@ -161,6 +177,23 @@ def finish_if_completed(store: Store, run: RunRecord, profile: Profile,
                     f"say so): recorded as succeeded, not relaunched{stopped}",
                     data={"step": step})
     return True
+
+
+def final_checkpoint_unfinished(checkpoints: Mapping[int, CheckpointHalves],
+                                max_steps: int | None) -> bool:
+    """A checkpoint of the final step (at or past max_steps) was begun, and none is complete:
+    the trainer died writing it."""
+    if max_steps is None:
+        return False
+    finals = [halves for step, halves in checkpoints.items() if step >= max_steps]
+    return bool(finals) and not any(halves.complete for halves in finals)
+
+
+def _checkpoints(profile: Profile) -> Mapping[int, CheckpointHalves]:
+    try:
+        return run_layout(profile).scan()
+    except Exception:  # an unknown layout: no checkpoint to go by (the logs decide)
+        return {}
 
 
 def _launcher_named_a_failure(comps: list[ComponentRecord]) -> bool:
