@@ -269,11 +269,12 @@ class DecisionExecutor(CoreBase):
         self._decide(TrainingDone(message, component))
 
     def _ask_stop(self) -> None:
-        self._decide(StopAsked(deferred=bool(self.stop_waits_for & self._tasks)))
+        self._decide(StopAsked(deferred=bool(self.stop_waits_for & self._tasks),
+                               training_finished=self._training_finished()))
 
     def _ask_restart(self) -> None:
         self._decide(RestartAsked(scope=self._machine.scope if self.phase == Phase.BACKOFF
-                                  else None))
+                                  else None, training_finished=self._training_finished()))
 
     def _down_event(self) -> ProcessesDown:
         """The stop the phase asked for is done: the event with the facts its decision reads

@@ -90,17 +90,22 @@ class TrainingDone:
 @dataclass(frozen=True)
 class StopAsked:
     """An operator's stop. `deferred`: a task the stop must wait for is running (a preflight
-    or a submission): the stop is carried out when it reports."""
+    or a submission): the stop is carried out when it reports. `training_finished`: the
+    attempt's logs say training ended (trainer and orchestrator said they finished, which
+    they say after the final checkpoint, or prime-rl's launcher said so)."""
 
     deferred: bool = False
+    training_finished: bool = False
 
 
 @dataclass(frozen=True)
 class RestartAsked:
     """An operator's restart: fail the live attempt (uncounted; everything restarts) or end a
-    backoff now (in the scope the recovery stopped: `scope`, as remembered)."""
+    backoff now (in the scope the recovery stopped: `scope`, as remembered).
+    `training_finished`: as `StopAsked`'s (a restart then has nothing left to train)."""
 
     scope: ScopeDecision | None = None
+    training_finished: bool = False
 
 
 @dataclass(frozen=True)
@@ -414,9 +419,24 @@ def phase_transition(phase: Phase, event: Event) -> Next:
         said: tuple[Effect, ...] = (Say("stop_requested", "stop requested"),)
         if phase.stopping:
             return phase, said  # already ending: a success being wrapped up stays a success
+        if event.training_finished and phase in _LIVE:
+            # Training is complete: the stop ends what is left of it (prime-rl's launcher in
+            # its clean-up, the inference server) and the run succeeded, as it would have a
+            # moment later without the stop; a daemon that took the run over in that moment
+            # records it succeeded from the logs too (`finish_if_completed`), so the stop's
+            # race with the end of training has one outcome (the simulation's seed 9730).
+            return Phase.STOPPING_SUCCEEDED, (
+                *said, Say("success", "training had finished when the stop was asked: run "
+                           "complete; stopping what is left"), StopProcesses())
         return Phase.STOPPING_STOPPED, said + (() if event.deferred else (StopProcesses(),))
     if isinstance(event, RestartAsked):
         said = (Say("restart_requested", "restart requested"),)
+        if event.training_finished and phase in _LIVE:
+            # As a stop then (above): training is complete, a relaunch would train nothing.
+            return Phase.STOPPING_SUCCEEDED, (
+                *said, Say("success", "training had finished when the restart was asked: run "
+                           "complete, nothing to restart; stopping what is left"),
+                StopProcesses())
         if phase in _LIVE:
             next_phase, effects = _on_failure(phase, AttemptFailed(
                 Failure("restart requested", "operator")))

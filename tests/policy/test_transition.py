@@ -86,6 +86,22 @@ def kinds(effects: tuple[object, ...]) -> list[str]:
     (Phase.STOPPING_SUCCEEDED, StopAsked(), Phase.STOPPING_SUCCEEDED,
      [Say("stop_requested", "stop requested")]),
     (Phase.STOPPED, StopAsked(), Phase.STOPPED, []),
+    # A stop or a restart asked once training finished (its finished lines read): the run
+    # succeeded, what is left is stopped (the simulation's seed 9730: a daemon taking over
+    # in that moment records it succeeded from the logs; both paths have one outcome).
+    (Phase.RUNNING, StopAsked(training_finished=True), Phase.STOPPING_SUCCEEDED,
+     [Say("stop_requested", "stop requested"),
+      Say("success", "training had finished when the stop was asked: run complete; stopping "
+          "what is left"), StopProcesses()]),
+    (Phase.RUNNING, RestartAsked(training_finished=True), Phase.STOPPING_SUCCEEDED,
+     [Say("restart_requested", "restart requested"),
+      Say("success", "training had finished when the restart was asked: run complete, "
+          "nothing to restart; stopping what is left"), StopProcesses()]),
+    # (Only a live attempt's training can have finished: elsewhere the flag changes nothing.)
+    (Phase.BACKOFF, StopAsked(training_finished=True), Phase.STOPPING_STOPPED,
+     [Say("stop_requested", "stop requested"), StopProcesses()]),
+    (Phase.STOPPING_FAILED, StopAsked(training_finished=True), Phase.STOPPING_FAILED,
+     [Say("stop_requested", "stop requested")]),
     # An operator's restart: an uncounted failure of a live attempt, or the backoff cut short.
     (Phase.RUNNING, RestartAsked(), Phase.RECOVERY_STOPPING,
      [Say("restart_requested", "restart requested"), RecordFailure(OPERATOR, end_attempt=True),
@@ -139,7 +155,9 @@ def kinds(effects: tuple[object, ...]) -> list[str]:
     (Phase.TAKEOVER, TakenOver(Phase.RUNNING), Phase.RUNNING, []),
     (Phase.TAKEOVER, TakenOver(Phase.STOPPING_SUCCEEDED), Phase.STOPPING_SUCCEEDED,
      [StopProcesses()]),
-    (Phase.TAKEOVER, TakenOver(Phase.BACKOFF), Phase.TAKEOVER, []),
+    # (the rest of a backoff: the restored machine holds its deadline)
+    (Phase.TAKEOVER, TakenOver(Phase.BACKOFF), Phase.BACKOFF, []),
+    (Phase.TAKEOVER, TakenOver(Phase.PREFLIGHT), Phase.TAKEOVER, []),
     (Phase.RUNNING, TakenOver(Phase.STARTING), Phase.RUNNING, []),
     # Outside a live attempt a run that cannot go on is stopped and ends failed (stopped, from
     # a backoff); a live attempt's errors are failures of it (AttemptFailed).
@@ -212,6 +230,7 @@ def test_every_phase_a_transition_reaches_is_an_allowed_edge() -> None:
     events: list[object] = [
         AttemptFailed(CRASH), AttemptFailed(CRASH, hopeless=True), TrainingDone("done"),
         StopAsked(), StopAsked(deferred=True), RestartAsked(), BackoffOver(CRASH),
+        StopAsked(training_finished=True), RestartAsked(training_finished=True),
         RecoveryResumed(CRASH), ProcessesDown(CRASH, POLICY, (), 0, NOW),
         ProcessesDown(CRASH, POLICY, (NOW - 3, NOW - 2, NOW - 1), 3, NOW),
         ProcessesDown(CRASH, POLICY, (), 0, NOW, scope=KEPT, inference_left=True),
