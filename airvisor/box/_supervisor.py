@@ -895,9 +895,10 @@ class RunSupervisor(SupervisorCore):
 
     def relaunch_after_boot(self, attempt: int) -> None:
         """Boot takeover of a run that was backing off or preparing its next attempt: the
-        failed attempt is down and its restart is recorded; prepare the next one now. A
-        recovery that kept the inference server finds it among the attempt's components
-        (recorded running, alive) and keeps it."""
+        failed attempt is down and its restart is recorded; prepare the next one now, or, when
+        the backoff's deadline the last daemon persisted is still ahead, at that deadline
+        (`_wait_out_backoff`). A recovery that kept the inference server finds it among the
+        attempt's components (recorded running, alive) and keeps it."""
         self.attempt = attempt
         recorded = self.store.get_run(self.run_id)
         failure = (recorded_failure(recorded, "the daemon restarted during recovery")
@@ -908,13 +909,23 @@ class RunSupervisor(SupervisorCore):
         if pending.get("scope") == "keep_inference" and server is not None:
             self.components = {INFERENCE: server}
             server.since = self._restore_split(attempt) or attempt
-            self._decide(RecoveryTakenOver(failure, ScopeDecision(
-                "keep_inference", "kept", "the inference server was kept by the recovery the "
-                "last daemon began")))
-            self._begin_preflight(keep_inference=True)
+            # (the scope the persisted machine kept the server in, when it has one)
+            restored = self.machine.scope
+            kept = restored if restored is not None and restored.keep_inference \
+                and restored.settled else ScopeDecision(
+                    "keep_inference", "kept", "the inference server was kept by the recovery "
+                    "the last daemon began")
+            self._decide(RecoveryTakenOver(failure, kept))
+            if not self._wait_out_backoff():
+                self._begin_preflight(keep_inference=True)
             return
-        self._decide(RecoveryTakenOver(failure))
-        self._begin_preflight()
+        # The scope the restored machine holds stays (a run an older airvisor wrote has
+        # none), unless it kept a server that is gone now: everything restarts.
+        restored = self.machine.scope
+        self._decide(RecoveryTakenOver(failure, None if restored is None
+                                       or restored.keep_inference else restored))
+        if not self._wait_out_backoff():
+            self._begin_preflight()
 
     def _recorded_server(self, attempt: int) -> ComponentHandle | None:
         """The inference server the store records running for `attempt`, if it still is."""

@@ -13,8 +13,10 @@ from typing import Any
 
 from airvisor._logging import get_logger
 from airvisor.core._events import Event, Task, TaskDone
+from airvisor.core._persist import machine_taken_over
 from airvisor.policy import Phase, RestartPolicy, RunMachine, RunState
 from airvisor.policy._event_levels import event_log_level
+from airvisor.policy._machine_json import encode_machine
 from airvisor.primerl import (
     FINISH_MILESTONES,
     TRAINING_FINISHED,
@@ -62,8 +64,10 @@ class CoreBase:
         self._background = background
         self.layout: RunLayout | None = run_layout(profile) if profile.resolved else None
         # The run machine (phase and recovery state): replaced only by what
-        # `policy.transition` returns, in `_decide`.
-        self._machine = RunMachine(phase)
+        # `policy.transition` returns, in `_decide`. A takeover starts from the machine the
+        # last daemon persisted (`core._persist`).
+        self._machine = machine_taken_over(store, run_id, now=clock(), wall=wall()) \
+            if phase == Phase.TAKEOVER else RunMachine(phase)
         self.attempt = 0
         self.step: int | None = None
         self.last_progress_wall: float | None = None
@@ -130,17 +134,27 @@ class CoreBase:
             self._notes.add(kind)
             self._event(kind, message)
 
-    def _set_phase(self, previous: Phase, target: Phase) -> None:
-        """The only place the run's phase (and so its state) is persisted, at once, from the
-        machine `_decide` holds."""
-        if target == previous:
+    def _set_phase(self, before: RunMachine, machine: RunMachine) -> None:
+        """The only place the run's phase (and so its state) is persisted, with the whole
+        machine `_decide` holds (one write, when the machine changed); the run's end is
+        `_ended`'s, once the write is committed."""
+        if machine == before:
             return
-        self.store.set_phase(self.run_id, target, previous=previous, now=self._wall())
-        waiting = self._machine.machine_reason is not None and \
+        blob = encode_machine(machine, now=self._clock(), wall=self._wall())
+        previous, target = before.phase, machine.phase
+        if target == previous:
+            self.store.update_run(self.run_id, machine_json=blob)
+            return
+        self.store.set_phase(self.run_id, target, previous=previous, now=self._wall(),
+                             machine_json=blob)
+        waiting = machine.machine_reason is not None and \
             {previous, target} <= {Phase.PREFLIGHT, Phase.BACKOFF}
         if target.state != previous.state and not waiting:  # (each look while waiting: quiet)
             self._event("state", f"run {target.state}", phase=str(target))
-        if target.terminal:
+
+    def _ended(self, previous: Phase, target: Phase) -> None:
+        """The run has just ended (its terminal phase committed): let go of what it holds."""
+        if target.terminal and target != previous:
             self._on_terminal()
             self.finished.set()
 

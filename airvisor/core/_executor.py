@@ -6,7 +6,6 @@ machine's events.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, get_args
 
 from airvisor.core._base import LAST_LINES, CoreBase
@@ -25,6 +24,7 @@ from airvisor.policy._transition import (
     AmendFailure,
     AttemptFailed,
     CountRestart,
+    Effect,
     EndAttempt,
     ExitStatusRead,
     Failure,
@@ -45,6 +45,7 @@ from airvisor.policy._transition import (
     StopBegan,
     StopProcesses,
     StopTakenOver,
+    TakenOver,
     TrainingDone,
     WaitThenRelaunch,
     preparation_hopeless,
@@ -104,15 +105,44 @@ class DecisionExecutor(CoreBase):
     # -- decisions (policy.transition) and their effects --------------------------------------
     def _decide(self, event: RunEvent) -> None:
         """The executor: ask the run machine what `event` leads to, hold the machine it
-        returns, and carry out its effects in order: first what records the decision, then the
-        phase change, then what acts on it (a stop, a probe, a relaunch). The one place the
-        machine is replaced and the one caller of the backend's stop."""
+        returns, and carry out its effects in order: first what records the decision and the
+        machine with its phase (one transaction: a daemon killed meanwhile leaves neither),
+        then what acts on it (a stop, a probe, a relaunch). The one place the machine is
+        replaced and the one caller of the backend's stop."""
         previous = self._machine
         machine, effects = transition(previous, event, now=self._clock(), wall=self._wall())
         acts = [e for e in effects
                 if isinstance(e, (StopProcesses, WaitThenRelaunch, Relaunch, ProbeServer,
                                   ReleaseDown))]
         self._machine = machine
+        try:
+            with self.store.transaction():
+                self._record(effects)
+                self._set_phase(previous, machine)
+        except Exception:
+            # (A refused edge: nothing of the decision was written; the machine stays.)
+            self._machine = previous
+            raise
+        self._ended(previous.phase, machine.phase)
+        for effect in acts:
+            if isinstance(effect, StopProcesses):
+                spared = self._stop_processes(keep_inference=effect.keep_inference,
+                                              stacks=effect.stacks)
+                if spared is not None:
+                    self._decide(StopBegan(spared))
+            elif isinstance(effect, ProbeServer):
+                self._probe_kept_server(effect.failure)
+            elif isinstance(effect, ReleaseDown):
+                self._decide(self._down_event())
+            elif isinstance(effect, Relaunch):
+                if effect.keep_inference:
+                    self._relaunch_rest(effect.cause)
+                else:
+                    self._relaunch(effect.cause)
+            # (WaitThenRelaunch: the machine holds the deadline; `_tick_backoff` reads it.)
+
+    def _record(self, effects: tuple[Effect, ...]) -> None:
+        """What records a decision (events, the failure, the restart, the recovery)."""
         for effect in effects:
             if isinstance(effect, Say):
                 self._event(effect.kind, effect.message, component=effect.component,
@@ -147,28 +177,6 @@ class DecisionExecutor(CoreBase):
                 self._event("gave_up", effect.reason)
             elif isinstance(effect, NoteError):
                 self.store.update_run(self.run_id, last_error=effect.reason)
-        try:
-            self._set_phase(previous.phase, machine.phase)
-        except Exception:
-            # (A refused edge leaves the phase where the store has it.)
-            self._machine = dataclasses.replace(self._machine, phase=previous.phase)
-            raise
-        for effect in acts:
-            if isinstance(effect, StopProcesses):
-                spared = self._stop_processes(keep_inference=effect.keep_inference,
-                                              stacks=effect.stacks)
-                if spared is not None:
-                    self._decide(StopBegan(spared))
-            elif isinstance(effect, ProbeServer):
-                self._probe_kept_server(effect.failure)
-            elif isinstance(effect, ReleaseDown):
-                self._decide(self._down_event())
-            elif isinstance(effect, Relaunch):
-                if effect.keep_inference:
-                    self._relaunch_rest(effect.cause)
-                else:
-                    self._relaunch(effect.cause)
-            # (WaitThenRelaunch: the machine holds the deadline; `_tick_backoff` reads it.)
 
     def _record_failure(self, failure: Failure, *, end_attempt: bool) -> None:
         self.store.update_run(self.run_id, last_error=failure.reason)
@@ -233,6 +241,17 @@ class DecisionExecutor(CoreBase):
         began = ((run.details or {}) if run is not None else {}).get("stop_began_at")
         self._decide(StopTakenOver(float(began) if isinstance(began, (int, float)) else None))
 
+    def _wait_out_backoff(self) -> bool:
+        """A new supervisor takes over a run that was backing off: when the machine it
+        restored holds a deadline still ahead, the run waits out the rest of it (the moment
+        the last daemon would have relaunched; `_tick_backoff` relaunches then, in the
+        recovery's scope). Returns whether it waits (False: prepare the next attempt now)."""
+        until = self._machine.backoff_until
+        if self.phase != Phase.TAKEOVER or until is None or until <= self._clock():
+            return False
+        self._decide(TakenOver(Phase.BACKOFF))
+        return True
+
     def _exit_status_read(self, component: str, code: str) -> None:
         """prime-rl's launcher named `component`'s exit status: the failure recorded without
         it (the launcher reaped the process first) gets it (README: a failure's reason names
@@ -278,15 +297,14 @@ class DecisionExecutor(CoreBase):
 
     def _down_event(self) -> ProcessesDown:
         """The stop the phase asked for is done: the event with the facts its decision reads
-        (the restart history, what still runs). A backend decides it when its stop ends; the
-        machine ends the run, or decides the restart (once the recovery's scope is settled:
-        held until the server's probe reports)."""
-        history = self.store.restart_history(self.run_id)
+        (the restarts the machine holds, what still runs). A backend decides it when its stop
+        ends; the machine ends the run, or decides the restart (once the recovery's scope is
+        settled: held until the server's probe reports)."""
         machine = self._machine
         return ProcessesDown(
             failure=machine.failure, policy=self._restart_policy(),
-            counted_restarts=tuple(r.at for r in history if r.counted),
-            restarts=len(history), now=self._wall(), scope=machine.scope,
+            counted_restarts=machine.counted_restarts, restarts=machine.restarts,
+            now=self._wall(), scope=machine.scope,
             inference_left=self._inference_left())
 
     def _preparation_failed(self, reason: str) -> None:

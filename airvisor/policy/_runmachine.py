@@ -9,14 +9,15 @@ with what `transition` returns; backends read it, turn the world into typed even
 out the effects (the core's executor runs them in order). The phase-only decisions are
 `phase_transition` (tables in tests/policy); this adds what depends on the rest of the state.
 
-What is persisted with the run: the phase (`Store.set_phase`), the recovery's failure and scope
-(`RememberRecovery`: the run's details "recovery"), when the stop began (`RememberStop`). A new
-daemon restores them (`RecoveryTakenOver`, `StopTakenOver`, `policy.decide_takeover` from the
-phase); the rest is a daemon's own on purpose: the backoff deadline is on this process's
-monotonic clock (a new daemon that finds a backoff relaunches at once), a probe and the stop's
-end it holds belong to the worker that ran them (a new daemon stops and decides afresh), the
-stacks taken are read from the attempt's record (`RecoveryResumed.stacks`), a machine
-condition is said again by the daemon that meets it.
+The machine is persisted whole with the run (`policy._machine_json`: JSON with a version, the
+monotonic backoff deadline stored as a wall time), by the core's executor whenever it changes,
+in the transaction that records the decision. A new daemon starts from it (`taken_over`): the
+phase is the takeover's to decide (`policy.decide_takeover`), and what the last daemon's
+workers held is dropped on purpose: a probe under way and the stop's end it held, whether the
+stop under way spares the kept server, the attempt being prepared against it (a new daemon
+stops, probes and prepares afresh). Runs persisted by an older airvisor have no machine: the
+recovery's failure and scope (the run's details "recovery", `RecoveryTakenOver`), when the stop
+began (`StopTakenOver`) and the restart history (`Store.restart_history`) rebuild it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from airvisor.policy._state import Phase
 from airvisor.policy._transition import (
     AttemptBegins,
     AttemptFailed,
+    CountRestart,
     Effect,
     Event,
     Failure,
@@ -70,6 +72,10 @@ class RunMachine:
     stacks_taken: bool = False  # this attempt's stacks were taken (once per hung attempt)
     machine_reason: str | None = None  # the machine condition last said (a wait under way)
     stop_began_at: float | None = None  # wall time: when the stop under way began
+    # The run's restarts so far (counted or not), and the wall times of its counted ones within
+    # the restart window (the crash-loop limit's input; older ones are dropped as they leave it).
+    restarts: int = 0
+    counted_restarts: tuple[float, ...] = ()
 
 
 Step = tuple[RunMachine, tuple[Effect, ...]]
@@ -106,6 +112,9 @@ def transition(machine: RunMachine, event: Event, *, now: float, wall: float) ->
     elif isinstance(event, AttemptFailed) and state.phase == Phase.PREFLIGHT:
         state = dataclasses.replace(state, keep_next=False)  # a failed preflight keeps nothing
     elif isinstance(event, ProcessesDown):
+        # The restart decision reads the restarts the machine holds (whatever the caller said).
+        event = dataclasses.replace(event, counted_restarts=state.counted_restarts,
+                                    restarts=state.restarts)
         if state.scope_pending is not None and state.phase == Phase.RECOVERY_STOPPING:
             # Acted on once the probe settles the scope (`ReleaseDown`).
             return dataclasses.replace(state, down_held=True), ()
@@ -138,6 +147,11 @@ def transition(machine: RunMachine, event: Event, *, now: float, wall: float) ->
             if state.stop_began_at is None:
                 state = dataclasses.replace(state, stop_began_at=wall)
                 out.append(RememberStop(wall))
+        elif isinstance(effect, CountRestart) and isinstance(event, ProcessesDown):
+            window = event.policy.window
+            counted = tuple(t for t in state.counted_restarts if effect.at - t <= window)
+            state = dataclasses.replace(state, restarts=state.restarts + 1, counted_restarts=(
+                (*counted, effect.at) if effect.counted else counted))
         elif isinstance(effect, WaitThenRelaunch):
             state = dataclasses.replace(state, backoff_until=now + effect.delay)
         out.append(effect)
@@ -146,3 +160,12 @@ def transition(machine: RunMachine, event: Event, *, now: float, wall: float) ->
     if isinstance(event, Launched) and target == Phase.STARTING:
         state = dataclasses.replace(state, stacks_taken=False)  # a new attempt
     return dataclasses.replace(state, phase=target), (*out, *after)
+
+
+def taken_over(persisted: RunMachine) -> RunMachine:
+    """The machine a new daemon starts from when it takes the run over: the persisted one, in
+    the TAKEOVER phase (the takeover decides the next), without what the last daemon's workers
+    held (a probe under way and the stop's end it held, the stop's sparing of the kept server,
+    the attempt being prepared against it): it stops, probes and prepares afresh."""
+    return dataclasses.replace(persisted, phase=Phase.TAKEOVER, scope_pending=None,
+                               down_held=False, keeping=False, keep_next=False)

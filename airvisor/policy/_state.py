@@ -96,9 +96,11 @@ _EDGES: dict[Phase, frozenset[Phase]] = {
     # A stop before the run began has nothing to wait for but the sweep of its markers.
     Phase.PENDING: frozenset({Phase.PREFLIGHT, Phase.STOPPING_STOPPED, Phase.STOPPING_FAILED}),
     # Boot takeover, from the recorded phase: adopt a live attempt (starting or running),
-    # resume (preflight, or stop the survivors first), finish a stop, or end.
+    # resume (preflight, or stop the survivors first), wait out the rest of a backoff, finish a
+    # stop, or end.
     Phase.TAKEOVER: frozenset({Phase.PREFLIGHT, Phase.STARTING, Phase.RUNNING,
-                               Phase.RECOVERY_STOPPING, *_STOPS, Phase.SUCCEEDED}),
+                               Phase.RECOVERY_STOPPING, Phase.BACKOFF, *_STOPS,
+                               Phase.SUCCEEDED}),
     # A failed preflight stops what it may have started (containers): as a recovery when an
     # attempt ran before, as the end of the run when none ever did. A preflight that finds the
     # final checkpoint (step >= max_steps) ends the run succeeded: nothing is left to train.

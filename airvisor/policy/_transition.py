@@ -249,8 +249,9 @@ class MachineBusy:
 @dataclass(frozen=True)
 class TakenOver:
     """A new supervisor takes over an attempt in `phase`: a live attempt it adopts (STARTING
-    until the server or job is seen ready, else RUNNING), or the stop the last supervisor was
-    carrying out (a stopping phase: the stop is finished)."""
+    until the server or job is seen ready, else RUNNING), the stop the last supervisor was
+    carrying out (a stopping phase: the stop is finished), or the backoff it was waiting out
+    (BACKOFF: the run machine it restored holds the deadline, on this daemon's clock)."""
 
     phase: Phase
 
@@ -523,7 +524,7 @@ def _on_attempt_lifecycle(phase: Phase, event: Event) -> Next:
                                                         event.scope),
                                WaitThenRelaunch(event.retry))
     if isinstance(event, TakenOver):
-        if phase != Phase.TAKEOVER or event.phase not in (*_LIVE, *_STOPPING):
+        if phase != Phase.TAKEOVER or event.phase not in (*_LIVE, *_STOPPING, Phase.BACKOFF):
             return phase, ()
         return event.phase, ((StopProcesses(),) if event.phase.stopping else ())
     if isinstance(event, Abort):

@@ -140,6 +140,9 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     # The id of the submission that created the run (`airvisor start` sends one; scripts may
     # set their own): a repeated submission answers with this run instead of a second one.
     ("runs", "request_id", "TEXT"),
+    # The run machine (airvisor.policy.RunMachine) as its executor last persisted it: JSON with a
+    # format version (airvisor.policy._machine_json); NULL for a run an older airvisor wrote.
+    ("runs", "machine_json", "TEXT"),
 )
 # Indexes over added columns: created after the columns (an older file gets both on open).
 # SQLite's UNIQUE allows many NULLs: runs submitted without a request id are not constrained.
@@ -218,6 +221,7 @@ class RunRecord:
     supervisor_address: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     request_id: str | None = None
+    machine_json: str | None = None  # the persisted run machine (None: an older airvisor's run)
     # Whether the recorded supervisor (pid and start time) still runs, as the store found it
     # when it read the record; None for a run that ended or has no supervisor recorded.
     supervisor_alive: bool | None = None
@@ -251,7 +255,8 @@ class EventRecord:
 _RUN_COLUMNS = (
     "id, name, profile_path, profile_json, run_dir, state, attempt, step, last_progress_at, "
     "resume_step, last_error, restarts, gpus_json, supervisor_pid, supervisor_started, created_at, "
-    "updated_at, ended_at, phase, supervisor_kind, supervisor_address, details_json, request_id"
+    "updated_at, ended_at, phase, supervisor_kind, supervisor_address, details_json, request_id, "
+    "machine_json"
 )
 _COMPONENT_COLUMNS = (
     "run_id, attempt, name, kind, state, pid, pgid, create_time, argv_json, gpus_json, log_path, "
@@ -260,7 +265,7 @@ _COMPONENT_COLUMNS = (
 _RUN_FIELDS = {
     "state", "attempt", "step", "last_progress_at", "resume_step", "last_error", "restarts",
     "supervisor_pid", "supervisor_started", "ended_at", "phase", "supervisor_kind",
-    "supervisor_address",
+    "supervisor_address", "machine_json",
 }
 _COMPONENT_FIELDS = {
     "kind", "state", "pid", "pgid", "create_time", "argv", "gpus", "log_path", "exit_code",
@@ -297,7 +302,7 @@ def _run_from_row(row: sqlite3.Row, check: SupervisorCheck) -> RunRecord:
         phase=row["phase"], supervisor_kind=row["supervisor_kind"],
         supervisor_address=row["supervisor_address"],
         details=json.loads(row["details_json"] or "{}"), request_id=row["request_id"],
-        supervisor_alive=_supervisor_alive(row, check),
+        machine_json=row["machine_json"], supervisor_alive=_supervisor_alive(row, check),
     )
 
 
@@ -346,6 +351,9 @@ class Store:
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn()
+        if getattr(self._local, "depth", 0):
+            yield conn  # inside `transaction()`: its writes commit (or roll back) with it
+            return
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
@@ -353,6 +361,25 @@ class Store:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Every write this thread makes inside is one transaction: all of them are committed
+        at the end, or none if it raises (a decision's records and the run machine it leads to
+        are persisted together). Nests: an inner one joins the outer."""
+        if getattr(self._local, "depth", 0):
+            self._local.depth += 1
+            try:
+                yield
+            finally:
+                self._local.depth -= 1
+            return
+        with self._tx():
+            self._local.depth = 1
+            try:
+                yield
+            finally:
+                self._local.depth = 0
 
     # -- runs -----------------------------------------------------------------------------
     def create_run(

@@ -193,15 +193,48 @@ def test_daemon_death_while_stopping_a_failed_attempt_continues_that_recovery(
 
 def test_daemon_death_during_backoff_relaunches_without_a_second_restart(
         tmp_path: Path) -> None:
-    r = make(tmp_path, restart={"max_restarts": 3, "window": 600, "backoff_initial": 100})
+    """The new daemon restores the run machine the dead one persisted: the same failure and
+    restart count, and the backoff's deadline (the same moment: both daemons' clocks here are
+    the one fake clock), which it waits out before it relaunches, counting nothing again."""
+    r = make(tmp_path, restart={"max_restarts": 3, "window": 600, "backoff_initial": 100,
+                                "backoff_max": 100})
     r.settle(RunState.STARTING)
     r.crash()
     settle_phase(r, Phase.BACKOFF)
+    before = r.sup.machine
+    assert before.backoff_until == r.now + 100 and before.restarts == 1
     r.reboot()
+    after = r.sup.machine
+    assert r.sup.phase == Phase.BACKOFF
+    assert (after.failure, after.scope, after.restarts, after.counted_restarts) == (
+        before.failure, before.scope, before.restarts, before.counted_restarts)
+    assert after.backoff_until == pytest.approx(before.backoff_until)
+    r.settle(rounds=20)  # (the fake clock stands still: the deadline is not reached)
+    assert r.sup.phase == Phase.BACKOFF and r.sup.attempt == 1
+    r.advance(100)
     r.settle(RunState.STARTING)
     assert r.sup.attempt == 2
     assert len(r.store.restart_history(r.run_id)) == 1
     assert r.store.attempts(r.run_id)[-1]["cause"] == "crash"
+
+
+def test_a_persisted_machine_that_does_not_read_is_said_and_the_history_takes_over(
+        tmp_path: Path) -> None:
+    """A blob this airvisor cannot read (here: another format version) is said as a run
+    event, and the run is taken over as a run an older airvisor wrote is: from its recorded
+    recovery and restart history (the backoff's deadline unknown: it relaunches at once)."""
+    r = make(tmp_path)
+    r.settle(RunState.STARTING)
+    r.crash()
+    settle_phase(r, Phase.BACKOFF)
+    r.store.update_run(r.run_id, machine_json='{"version": 99, "machine": {}}')
+    r.reboot()
+    (said,) = r.events("machine_unreadable")
+    assert "format version 99" in said.message and "recorded history" in said.message
+    assert r.sup.machine.restarts == 1  # (from the restart history)
+    r.settle(RunState.STARTING)
+    assert r.sup.attempt == 2
+    assert len(r.store.restart_history(r.run_id)) == 1
 
 
 def test_daemon_death_during_a_recovery_preflight_relaunches(tmp_path: Path) -> None:

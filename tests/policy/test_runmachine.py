@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from airvisor.policy import Phase, RestartPolicy, RunMachine, transition
+from airvisor.policy._runmachine import taken_over
 from airvisor.policy._scope import ScopeDecision, probing
 from airvisor.policy._transition import (
     AttemptBegins,
@@ -44,7 +45,7 @@ HANG = Failure("no step for 60 s", "hang", "trainer")
 POLICY = RestartPolicy(max_restarts=3, window=600.0, backoff_initial=5.0, backoff_factor=2.0,
                        backoff_max=60.0, immediate_first=False)
 PROBING = probing(ScopeDecision("full", "health_unknown", "health unknown"))
-KEPT = ScopeDecision("keep_inference", "healthy", "the server answers")
+KEPT = ScopeDecision("keep_inference", "kept", "the server answers")
 
 
 def step(machine: RunMachine, event: Event) -> tuple[RunMachine, tuple[Effect, ...]]:
@@ -185,3 +186,73 @@ def test_a_terminal_machine_stays() -> None:
     machine = RunMachine(Phase.FAILED, failure=CRASH)
     assert step(machine, AttemptFailed(CRASH)) == (machine, ())
     assert step(machine, StopBegan(spared=True)) == (machine, ())
+
+
+# -- the restarts the machine holds (issue 29: the counted restarts are part of the machine) ----
+def recovering(failure: Failure, **fields: object) -> RunMachine:
+    return dataclasses.replace(RunMachine(Phase.RECOVERY_STOPPING, failure=failure),
+                               **fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("failure", "held", "restarts", "counted"), [
+    # A crash and a hang count; the count of all restarts grows either way.
+    (CRASH, (), 1, (WALL,)),
+    (HANG, (WALL - 10.0,), 1, (WALL - 10.0, WALL)),
+    # An operator's restart, a boot resume and a machine condition are restarts, uncounted.
+    (Failure("restart requested", "operator"), (WALL - 10.0,), 1, (WALL - 10.0,)),
+    (Failure("daemon restarted", "boot"), (), 1, ()),
+    (Failure("disk full", "machine"), (), 1, ()),
+    # A counted restart that left the window (600 s) is dropped as the next is added.
+    (CRASH, (WALL - 601.0, WALL - 599.0), 1, (WALL - 599.0, WALL)),
+])
+def test_the_stop_s_end_adds_the_restart_to_the_machine(
+        failure: Failure, held: tuple[float, ...], restarts: int,
+        counted: tuple[float, ...]) -> None:
+    machine, _ = step(recovering(failure, counted_restarts=held), down(recovering(failure)))
+    assert (machine.restarts, machine.counted_restarts) == (restarts, counted)
+    assert machine.phase == Phase.BACKOFF
+
+
+def test_the_crash_loop_limit_reads_the_machine_s_restarts_not_the_caller_s() -> None:
+    """Three counted restarts within the window (max_restarts = 3) end the run failed,
+    whatever the event said (the core passes the machine's own; a stale caller cannot undo
+    the limit), and a machine holding none restarts though the event claims three."""
+    full = recovering(CRASH, restarts=3, counted_restarts=(WALL - 30.0, WALL - 20.0,
+                                                           WALL - 10.0))
+    machine, _ = step(full, down(full, counted_restarts=(), restarts=0))
+    assert machine.phase == Phase.FAILED  # (everything is down: it gives up)
+    assert machine.restarts == 3  # (no restart was made)
+    fresh = recovering(CRASH, restarts=7)
+    machine, effects = step(fresh, down(fresh, counted_restarts=(WALL - 30.0, WALL - 20.0,
+                                                                 WALL - 10.0), restarts=0))
+    assert machine.phase == Phase.BACKOFF and machine.restarts == 8
+    said = [e for e in effects if isinstance(e, Say) and e.kind == "restart_scheduled"]
+    assert said and "(restart 8; 1 of restart.max_restarts = 3" in said[0].message
+
+
+def test_a_held_stop_end_counts_nothing_until_released() -> None:
+    machine, _ = step(RunMachine(Phase.RUNNING), AttemptFailed(CRASH, scope=PROBING))
+    held, _ = step(machine, down(machine))
+    assert held.down_held and (held.restarts, held.counted_restarts) == (0, ())
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(RunMachine)])
+def test_a_new_daemon_keeps_the_persisted_machine_but_its_workers_share(field: str) -> None:
+    """`taken_over`: the phase is TAKEOVER (the takeover decides the next); a probe under way,
+    the stop's end it held, the stop's sparing and the attempt prepared against the kept
+    server were the last daemon's workers' and are dropped; every other field is kept."""
+    sample: dict[str, object] = {
+        "phase": Phase.BACKOFF, "failure": CRASH, "scope": KEPT, "scope_pending": HANG,
+        "down_held": True, "backoff_until": NOW + 30.0, "keep_next": True, "keeping": True,
+        "stacks_taken": True, "machine_reason": "disk full", "stop_began_at": WALL - 5.0,
+        "earlier": (2, HANG), "restarts": 4, "counted_restarts": (WALL - 50.0,)}
+    assert field in sample  # (a field added later: say here what a new daemon does with it)
+    persisted = RunMachine(**{f.name: sample[f.name]  # type: ignore[arg-type]
+                              for f in dataclasses.fields(RunMachine)})
+    dropped = {"phase": Phase.TAKEOVER, "scope_pending": None, "down_held": False,
+               "keeping": False, "keep_next": False}
+    # (every field is set apart from its default above)
+    default = getattr(RunMachine(), field)
+    assert getattr(persisted, field) != default
+    taken = taken_over(persisted)
+    assert getattr(taken, field) == dropped.get(field, getattr(persisted, field))
