@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from airvisor.policy import Phase, RunState
+from airvisor.policy._machine_json import decode_machine
 from airvisor.primerl import LAUNCHER
 from airvisor.proc import ProcessIdentity
 from airvisor.profile import load_profile
@@ -216,6 +217,34 @@ def test_daemon_death_during_backoff_relaunches_without_a_second_restart(
     assert r.sup.attempt == 2
     assert len(r.store.restart_history(r.run_id)) == 1
     assert r.store.attempts(r.run_id)[-1]["cause"] == "crash"
+
+
+def persisted(r: GatedReplay) -> Any:
+    """The run machine as the store holds it (both fake clocks read the same)."""
+    run = r.run()
+    assert run.machine_json is not None
+    return decode_machine(run.machine_json, now=r.now, wall=r.now)
+
+
+def test_every_change_of_the_machine_is_persisted_with_its_phase(tmp_path: Path) -> None:
+    """What the store holds is the machine the supervisor holds, after each decision: the
+    launch, the failure's stop, the backoff (its deadline, the restart), the relaunch."""
+    r = make(tmp_path, restart={"max_restarts": 3, "window": 600, "backoff_initial": 5,
+                                "backoff_max": 5})
+    r.settle(RunState.STARTING)
+    assert persisted(r) == r.sup.machine and r.phase() == "starting"
+    r.stop_gate.clear()
+    r.crash()
+    settle_phase(r, Phase.RECOVERY_STOPPING)
+    assert persisted(r) == r.sup.machine and r.sup.machine.failure is not None
+    r.stop_gate.set()
+    settle_phase(r, Phase.BACKOFF)
+    machine = persisted(r)
+    assert machine == r.sup.machine and r.phase() == "recovering.backoff"
+    assert machine.backoff_until == r.now + 5 and machine.restarts == 1
+    r.advance(5)
+    r.settle(RunState.STARTING)
+    assert persisted(r) == r.sup.machine and r.sup.machine.failure is None
 
 
 def test_a_persisted_machine_that_does_not_read_is_said_and_the_history_takes_over(
