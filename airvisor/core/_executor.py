@@ -150,9 +150,11 @@ class DecisionExecutor(CoreBase):
             elif isinstance(effect, RecordFailure):
                 self._record_failure(effect.failure, end_attempt=effect.end_attempt)
             elif isinstance(effect, AmendFailure):
-                self.store.update_run(self.run_id, last_error=effect.failure.reason)
-                if self.attempt:  # (the attempt's row keeps one reason: the better one)
-                    self.store.end_attempt(self.run_id, self.attempt, "failed",
+                if effect.last_error:
+                    self.store.update_run(self.run_id, last_error=effect.failure.reason)
+                amended = effect.attempt if effect.attempt is not None else self.attempt
+                if amended:  # (the attempt's row keeps one reason: the better one)
+                    self.store.end_attempt(self.run_id, amended, "failed",
                                            effect.failure.reason)
             elif isinstance(effect, RememberRecovery):
                 scope = ({"scope": effect.scope.scope, "scope_reason": effect.scope.reason}
@@ -252,12 +254,14 @@ class DecisionExecutor(CoreBase):
         self._decide(TakenOver(Phase.BACKOFF))
         return True
 
-    def _exit_status_read(self, component: str, code: str) -> None:
+    def _exit_status_read(self, component: str, code: str, attempt: int | None = None) -> None:
         """prime-rl's launcher named `component`'s exit status: the failure recorded without
         it (the launcher reaped the process first) gets it (README: a failure's reason names
-        the exit status)."""
+        the exit status). `attempt`: an earlier attempt's launcher said it, after the relaunch
+        (that attempt's failure gets it: `RunMachine.earlier`)."""
         machine = self._machine
-        self._decide(ExitStatusRead(machine.failure, component, code, machine.scope))
+        self._decide(ExitStatusRead(machine.failure, component, code, machine.scope,
+                                    attempt=attempt if attempt != self.attempt else None))
 
     def _scope_probed(self, health: InferenceHealth | None) -> None:
         """The kept server's health after the failure: settle the recovery's scope (the

@@ -28,11 +28,13 @@ from dataclasses import dataclass
 from airvisor.policy._scope import ScopeDecision
 from airvisor.policy._state import Phase
 from airvisor.policy._transition import (
+    AmendFailure,
     AttemptBegins,
     AttemptFailed,
     CountRestart,
     Effect,
     Event,
+    ExitStatusRead,
     Failure,
     Launched,
     MachineBusy,
@@ -50,6 +52,8 @@ from airvisor.policy._transition import (
     StopTakenOver,
     WaitThenRelaunch,
     phase_transition,
+    status_said,
+    with_status,
 )
 
 
@@ -76,6 +80,10 @@ class RunMachine:
     # the restart window (the crash-loop limit's input; older ones are dropped as they leave it).
     restarts: int = 0
     counted_restarts: tuple[float, ...] = ()
+    # An earlier attempt's failure still without its status, and that attempt's number: the
+    # rest relaunched before its launcher said the status (issue 30 item 4); the old
+    # launcher's line, read when it exits, completes that attempt's record.
+    earlier: tuple[int, Failure] | None = None
 
 
 Step = tuple[RunMachine, tuple[Effect, ...]]
@@ -96,11 +104,28 @@ def transition(machine: RunMachine, event: Event, *, now: float, wall: float) ->
     if isinstance(event, StopTakenOver):
         return dataclasses.replace(state, stop_began_at=event.began_at), ()
     if isinstance(event, AttemptBegins):
-        # The recovery is over; a machine condition waited for has cleared.
+        # The recovery is over; a machine condition waited for has cleared. Its failure, if
+        # its status is still to come from the old launcher, is kept as the earlier one's.
         said: tuple[Effect, ...] = () if state.machine_reason is None else (
             Say("machine_condition_cleared", "the machine can host the run again"),)
+        failure = state.failure
+        earlier = (event.failed, failure) if event.failed is not None and failure is not None \
+            and not failure.status_known and failure.component is not None else None
         return dataclasses.replace(state, failure=None, scope=None, keep_next=False,
-                                   machine_reason=None), said
+                                   machine_reason=None, earlier=earlier), said
+    if isinstance(event, ExitStatusRead) and event.attempt is not None \
+            and state.earlier is not None and state.earlier[0] == event.attempt:
+        # An earlier attempt's launcher said the status after the relaunch: that attempt's
+        # record gets it, whatever the current attempt does (the run's last error too while
+        # no later failure is recorded: the current attempt is live or being prepared).
+        number, failure = state.earlier
+        if failure.component != event.component:
+            return state, ()
+        known = with_status(failure, event.component, event.code)
+        latest = state.failure is None
+        return dataclasses.replace(state, earlier=None), (
+            AmendFailure(known, attempt=number, last_error=latest),
+            status_said(known, event.component, event.code))
     if isinstance(event, Preparing):
         state = dataclasses.replace(state, backoff_until=None, keep_next=event.keep_inference)
     elif isinstance(event, MachineBusy):
@@ -166,6 +191,10 @@ def taken_over(persisted: RunMachine) -> RunMachine:
     """The machine a new daemon starts from when it takes the run over: the persisted one, in
     the TAKEOVER phase (the takeover decides the next), without what the last daemon's workers
     held (a probe under way and the stop's end it held, the stop's sparing of the kept server,
-    the attempt being prepared against it): it stops, probes and prepares afresh."""
+    the attempt being prepared against it): it stops, probes and prepares afresh. Nor whether
+    the attempt's stacks were taken: the machine says so when it orders the stop that takes
+    them, and the last daemon may have died before that stop's worker ran (the simulation's
+    seed 6993); the attempt's record says whether they were (`RecoveryResumed.stacks`)."""
     return dataclasses.replace(persisted, phase=Phase.TAKEOVER, scope_pending=None,
-                               down_held=False, keeping=False, keep_next=False)
+                               down_held=False, keeping=False, keep_next=False,
+                               stacks_taken=False)

@@ -151,6 +151,9 @@ class ExitStatusRead:
     component: str
     code: str
     scope: ScopeDecision | None = None
+    # The attempt whose launcher said it (None: the current one). An earlier attempt's line
+    # completes that attempt's failure (`RunMachine.earlier`), never the current attempt's.
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,13 @@ class PreparationEnded:
 
 @dataclass(frozen=True)
 class AttemptBegins:
-    """The prepared attempt is about to be launched: the recovery it came from is over."""
+    """The prepared attempt is about to be launched: the recovery it came from is over.
+    `failed`: the number of the attempt that recovery was for (None: the run's first). Its
+    failure's status may still come with its launcher's line after the relaunch (issue 30
+    item 4: the rest relaunches without waiting for the old launcher), so the machine keeps
+    it (`RunMachine.earlier`)."""
+
+    failed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -304,9 +313,13 @@ class RecordFailure:
 @dataclass(frozen=True)
 class AmendFailure:
     """The failure already recorded is now known better (its exit status): the run's last error
-    and the failed attempt's reason say so."""
+    and the failed attempt's reason say so. `attempt`: that attempt when it is an earlier one
+    (the run relaunched before its launcher's line came; None: the current attempt);
+    `last_error`: False when a later failure is the run's last error by then."""
 
     failure: Failure
+    attempt: int | None = None
+    last_error: bool = True
 
 
 @dataclass(frozen=True)
@@ -476,6 +489,22 @@ def phase_transition(phase: Phase, event: Event) -> Next:
     return _on_attempt_lifecycle(phase, event)
 
 
+def with_status(failure: Failure, component: str, code: str) -> Failure:
+    """`failure` (recorded without its status) with the status prime-rl's launcher said."""
+    # What the reason said after the unknown status (a machine condition) is kept.
+    _, closed, rest = failure.reason.partition(")")
+    return Failure(f"{component} exited with status {code} (seen at once by airvisor; the "
+                   "status from prime-rl's launcher, which reaped it)" + (rest if closed else ""),
+                   failure.kind, failure.component)
+
+
+def status_said(failure: Failure, component: str, code: str) -> Say:
+    """The event that says a failure recorded without its status now has it."""
+    return Say("failure_status", f"{component} exited with status {code} (prime-rl's "
+               "launcher's line): the failure recorded without its status now has it",
+               component, data={"exit_code": code, "reason": failure.reason})
+
+
 def _on_exit_status(phase: Phase, event: ExitStatusRead) -> Next:
     """The status of the exit the recovery is for, read after the failure was recorded: only
     for that failure (its component, its status unknown), in whatever phase the run is then
@@ -485,20 +514,13 @@ def _on_exit_status(phase: Phase, event: ExitStatusRead) -> Next:
     if phase in _LIVE or failure is None \
             or failure.status_known or failure.component != event.component:
         return phase, ()
-    # What the reason said after the unknown status (a machine condition) is kept.
-    _, closed, rest = failure.reason.partition(")")
-    known = Failure(f"{event.component} exited with status {event.code} (seen at once by "
-                    "airvisor; the status from prime-rl's launcher, which reaped it)"
-                    + (rest if closed else ""), failure.kind, failure.component)
+    known = with_status(failure, event.component, event.code)
     # (A stop asked meanwhile, or the run's end: the failure is amended, no recovery to
     # remember.)
     recovering = phase in (Phase.RECOVERY_STOPPING, Phase.BACKOFF, Phase.PREFLIGHT)
     remember = (RememberRecovery(known, event.scope),) if recovering else ()
     return phase, (AmendFailure(known), *remember,
-                   Say("failure_status", f"{event.component} exited with status {event.code}"
-                       " (prime-rl's launcher's line): the failure recorded without its "
-                       "status now has it", event.component,
-                       data={"exit_code": event.code, "reason": known.reason}))
+                   status_said(known, event.component, event.code))
 
 
 def _on_attempt_lifecycle(phase: Phase, event: Event) -> Next:
