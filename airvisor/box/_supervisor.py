@@ -82,6 +82,7 @@ from airvisor.primerl._split import (
 )
 from airvisor.proc import ProcessIdentity, containment, identity_of, launch
 from airvisor.proc._deathwatch import Death, DeathWatch
+from airvisor.proc._hold import group_members
 from airvisor.profile._schema import Profile
 from airvisor.stacks import with_stacks_first
 
@@ -245,6 +246,12 @@ class Hooks:
     # Has prime-rl resolve the next attempt ahead, on a thread of its own
     # (`primerl.plan_ahead`); the simulation answers every preflight from its own cache.
     plan_ahead: Callable[..., bool] = plan_ahead
+    # Hold a member's tree still (SIGSTOP) and end it later (SIGTERM, SIGCONT): the stop that
+    # does not wait for prime-rl's launcher's exit-status line (`_stop_rest_at_once`). None:
+    # the stop waits for the line (`_after_launcher_report`), as the simulation's world does
+    # (the daemon's hooks, `runs.default_hooks`, give `proc.hold_trees` and `proc.end_held`).
+    hold_trees: Callable[[list[ProcessIdentity]], list[ProcessIdentity]] | None = None
+    end_held: Callable[[list[ProcessIdentity]], list[int]] | None = None
     # The machine's boot time, on the clock of a process's create time (psutil's): a takeover
     # tells a reboot (every process of the run started before it) from a crash with it.
     boot_time: Callable[[], float] = psutil.boot_time
@@ -274,6 +281,36 @@ class ComponentHandle:
 LAUNCHER_REPORT_WAIT = 1.5
 FAILURE_LINES = 40  # a failed component's last log lines looked at (as many as a LogTail keeps)
 LAUNCHER_REPORT_LOOK = 0.05  # seconds between looks at the launcher's log meanwhile
+# Seconds at least a failed attempt's launcher is given to exit by itself once its held members
+# are ended (then its tree is stopped): its clean-up joins each monitor thread for up to 5 s
+# and waits for each child still running (main utils/process.py:58-93, v0.4 rl.py:524-536);
+# the stop's grace, when longer.
+OLD_LAUNCHER_EXIT_WAIT = 10.0
+
+
+@dataclass
+class OldLauncher:
+    """prime-rl's launcher of a failed attempt, left to say its failed member's exit status and
+    exit by itself while the next attempt is prepared and launched (issue 30 item 4): its
+    attempt, handle, the member whose status it is to say, the members held still for it."""
+
+    attempt: int
+    handle: ComponentHandle
+    component: str
+    held: list[ProcessIdentity]
+
+
+def held_for_report(failed: str, members: Mapping[str, ProcessIdentity]) -> list[str]:
+    """The members a stop holds still (SIGSTOP) instead of ending, so that prime-rl's launcher
+    still says `failed`'s exit status. Its main loop looks once a second and runs only while
+    not both of the orchestrator and the trainer have ended; when both have, it logs the
+    orchestrator's status first (main entrypoints/rl.py:378-401, v0.4 rl.py:779-802). So the
+    orchestrator is held unless it is the one that failed; every other member may end at once
+    (their own "failed" lines queue after the failed member's, whose monitor thread queued its
+    line first: main utils/process.py:96-105, v0.4 rl.py:539-552)."""
+    if failed == "orchestrator" or "orchestrator" not in members:
+        return []
+    return ["orchestrator"]
 
 
 def launcher_report(log_path: Path, component: str) -> ChildFailure | None:
@@ -313,6 +350,34 @@ def _after_launcher_report(job: Callable[[], TaskOutcome], log_path: Path,
         return job()
 
     return run
+
+
+def _finish_old_launcher(old: OldLauncher, grace: float,
+                         stop_tree: Callable[..., str],
+                         end_held_trees: Callable[[list[ProcessIdentity]], list[int]],
+                         run_id: str) -> None:
+    """A failed attempt's launcher, its members gone or held (`_stop_rest_at_once`): wait for
+    its line naming the failed member's status (LAUNCHER_REPORT_WAIT at most), then end the
+    held members, then let it exit by itself (its clean-up then finds its children gone: main
+    utils/process.py:83-93 and v0.4 rl.py:529-536 signal only a child not yet reaped, so
+    never a process of the next attempt); after `grace`, what is left of its tree (its process
+    group, the held) is stopped as before, never by the run's marker (the next attempt's
+    processes carry it too). Runs on its own thread: nothing of the next attempt waits."""
+    deadline = time.monotonic() + LAUNCHER_REPORT_WAIT
+    while launcher_report(old.handle.log.path, old.component) is None \
+            and time.monotonic() < deadline and old.handle.identity.alive():
+        time.sleep(LAUNCHER_REPORT_LOOK)
+    if old.held:
+        end_held_trees(old.held)
+    began = time.monotonic()
+    ends = began + max(grace, OLD_LAUNCHER_EXIT_WAIT)
+    while old.handle.identity.alive() and time.monotonic() < ends:
+        time.sleep(LAUNCHER_REPORT_LOOK)
+    if old.handle.identity.alive() or any(i.alive() for i in old.held):
+        log.info("the failed attempt's launcher did not exit by itself: stopped", run=run_id,
+                 attempt=old.attempt, waited=round(time.monotonic() - began, 3))
+        stop_tree([old.handle.identity, *old.held], [old.handle.pgid], run_id, 0.0,
+                  sweep=False)
 
 
 def _last_lines_of(path: Path | None, read: list[str]) -> list[str]:
@@ -385,6 +450,11 @@ class RunSupervisor(SupervisorCore):
         self._next_container_check = 0.0
         self._next_member_scan = 0.0
         self._members: dict[str, int] = {}
+        # The members' identities (pid and start time) as found: what a stop of the rest
+        # signals directly, never the launcher (issue 30 item 4).
+        self._member_ids: dict[str, ProcessIdentity] = {}
+        # The failed attempt's launcher while it is left to say its status and exit.
+        self._old_launcher: OldLauncher | None = None
         self._death_watch: DeathWatchLike | None = None  # the members' (started at the first)
         self._containment: str | None = None
         self._container_recreates = 0
@@ -488,10 +558,15 @@ class RunSupervisor(SupervisorCore):
         prl_run_id = self._prl_run_id if kept is not None else None
         machine_profile = profile
         own: frozenset[int] = frozenset()
+        old = self._old_launcher
+        if old is not None and old.handle.identity.alive():
+            # The failed attempt's launcher, left to say its status and exit by itself (its
+            # members are gone or held): not the preflight's to reap meanwhile.
+            own = frozenset({old.handle.identity.pid})
         if kept is not None:
             # The kept server is the run's own: never reaped, and its GPUs' memory is in use by
             # it (the GPU wait is for the rest's GPUs).
-            own = frozenset({kept.identity.pid})
+            own = own | {kept.identity.pid}
             machine_profile = profile.model_copy(update={"gpus": profile.gpus.model_copy(
                 update={"inference": []})})
         number = self.attempt + 1
@@ -505,7 +580,7 @@ class RunSupervisor(SupervisorCore):
 
         def job() -> PreparedAttempt | SplitPrepared | MachineCondition:
             summary = (self._hooks.prepare_machine(machine_profile, run_id, live, own_pids=own)
-                       if own else self._hooks.prepare_machine(profile, run_id, live))
+                       if own else self._hooks.prepare_machine(machine_profile, run_id, live))
             names: list[str] = []
             if pool is not None:
                 with pool_lock:
@@ -537,7 +612,9 @@ class RunSupervisor(SupervisorCore):
         cause = machine.failure.kind if machine.failure is not None else "first"
         scope = machine.scope
         kept = self._kept_server() if machine.keep_next else None
-        self._decide(AttemptBegins())  # (the recovery is over)
+        # (The recovery is over; the failed attempt's number: its launcher may say its
+        # failure's status after this launch.)
+        self._decide(AttemptBegins(failed=self.attempt or None))
         self.attempt = prepared.number
         self.profile = prepared.profile
         self.layout = run_layout(prepared.profile)
@@ -578,6 +655,7 @@ class RunSupervisor(SupervisorCore):
         self._attempt_wall_start = self._wall()
         self._new_attempt_progress(choice.step)
         self._members = {}
+        self._member_ids = {}
         self._next_member_scan = 0.0
         self._close_death_watch()  # the last attempt's members (their deaths are expected)
         metrics = self.layout.metrics_file()
@@ -979,6 +1057,12 @@ class RunSupervisor(SupervisorCore):
 
     # -- events ----------------------------------------------------------------------------
     def _on_process_event(self, event: ProcessEvent) -> None:
+        old = self._old_launcher
+        if old is not None and isinstance(event, ComponentExited) \
+                and event.attempt == old.attempt and event.component == LAUNCHER:
+            self._old_launcher_exited(old, event)
+            if event.attempt != self.attempt:
+                return  # (that attempt is over: nothing else of it is acted on)
         if event.attempt != self.attempt and not self._kept_exit(event):
             return  # an echo of an earlier attempt
         if isinstance(event, ComponentExited):
@@ -995,6 +1079,19 @@ class RunSupervisor(SupervisorCore):
                                 "inference server stopped after training finished (expected)")
                 return
             self._fail(f"inference health check failed: {event.detail}", "inference")
+
+    def _old_launcher_exited(self, old: OldLauncher, event: ComponentExited) -> None:
+        """The failed attempt's launcher, left to say its failed member's status, exited by
+        itself or was stopped: its line (if it said it) completes that attempt's failure, in
+        whatever phase the run is now (the next attempt may run: the line is that attempt's,
+        `RunMachine.earlier`); its exit is never the current attempt's failure (its attempt
+        is an earlier one: `_on_process_event` acts on no other event of it)."""
+        self._old_launcher = None
+        self.store.upsert_component(self.run_id, old.attempt, LAUNCHER, state="exited",
+                                    exit_code=event.returncode)
+        child = launcher_report(old.handle.log.path, old.component)
+        if child is not None:
+            self._exit_status_read(child.component, child.code, attempt=old.attempt)
 
     def _kept_exit(self, event: Event) -> bool:
         """The exit of the kept server, started by an earlier attempt: not an echo."""
@@ -1229,17 +1326,76 @@ class RunSupervisor(SupervisorCore):
         if failure is not None and not failure.status_known and failure.component is not None \
                 and self.phase == Phase.RECOVERY_STOPPING \
                 and launcher is not None and not launcher.exited:
+            if self._can_stop_rest_at_once(launcher, failure.component):
+                self._stop_rest_at_once(launcher, failure.component, keep, stacks)
+                return keep is not None
             # The member's status is the launcher's (it reaped it): let it say it before its
             # tree is stopped; the line is read when the stop ends (`_after_stop`).
             job = _after_launcher_report(job, launcher.log.path, failure.component)
         self._run_task(Task.STOP, job)
         return keep is not None
 
+    def _can_stop_rest_at_once(self, launcher: ComponentHandle, failed: str) -> bool:
+        """The rest can be stopped without waiting for the launcher's line (issue 30 item 4):
+        the launcher is this daemon's child (its exit is seen, with its log read then), the
+        failed component is one of its members as found, and the hooks can hold one still."""
+        return launcher.launched is not None and failed in self._member_ids \
+            and self._hooks.hold_trees is not None and self._hooks.end_held is not None
+
+    def _stop_rest_at_once(self, launcher: ComponentHandle, failed: str, keep: str | None,
+                           stacks: bool) -> None:
+        """The stop of a member's death whose status prime-rl's launcher is to say (it reaped
+        the member), without waiting for that line (issue 30 item 4): the members that must
+        not end before the launcher's next look are held still (`held_for_report`), every
+        other process of the attempt (the launcher's process group but the launcher and the
+        held, and the attempt's other components but the kept server) is stopped directly by
+        identity, never the launcher; the stop then ends, and the next attempt is prepared at
+        once. The launcher is left to say the status and exit by itself (`_finish_old_launcher`,
+        bounded); its exit, reported as its attempt's, completes that attempt's failure
+        (`_old_launcher_exited`)."""
+        assert self._hooks.hold_trees is not None and self._hooks.end_held is not None
+        hold, end_held_trees = self._hooks.hold_trees, self._hooks.end_held
+        held_names = held_for_report(failed, self._member_ids)
+        to_hold = [self._member_ids[name] for name in held_names]
+        handles = [h for h in self.components.values() if h.name not in (keep, LAUNCHER)]
+        grace = self._stop_grace()
+        pool, pool_lock = self._pool, self._pool_lock
+        run_id, stop_tree = self.run_id, self._hooks.stop_tree
+        group, launcher_pid = launcher.pgid, launcher.identity.pid
+        old = OldLauncher(self.attempt, launcher, failed, [])
+        self._old_launcher = old
+        self.store.upsert_component(self.run_id, self.attempt, LAUNCHER, state="stopping")
+
+        def job() -> TaskOutcome:
+            old.held = hold(to_hold)
+            held = {i.pid for i in old.held}
+            # The launcher's group holds its members and what they left (a SIGKILLed torchrun's
+            # workers): all of it but the launcher and the held, by identity.
+            rest = [i for i in group_members(group) if i.pid not in held and i.pid != launcher_pid]
+            rest += [h.identity for h in handles]
+            summary = stop_tree(rest, [h.pgid for h in handles], run_id, grace, sweep=False)
+            summary += (f"; {len(held)} held for prime-rl's launcher to say {failed}'s status"
+                        if held else "")
+            if pool is not None:
+                with pool_lock:
+                    pool.down()
+                summary += "; containers removed"
+            self._background(f"old-launcher-{run_id}", lambda: _finish_old_launcher(
+                old, grace, stop_tree, end_held_trees, run_id))
+            return TaskOutcome(summary, _pool_status(pool))
+
+        if stacks:
+            job = with_stacks_first(job, self.store, run_id, self.attempt, self.attempt_dir)
+        self._run_task(Task.STOP, job)
+
     def _after_stop(self, event: TaskDone) -> None:
         keeping = self.machine.keeping  # (the machine forgets it with the stop's end)
+        old = self._old_launcher
         for handle in self.components.values():
             if keeping and handle.name == INFERENCE:
                 continue
+            if old is not None and handle is old.handle:
+                continue  # (left to say its status and exit: `_old_launcher_exited`)
             handle.exited = True
             self.store.upsert_component(self.run_id, self.attempt, handle.name, state="stopped")
         for name in self._members:  # stopped with the launcher's tree
@@ -1399,6 +1555,8 @@ class RunSupervisor(SupervisorCore):
             # With its start time: a new daemon tells it from a later process with its pid.
             identity = identity_of(pid)
             create_time = identity.create_time if identity is not None else None
+            if identity is not None:
+                self._member_ids[name] = identity
             self._watch_member(name, pid, create_time)
             log_path = self.layout.log_file(name) if name in VIEWED else None  # type: ignore[arg-type]
             gpus = list(getattr(self.profile.gpus, name, [])) if name in VIEWED else []

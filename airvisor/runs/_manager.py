@@ -50,6 +50,7 @@ from airvisor.primerl import (
     with_stable_tracker_ids,
 )
 from airvisor.proc import ProcessIdentity, process_alive, terminate_tree
+from airvisor.proc._hold import end_held, hold_trees
 from airvisor.profile import ProfileError
 from airvisor.profile._schema import Profile
 from airvisor.reaper import prepare_machine as reaper_prepare
@@ -176,8 +177,11 @@ def default_hooks(manager: RunManager) -> Hooks:
         return ContainerPool(section, run_id=run_id, run_name=profile.run.name,
                              gpus=list(section.gpus or profile.gpus.containers))
 
+    # A member's death whose status prime-rl's launcher is to say: the rest is stopped without
+    # waiting for that line, the members it needs held still meanwhile (issue 30 item 4).
     return Hooks(prepare_machine=prepare_machine, stop_tree=stop_tree,
-                 container_pool=container_pool, live_run_ids=manager.live_run_ids)
+                 container_pool=container_pool, live_run_ids=manager.live_run_ids,
+                 hold_trees=hold_trees, end_held=end_held)
 
 
 class RunManager:

@@ -859,6 +859,22 @@ CITATIONS: tuple[Citation, ...] = (
     Citation(_ENGINE_SUPERVISOR, 'entrypoints/rl.py:376-388', MAIN,
              _SRC + 'entrypoints/rl.py', '94da908e84fd',
              ('time.sleep(1)',)),
+    # The rest stopped without waiting for that line (issue 30 item 4): the loop runs only while
+    # not both of the orchestrator and the trainer ended, and then logs the orchestrator's
+    # status first (so the orchestrator is held still); the queued lines' order; the old
+    # launcher's clean-up (monitor threads joined, children not yet reaped signalled).
+    Citation(_ENGINE_SUPERVISOR, 'entrypoints/rl.py:378-401', MAIN,
+             _SRC + 'entrypoints/rl.py', 'dd652bb452b9',
+             ('while not (stop_events["orchestrator"].is_set() and',)),
+    Citation(_ENGINE_SUPERVISOR, 'rl.py:779-802', V04, _SRC + 'rl.py', 'dd652bb452b9',
+             ('while not (stop_events["orchestrator"].is_set() and',)),
+    Citation(_ENGINE_SUPERVISOR, 'rl.py:539-552', V04, _SRC + 'rl.py', 'fd003e56cf47',
+             ('def monitor_process(process: Popen, stop_event: Event,',)),
+    Citation(_ENGINE_SUPERVISOR, 'utils/process.py:58-93', MAIN,
+             _SRC + 'utils/process.py', '052ee4075b12',
+             ('def cleanup_threads(threads: list[Thread]):',)),
+    Citation(_ENGINE_SUPERVISOR, 'rl.py:524-536', V04, _SRC + 'rl.py', '472a68b992d5',
+             ('def cleanup_threads(threads: list[Thread]):',)),
     # airvisor/demo/_torchrun.py
     Citation(_DEMO_TORCHRUN, 'rl.py:725-746', V04,
              _SRC + 'rl.py', '61b736a3bf1c',
