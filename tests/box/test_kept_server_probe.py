@@ -200,3 +200,60 @@ def test_an_engine_stuck_in_a_receive_is_not_healthy_though_health_answers(
     if version == "main":  # the route's own answer (server.py:120-130), within the timeout
         assert "/liveness: HTTP 503" in health.detail
     assert process.poll() is None
+
+
+@pytest.mark.parametrize("probed_version", ["0.4", "main"])
+def test_the_three_asks_are_made_at_once(probed_version: str, tmp_path: Path) -> None:
+    """/health, /v1/models and the engine's check are asked at once (issue 30 item 4: the
+    recovery waits for the slowest, not their sum): a loopback server answers none of its first
+    three requests until all three have arrived (a barrier). Asked one after another, the first
+    would wait at the barrier until it breaks and the probe would find nothing healthy."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    arrived = threading.Barrier(3, timeout=10.0)  # (a bound on a stuck ask)
+    paths: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            paths.append(self.path)
+            if len(paths) <= 3:
+                try:
+                    arrived.wait()
+                except threading.BrokenBarrierError:
+                    self.send_error(503)
+                    return
+            body = json.dumps({"data": [{"id": "m"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # (http.server's names)
+            self._answer()
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._answer()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{httpd.server_address[1]}"
+        log = tmp_path / "inference.log"
+        log.write_text("")
+        own = psutil.Process()
+        health = probe_kept_server(members=[(own.pid, own.create_time())], base_url=base,
+                                   version=probed_version, log_path=log, log_offset=0,
+                                   timeout=BOUND)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert not arrived.broken
+    assert health.health_ok and health.models_ok and health.engine_ok, health.detail
+    asked = sorted(paths[:3])
+    engine = "/liveness" if probed_version == "main" else "/v1/models"
+    assert asked == sorted(["/health", "/v1/models", engine])
