@@ -826,6 +826,11 @@ class RunSupervisor(SupervisorCore):
                     step, written = seen
                     self._component_steps[name] = (
                         step, self._clock() - max(0.0, self._wall() - written))
+            # The attempt's last progress is its newest step's, as of the logs' writes (not
+            # the adoption): the stall then fires when it would have under the dead daemon
+            # (it fired a stall timeout after the adoption: the sweep's seed 6041, where a
+            # stop then found the relaunch still training instead of finished).
+            self._attempt_progress = max(t for _, t in self._component_steps.values())
         metrics = layout.metrics_file() if layout is not None else None
         self._metrics = LogTail(metrics, from_end=True) if metrics is not None else None
         self._rollouts = RolloutWatcher.for_attempt(self.attempt_dir_of(attempt), self.profile,

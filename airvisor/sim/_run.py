@@ -13,6 +13,7 @@ read (`shutil.disk_usage` as `primerl._attempt` and `profile._checks` see it).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 from collections.abc import Callable, Iterator
@@ -47,6 +48,7 @@ from airvisor.sim._schedule import (
     OperatorRestart,
     OperatorStop,
     ProbeHang,
+    Reboot,
     Schedule,
 )
 from airvisor.sim._world import Blocked, Proc, World
@@ -57,6 +59,10 @@ PROBE_HANG_SECONDS = 4.0
 STOP_GRACE = 10.0
 GRACE_SLACK = 2.0  # ticks between the phase change and the stop's call
 JOB_RUN_CHANCE = 0.75  # a pending worker job runs in this tick (else a later one)
+# How long a watching daemon may take to record a fault (sim seconds): a member's death it
+# leaves to the launcher's line (after the last step), up to a second's look and the report
+# wait; a hang, the first step's grace and the stall timeout (the profile's 10 and 5 s).
+RECORDED_WITHIN = {"crash": 5.0, "machine": 5.0, "hang": 18.0}
 
 
 @dataclass(frozen=True)
@@ -266,13 +272,16 @@ class Simulation:
         self.history: list[str] = []
         self.stopped_at: float | None = None  # an operator's stop was asked
         self.operator_at: list[float] = []  # an operator's stop or restart was asked
+        self.restarted_at: list[float] = []  # an operator's restart was asked
         self.stopping_since: float | None = None  # the phase became stopping.*
         self.took_over_stop = False
         self.down_until: float | None = None
+        self.daemon_since: float | None = 0.0  # the live daemon's start (None: none lives)
         self.terminal_seen = False
         self.deferred: list[Fault] = []  # an operator's commands while no daemon answered
         self.crash_loop_left = 0  # attempts a CrashLoop still kills
         self.crash_looped: set[int] = set()
+        self.rebooted: list[tuple[float, int]] = []  # (when, the attempt a reboot ended)
         self._partial: Landed | None = None
 
     # -- the daemon ------------------------------------------------------------------------------
@@ -282,19 +291,28 @@ class Simulation:
                       container_pool=None, live_run_ids=set, launch=w.launch,
                       prober=w.prober, members=w.members, death_watch=w.death_watch,
                       containment=lambda: "sim (the world's process table)",
-                      background=w.background,
+                      background=w.background, boot_time=w.boot_time,
                       # (prime-rl's resolution ahead: the cache in `_patched` answers every
                       # preflight, so nothing is computed ahead here)
                       plan_ahead=lambda *a, **k: False)
         return RunManager(self.store, hooks=hooks, clock=w.monotonic, wall_clock=w.wall)
 
     def _kill_daemon(self) -> None:
+        # A launcher SIGKILLed in this very second was not read by its daemon yet (the main
+        # loop runs after the second's faults): its status dies with that daemon (init reaps
+        # the re-parented zombie), and only the launcher's parent can read it (waitpid): no
+        # later daemon can know it, so none must say it (seed 7388).
+        self.landed = [dataclasses.replace(x, code=None)
+                       if x.component == "launcher" and x.at == self.world.now else x
+                       for x in self.landed]
         self.world.daemon_died()
         self.manager = None
+        self.daemon_since = None
         self.store.update_run(self.run_id, supervisor_started=1.0)  # that process is gone
 
     def _reboot(self) -> None:
         self.manager = self._start_daemon()
+        self.daemon_since = self.world.now
         run = self.store.get_run(self.run_id)
         if run is not None and phase_of_record(run.phase, run.state).stopping:
             self.took_over_stop = True
@@ -346,6 +364,16 @@ class Simulation:
                 self._kill_daemon()
                 self.down_until = w.now + fault.down
             return
+        if isinstance(fault, Reboot):
+            if current is not None:
+                self.rebooted.append((w.now, current[0]))
+            self._erased_by_the_reboot()
+            if self.manager is not None:
+                self._kill_daemon()
+            w.reboot()
+            # (a daemon already down starts when the machine is up again, at the latest)
+            self.down_until = max(self.down_until or 0.0, w.now + fault.down)
+            return
         if isinstance(fault, CrashLoop):
             self.crash_loop_left = max(self.crash_loop_left, fault.attempts)
             return
@@ -354,9 +382,12 @@ class Simulation:
             return
         if isinstance(fault, ProbeHang):
             w.probe_hung_from = w.now
-            if current is not None and "inference" in current[1] \
-                    and current[1]["inference"].alive:
-                self.landed.append(Landed(w.now, current[0], "inference", "crash",
+            # It lands on the attempt whose server answers the probe: one whose launcher died
+            # still has it (re-parented, probed by the same daemon), and the daemon may see
+            # the hung probe before the launcher's death (its wait is a worker's: seed 7437).
+            server = w.server(self.run_id)
+            if server is not None:
+                self.landed.append(Landed(w.now, server.attempt, "inference", "crash",
                                           certain=False))
             return
         if isinstance(fault, (OperatorStop, OperatorRestart)):
@@ -390,6 +421,28 @@ class Simulation:
                                       certain=not self._masked()))
             w.exit(proc, fault.code, reaped_first=fault.reaped_first)
 
+    def _erased_by_the_reboot(self) -> None:
+        """Faults not recorded yet whose every trace the reboot takes: no launcher's line
+        about them (a new daemon reads that), and no daemon that watched long enough to have
+        recorded them (`RECORDED_WITHIN`). From what is left, a new daemon cannot tell them
+        from the reboot (the processes are gone, each started before the boot): it resumes
+        uncounted, rightly; such a fault is no longer `certain`."""
+        recorded = {int(e.data.get("attempt") or 0)
+                    for e in self.store.events(self.run_id, limit=100_000)
+                    if e.kind == "failure"}
+        logs = {x.proc.attempt: x.log for x in self.world.launchers.values()}
+        for index, landed in enumerate(self.landed):
+            if not landed.certain or landed.attempt in recorded:
+                continue
+            log = logs.get(landed.attempt)
+            line = f"{(landed.component or '').capitalize()} failed with exit code"
+            if log is not None and log.exists() and line in log.read_text():
+                continue
+            watched = self.daemon_since is not None and self.daemon_since <= landed.at
+            if watched and self.world.now - landed.at >= RECORDED_WITHIN.get(landed.kind, 0.0):
+                continue
+            self.landed[index] = dataclasses.replace(landed, certain=False)
+
     def _operator(self, fault: Fault, current: tuple[int, dict[str, Proc]] | None) -> None:
         if self.terminal_seen:
             return
@@ -403,6 +456,7 @@ class Simulation:
                 self.stopped_at = self.stopped_at or self.world.now
             else:
                 self.manager.request_restart(self.run_id)
+                self.restarted_at.append(self.world.now)
                 supervisor = self.manager.supervisor(self.run_id)
                 attempt = supervisor.attempt if supervisor is not None else (
                     current[0] if current is not None else 0)
@@ -512,11 +566,30 @@ class Simulation:
         self._check_failures()
         self._check_stacks()
         self._check_restarts(history)
+        self._check_reboots(history)
         self._check_grace()
-        if self.world.final_step_reached and self.stopped_at is None \
+        # The world checkpoints the final step too: a success without it complete is a run
+        # whose end was taken from its logs while its last checkpoint was never written.
+        newest = self.world.newest_complete()
+        if run.state == "succeeded" and (newest is None or newest < self.schedule.max_steps):
+            self._violate("succeeded-final-checkpoint",
+                          f"the run ended succeeded; its newest complete checkpoint is {newest}"
+                          f", max_steps {self.schedule.max_steps}")
+        # A stop asked after training reached max_steps ends the run succeeded too (training
+        # is complete; the stop only ends what is left): one asked in that very second may
+        # be carried out before the daemon read the finished lines, and one after an
+        # operator's restart that was under way as training finished (the daemon learns the
+        # run is complete from the relaunch's preflight only, and a stop during it ends the
+        # run stopped: seed 2820) may too.
+        final = self.world.final_step_at
+        restarting = final is not None and any(t <= final for t in self.restarted_at)
+        if final is not None and (self.stopped_at is None
+                                  or (self.stopped_at > final and not restarting)) \
                 and RunState(run.state).terminal and run.state != "succeeded":
             self._violate("max-steps-succeeds",
-                          f"training reached max_steps but the run ended {run.state}")
+                          f"training reached max_steps at t={final:g} but the run ended "
+                          f"{run.state}" + ("" if self.stopped_at is None else
+                                            f" (a stop was asked at t={self.stopped_at:g})"))
         return outcome
 
     def _check_launches(self) -> None:
@@ -610,9 +683,12 @@ class Simulation:
 
     def _status_known(self, landed: Landed) -> bool:
         """prime-rl's launcher wrote its "failed with exit code N" line for this attempt, or
-        airvisor's own child (the launcher) died."""
+        the launcher died with the status known to the daemon whose child it was: only that
+        daemon can read it (waitpid), and only when it lived past the death's second (a
+        `Landed` of the launcher carries its code only then: `_apply`, `_kill_daemon`); a
+        later daemon rightly says "status unknown"."""
         if landed.component == "launcher":
-            return True
+            return landed.code is not None
         for launcher in self.world.launchers.values():
             if launcher.proc.attempt == landed.attempt and launcher.log.exists():
                 return f"failed with exit code {landed.code}" in launcher.log.read_text()
@@ -630,6 +706,19 @@ class Simulation:
                 self._violate("machine-death-uncounted",
                               f"attempt {record.attempt} died of a full disk and its restart "
                               f"was counted as a {record.kind}: {record.reason!r}")
+
+    def _check_reboots(self, history: list[Any]) -> None:
+        """An attempt the machine's reboot ended, with no fault before it, resumes uncounted
+        as a boot (no failure either: `no-failure-without-fault`)."""
+        for at, attempt in self.rebooted:
+            if any(x.attempt == attempt and x.at <= at for x in self.landed):
+                continue
+            for record in history:
+                if record.attempt == attempt and (record.counted or record.kind != "boot"):
+                    self._violate("reboot-uncounted",
+                                  f"attempt {attempt}, ended by the reboot at t={at:g}, "
+                                  f"restarted as a {'counted ' if record.counted else ''}"
+                                  f"{record.kind}: {record.reason!r}")
 
     def _check_grace(self) -> None:
         if not self.took_over_stop or self.stopping_since is None:

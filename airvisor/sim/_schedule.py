@@ -75,6 +75,16 @@ class DaemonKill:
 
 
 @dataclass(frozen=True)
+class Reboot:
+    """The machine reboots: every process ends with it and nobody reads a status (the daemon
+    dies too); the machine's boot time is then this moment, and a new daemon starts `down`
+    seconds later on the same store and files."""
+
+    at: float
+    down: float
+
+
+@dataclass(frozen=True)
 class OperatorStop:
     at: float
 
@@ -85,7 +95,7 @@ class OperatorRestart:
 
 
 Fault = Crash | Hang | LauncherDies | ProbeHang | DiskFull | CrashLoop | DaemonKill \
-    | OperatorStop | OperatorRestart
+    | Reboot | OperatorStop | OperatorRestart
 
 
 @dataclass(frozen=True)
@@ -124,7 +134,12 @@ def describe_fault(fault: Fault) -> str:
         return f"daemon SIGKILLed, a new one {fault.down:g} s later"
     if isinstance(fault, CrashLoop):
         return f"the trainer dies 2 s into each of the next {fault.attempts} attempts"
+    if isinstance(fault, Reboot):
+        return f"the machine reboots, a new daemon {fault.down:g} s later"
     return type(fault).__name__
+
+
+REBOOT_CHANCE = 0.05  # of a schedule with a reboot of the machine (on top of its faults)
 
 
 @dataclass
@@ -139,7 +154,7 @@ class _Draw:
 
 def draw(seed: int) -> Schedule:
     """The schedule seed `seed` stands for (0 to 5 faults over the first 30 s of sim time,
-    each kind about equally likely)."""
+    each kind about equally likely; one schedule in 20 also reboots the machine)."""
     rng = random.Random(seed)
     version: Version = rng.choice(("0.4", "main"))
     d = _Draw(rng, horizon=30.0)
@@ -165,6 +180,11 @@ def draw(seed: int) -> Schedule:
             d.faults.append(OperatorRestart(d.at()))
         else:
             d.faults.append(CrashLoop(d.at(), rng.choice((2, 3, 4))))
+    max_steps, max_restarts = rng.choice((4, 6, 8)), rng.choice((2, 3))
+    # Drawn after everything else, so that a seed's other faults are the ones it drew before
+    # reboots were simulated (the seeds named in tests and docs stay the same schedules).
+    if rng.random() < REBOOT_CHANCE:
+        d.faults.append(Reboot(d.at(), float(rng.choice((0, 5, 20)))))
     faults = tuple(sorted(d.faults, key=lambda f: f.at))
     return Schedule(seed=seed, version=version, faults=faults,
-                    max_steps=rng.choice((4, 6, 8)), max_restarts=rng.choice((2, 3)))
+                    max_steps=max_steps, max_restarts=max_restarts)

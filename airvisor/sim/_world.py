@@ -182,6 +182,10 @@ class World:
         self.launches: list[Launch] = []
         self.stops: list[StopCall] = []
         self.final_step_reached = False
+        self.final_step_at: float | None = None
+        # The machine's boot, on the clock of a process's start (`Proc.started`): before the
+        # first process, until a reboot.
+        self.booted_at = -1.0
         self._next_pid = PID_BASE
         self.on_member_exit: Callable[[Proc], None] = lambda proc: None
 
@@ -401,6 +405,19 @@ class World:
             return identity_of(pid) if pid <= PID_BASE else None
         return proc.identity if proc.alive else None
 
+    def boot_time(self) -> float:
+        """`Hooks.boot_time`: psutil's boot time, in the process table's terms."""
+        return self.booted_at
+
+    def reboot(self) -> None:
+        """The machine reboots (the daemon's death is `daemon_died`'s): every process ends and
+        nobody reads its status, nor does its launcher's monitor log it; the files (and a
+        full disk) stay."""
+        for proc in self.procs.values():
+            if proc.alive:
+                proc.state, proc.code = "exited", None
+        self.booted_at = self.now
+
     def daemon_died(self) -> None:
         """SIGKILL: the daemon's threads (jobs, watchers, probers) are gone with it; its
         children (the launchers) are re-parented and run on."""
@@ -455,6 +472,7 @@ class World:
             self._save_checkpoint(launcher, step, partial=False)
         if step >= launcher.max_steps:
             self.final_step_reached = True
+            self.final_step_at = self.now
             for path, line in ((launcher.layout.log_file("trainer"),
                                 "SUCCESS RL trainer finished!"),
                                (launcher.layout.log_file("orchestrator"),
@@ -502,7 +520,7 @@ class World:
         for prober in self.probers:
             if not prober.active or self.now < prober.next_at:
                 continue
-            server = self._server(prober.run_id)
+            server = self.server(prober.run_id)
             hung = self.probe_hung_from is not None
             answers = server is not None and not hung \
                 and self.now >= server.started + INFERENCE_STARTUP
@@ -522,7 +540,7 @@ class World:
                 prober.post(ProbeFailed(prober.run_id, prober.attempt,
                                         "GET /health: ReadTimeout", self.wall()))
 
-    def _server(self, run_id: str) -> Proc | None:
+    def server(self, run_id: str) -> Proc | None:
         for proc in self.procs.values():
             if proc.run_id == run_id and proc.name == "inference" and proc.alive:
                 return proc

@@ -32,6 +32,7 @@ from airvisor.policy import (
     phase_of_record,
 )
 from airvisor.policy._transition import (
+    AttemptBegins,
     Launched,
     PreparationEnded,
     Preparing,
@@ -329,6 +330,10 @@ class SlurmRunSupervisor(SupervisorCore):
         self._child_failure = None
         self._open_views(catch_up=False)
         self._next_poll = 0.0
+        # The recovery this job came from is over (its reason is in the attempt's details,
+        # above): a stop of this job ends its attempt "stopped", not with the last failure's
+        # silence (the box decides it before its launch too).
+        self._decide(AttemptBegins())
         self._decide(Launched())
 
     def _open_views(self, *, catch_up: bool) -> None:

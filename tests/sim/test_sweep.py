@@ -24,15 +24,9 @@ WORKERS = 2  # this machine's cores: one world per process
 # test_regressions.py, xfail until its fix lands); the defects found by earlier sweeps are
 # named regressions there, fixed.
 OPEN_DEFECTS: dict[str, str] = {
-    # Found by the 10,000-seed sweep at the end of the round that emptied this list; each seed
-    # is in test_regressions.py's OPEN with its note (7 of 10,000 seeds; seed 4880 since
-    # fixed).
-    "fault-recorded": "a launcher killed while no daemon watched, before its members were "
-                      "recorded: taken for a reboot (seeds 6511, 7032, 9629)",
-    "exit-status": "the oracle's launcher status when the daemon died in the same second "
-                   "(seed 7388)",
-    "right-component": "a hang, a launcher death and a probe hang in one schedule (seed 7437)",
-    "daemon-kill-same-outcome": "an operator's stop racing the end of training (seed 9730)",
+    # Empty: the last round's six open seeds of its 10,000-seed sweep (6511, 7032, 9629,
+    # 7388, 7437, 9730) and this round's (809, 1648, 1803) are named
+    # regressions in test_regressions.py, fixed.
 }
 
 

@@ -405,3 +405,28 @@ def test_a_job_that_ends_while_airvisor_cancels_it_ends_the_run_stopped(
     d.pump(lambda: d.sup.finished.is_set())
     assert d.sup.state == RunState.STOPPED and d.messages("failure") == []
     assert d.store.attempts(d.run_id)[0]["outcome"] == "stopped"
+
+
+def test_stopping_a_healthy_job_after_a_failed_one_ends_its_attempt_stopped(
+        tmp_path: Path, profile: Profile) -> None:
+    """The failure of attempt 1 is over once attempt 2's job is submitted (issue 29's run
+    machine: AttemptBegins, as the box decides before its launch): a stop of that healthy
+    job ends attempt 2 "stopped", and the run stopped, not with attempt 1's failure."""
+    slurm = FakeSlurm()
+    d = start(tmp_path, profile, slurm)
+    first = slurm.last
+    slurm.set(first, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING)
+    run_dir(profile).mkdir(parents=True, exist_ok=True)
+    (run_dir(profile) / f"job_{first}.log").write_text("ERROR Trainer failed with exit code 1\n")
+    slurm.set(first, "FAILED", code=1)
+    d.pump(lambda: len(slurm.submissions) == 2 and d.sup.state == RunState.STARTING)
+    slurm.set(slurm.last, "RUNNING")
+    d.pump(lambda: d.sup.state == RunState.RUNNING and d.sup.attempt == 2)
+    d.sup.handle(Command(d.run_id, "stop"))
+    d.pump(lambda: d.sup.finished.is_set())
+    assert d.sup.state == RunState.STOPPED and slurm.cancelled == [slurm.last]
+    attempts = d.store.attempts(d.run_id)
+    assert [a["outcome"] for a in attempts] == ["failed", "stopped"]
+    assert "trainer exited with status 1" in attempts[0]["reason"]
+    assert attempts[1]["reason"] is None
