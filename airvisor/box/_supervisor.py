@@ -1301,6 +1301,13 @@ class RunSupervisor(SupervisorCore):
         if self._prober is not None:
             self._prober.stop()
         handles = [h for h in self.components.values() if h.name != keep]
+        old = self._old_launcher
+        # A failed attempt's launcher still saying its status (`_stop_rest_at_once`) goes with
+        # this stop too, its held members ended first (held, they would wait for the SIGKILL).
+        held = list(old.held) if old is not None else []
+        if old is not None and old.handle not in handles and old.handle.identity.alive():
+            handles.append(old.handle)
+        end_held_trees = self._hooks.end_held
         grace = self._stop_grace()  # (the rest of it, for a stop taken over)
         pool = self._pool
         pool_lock = self._pool_lock
@@ -1308,6 +1315,8 @@ class RunSupervisor(SupervisorCore):
         stop_tree = self._hooks.stop_tree
 
         def job() -> TaskOutcome:
+            if held and end_held_trees is not None:
+                end_held_trees(held)
             if keep is not None:
                 # Only the rest's trees: the run's marker and cgroup hold the kept server too.
                 summary = stop_tree([h.identity for h in handles], [h.pgid for h in handles],
@@ -1419,6 +1428,14 @@ class RunSupervisor(SupervisorCore):
             child = launcher_report(launcher_log, failure.component)
             if child is not None:
                 self._exit_status_read(child.component, child.code)
+        if old is not None and old.attempt != self.attempt \
+                and not old.handle.identity.alive():
+            # An earlier attempt's launcher this stop ended (it had not exited by itself yet):
+            # what it said is read now, before the run may end (its exit comes after).
+            self._old_launcher = None
+            child = launcher_report(old.handle.log.path, old.component)
+            if child is not None:
+                self._exit_status_read(child.component, child.code, attempt=old.attempt)
         self._decide(self._down_event())
 
     def _launcher_log(self) -> Path | None:

@@ -15,11 +15,13 @@ process of it (c). Every wait is for a condition, bounded (never a timing claim)
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from airvisor.box._supervisor import launcher_report
 from airvisor.policy import RunState
 from airvisor.proc import ProcessIdentity
 from airvisor.proc import _deathwatch as deathwatch
@@ -124,3 +126,35 @@ def test_the_old_launcher_says_the_status_after_the_relaunch_and_touches_nothing
           lambda: running_attempt(harness, sup, 2, step=target))
     assert all(identity.alive() for identity in new.values())
     stop_and_check_nothing_left(harness, run_id, sup)
+
+
+def test_a_stop_while_the_old_launcher_lingers_ends_it_and_keeps_its_status(
+        harness: Harness, version: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run is stopped while the first attempt's launcher still waits for its held
+    orchestrator (the hook that ends it never returns here): the stop ends both with the
+    second attempt, nothing of the run is left, and the first attempt's failure still gets the
+    status the old launcher had said."""
+    monkeypatch.setattr(deathwatch, "zombie_returncode", lambda *a, **k: None)
+    never = threading.Event()
+
+    def stuck_end_held(held: list[ProcessIdentity]) -> list[int]:
+        never.wait(120.0)  # (the old launcher's finishing thread waits here)
+        return []
+
+    harness.manager.hooks.end_held = stuck_end_held
+    profile = profile_of(harness, version, demo={"trainer": {"crash_at_step": 5,
+                                                             "exit_code": 3}})
+    run_id, sup = start(harness, profile)
+    drive(harness, "the second attempt running", lambda: running_attempt(harness, sup, 2))
+    old_launcher = component(harness, run_id, 1, "launcher")
+    log = Path(old_launcher.log_path)
+    drive(harness, "the old launcher's line", lambda: launcher_report(log, "trainer"))
+    assert ProcessIdentity(old_launcher.pid, old_launcher.create_time).alive()
+    try:
+        harness.manager.hooks.end_held = end_held  # (the stop's own use of it)
+        stop_and_check_nothing_left(harness, run_id, sup)
+    finally:
+        never.set()
+    assert not ProcessIdentity(old_launcher.pid, old_launcher.create_time).alive()
+    first = attempt_row(harness, run_id, 1)
+    assert "trainer exited with status 3" in first["reason"], first["reason"]
