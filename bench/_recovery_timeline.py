@@ -52,9 +52,12 @@ PREFLIGHT = "preflight recorded"
 ATTEMPT = "attempt recorded"
 LAUNCHED = "rest launched (component_started launcher)"
 STEP = "first Step line seen"
+# The launcher's "failed with exit code N" line completing the failure (issue 30 item 4: the
+# old launcher's, after the relaunch, when the rest did not wait for it).
+STATUS = "exit status read (failure_status)"
 
 _EVENT_MARKS = {"failure": FAILURE, "stopped_components": STOPPED, "preflight": PREFLIGHT,
-                "attempt": ATTEMPT}
+                "attempt": ATTEMPT, "failure_status": STATUS}
 
 
 def drive(manager: RunManager, check: Callable[[], Any], what: str, bound: float = BOUND,
