@@ -337,6 +337,40 @@ def test_a_hang_a_reboot_took_before_it_was_seen_is_not_a_failure(tmp_path: Path
     assert not outcome.violations
 
 
+def test_an_adopted_hang_stalls_when_it_would_have_under_its_daemon(tmp_path: Path) -> None:
+    """daemon-kill-same-outcome (this round's 10,000-seed sweep, seed 6041, shrunk by hand):
+    the trainer hung before its daemon was killed and replaced; the new daemon started the
+    stall clock at the adoption, not at the attempt's last step (as its logs' writes say),
+    so the hang was declared 6 s later than without the kill, the relaunch finished later,
+    and an operator's stop found it still training (stopped) instead of finished
+    (succeeded). box `adopt`: the attempt's last progress is its newest step's write."""
+    schedule = Schedule(6041, "0.4", (Hang(9.0), DaemonKill(14.0, 0.0), OperatorStop(22.0)),
+                        max_steps=6, max_restarts=2)
+    said = []
+    for each in (schedule, schedule.without_kills()):
+        sim, _ = run(each, tmp_path)
+        said.append([m for c, a, m in failures_of(sim) if a == 1])
+    assert said[0] == said[1] and "has not advanced for 6 s" in said[0][0], said
+    outcome = simulate(schedule, tmp_path)
+    assert any("took over" in line for line in outcome.history)
+    assert outcome.state == "succeeded" and not outcome.violations
+
+
+def test_a_stop_after_a_restart_that_raced_the_end_of_training_may_stop(
+        tmp_path: Path) -> None:
+    """max-steps-succeeds (this round's 10,000-seed sweep, seed 2820): an operator's restart
+    was being carried out as training reached max_steps (its stop had not reached the
+    trainer yet); the daemon learns the run is complete only from the relaunch's preflight,
+    and a stop asked during it ends the run stopped. The oracle asked success of every stop
+    after the final step; now not of one after a restart asked before it (the oracle's)."""
+    schedule = Schedule(2820, "0.4", (Crash(6.0, "trainer", 3, True), OperatorRestart(11.0),
+                                      OperatorStop(15.0)), max_steps=6, max_restarts=2)
+    sim, outcome = run(schedule, tmp_path)
+    final = sim.world.final_step_at
+    assert final is not None and 11.0 <= final < 15.0
+    assert not outcome.violations
+
+
 # Open: a sweep's seed not fixed yet, as drawn, with what was read of its cause (strict xfail
 # until its fix; its invariant in test_sweep.py's OPEN_DEFECTS). None is open.
 OPEN: dict[int, tuple[str, str]] = {}
