@@ -35,7 +35,7 @@ import airvisor.profile._checks as checks_module
 from airvisor.box._supervisor import Hooks
 from airvisor.policy import Phase, RunState, phase_of_record
 from airvisor.primerl import prepare_run, run_layout
-from airvisor.profile import Profile, load_profile
+from airvisor.profile import Profile, ProfileError, load_profile
 from airvisor.runs import RunConflict, RunManager
 from airvisor.sim._schedule import (
     Crash,
@@ -49,10 +49,11 @@ from airvisor.sim._schedule import (
     OperatorStop,
     ProbeHang,
     Reboot,
+    Resubmit,
     Schedule,
 )
 from airvisor.sim._world import Blocked, Proc, World
-from airvisor.store import Store
+from airvisor.store import AlreadySubmitted, Store
 
 END_BOUND = 900.0  # sim seconds after the last fault within which every run must end
 PROBE_HANG_SECONDS = 4.0
@@ -267,6 +268,7 @@ class Simulation:
         self.world.on_member_exit = self._on_exit
         self.manager: RunManager | None = None
         self.run_id = ""
+        self.request_id = f"cli-{schedule.seed}"  # the CLI's, one per submission
         self.landed: list[Landed] = []
         self.violations: list[str] = []
         self.history: list[str] = []
@@ -320,7 +322,10 @@ class Simulation:
         self.history.append(f"t={self.world.now:g}: a new daemon took over")
         deferred, self.deferred = self.deferred, []
         for fault in deferred:
-            self._operator(fault, self._current())
+            if isinstance(fault, Resubmit):
+                self._resubmit(fault)
+            else:
+                self._operator(fault, self._current())
 
     def _drain(self) -> None:
         """The main loop, then the worker jobs this tick's random choices let run (each
@@ -393,6 +398,9 @@ class Simulation:
         if isinstance(fault, (OperatorStop, OperatorRestart)):
             self._operator(fault, current)
             return
+        if isinstance(fault, Resubmit):
+            self._resubmit(fault)
+            return
         if current is None:
             return
         attempt, members = current
@@ -442,6 +450,25 @@ class Simulation:
             if watched and self.world.now - landed.at >= RECORDED_WITHIN.get(landed.kind, 0.0):
                 continue
             self.landed[index] = dataclasses.replace(landed, certain=False)
+
+    def _resubmit(self, fault: Resubmit) -> None:
+        """The CLI's second ask of the same submission: the daemon answers the run it created
+        (`RunManager.submit` raises AlreadySubmitted), never a second run, never a refusal."""
+        if self.manager is None:  # the CLI asks again once a daemon answers
+            self.deferred.append(fault)
+            return
+        try:
+            record = self.manager.submit(self.profile, request_id=self.request_id)
+        except AlreadySubmitted as done:
+            record = done.run
+        except (RunConflict, ProfileError) as refused:
+            self._violate("one-run-per-submission",
+                          f"the CLI's second ask of its submission was refused: {refused}")
+            return
+        if record.id != self.run_id:
+            self._violate("one-run-per-submission",
+                          f"the CLI's second ask of its submission started run {record.id}; "
+                          f"the first created {self.run_id}")
 
     def _operator(self, fault: Fault, current: tuple[int, dict[str, Proc]] | None) -> None:
         if self.terminal_seen:
@@ -497,7 +524,7 @@ class Simulation:
                  self.schedule.max_restarts)
         with _patched(w, shape):
             self.manager = self._start_daemon()
-            self.run_id = self.manager.submit(self.profile).id
+            self.run_id = self.manager.submit(self.profile, request_id=self.request_id).id
             pending = sorted(self.schedule.faults, key=lambda f: f.at)  # (stable)
             limit = max((f.at for f in pending), default=0.0) + END_BOUND
             while w.now <= limit:
@@ -562,6 +589,10 @@ class Simulation:
             self._violate("every-run-ends",
                           f"the run never ended: still {run.phase} {END_BOUND:g} s after the "
                           "last fault")
+        runs = [r.id for r in self.store.list_runs(limit=10)]
+        if runs != [self.run_id]:
+            self._violate("one-run-per-submission",
+                          f"one CLI submission, and the store holds runs {runs}")
         self._check_launches()
         self._check_failures()
         self._check_stacks()

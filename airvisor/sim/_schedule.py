@@ -85,6 +85,15 @@ class Reboot:
 
 
 @dataclass(frozen=True)
+class Resubmit:
+    """The CLI's submission timed out before the daemon's answer reached it (the daemon slow,
+    or killed after it stored the run): the CLI asks again with the same request id, through
+    whichever daemon answers then (`airvisor start` sends one per submission)."""
+
+    at: float
+
+
+@dataclass(frozen=True)
 class OperatorStop:
     at: float
 
@@ -95,7 +104,7 @@ class OperatorRestart:
 
 
 Fault = Crash | Hang | LauncherDies | ProbeHang | DiskFull | CrashLoop | DaemonKill \
-    | Reboot | OperatorStop | OperatorRestart
+    | Reboot | Resubmit | OperatorStop | OperatorRestart
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,7 @@ def describe_fault(fault: Fault) -> str:
 
 
 REBOOT_CHANCE = 0.05  # of a schedule with a reboot of the machine (on top of its faults)
+RESUBMIT_CHANCE = 0.05  # of one whose CLI submits again, its first answer lost
 
 
 @dataclass
@@ -154,7 +164,8 @@ class _Draw:
 
 def draw(seed: int) -> Schedule:
     """The schedule seed `seed` stands for (0 to 5 faults over the first 30 s of sim time,
-    each kind about equally likely; one schedule in 20 also reboots the machine)."""
+    each kind about equally likely; one schedule in 20 also reboots the machine, and one in
+    20 has the CLI submit again after a timeout)."""
     rng = random.Random(seed)
     version: Version = rng.choice(("0.4", "main"))
     d = _Draw(rng, horizon=30.0)
@@ -185,6 +196,8 @@ def draw(seed: int) -> Schedule:
     # reboots were simulated (the seeds named in tests and docs stay the same schedules).
     if rng.random() < REBOOT_CHANCE:
         d.faults.append(Reboot(d.at(), float(rng.choice((0, 5, 20)))))
+    if rng.random() < RESUBMIT_CHANCE:
+        d.faults.append(Resubmit(d.at()))
     faults = tuple(sorted(d.faults, key=lambda f: f.at))
     return Schedule(seed=seed, version=version, faults=faults,
                     max_steps=max_steps, max_restarts=max_restarts)

@@ -3,15 +3,16 @@ world can express, as the shortest schedule found for it (docs/benchmarks.md rec
 run against the real supervisor stack. A test asserts that the invariant the defect broke
 holds, and that the schedule did reach the situation it names (a pass must not be vacuous).
 
-Not expressible in this world (it runs the box backend, restart.scope = "all", no CLI): the
-stacks taken twice in a kept-server recovery (needs the split), the Slurm backend's
-`_on_submitted` and "stopped" branch, the CLI's timed-out submission, `status` with a dead
-supervisor (the store's `live`; tests/store and tests/cli cover it).
+Not expressible in this world (it runs the box backend, restart.scope = "all"; the CLI's
+submissions through `RunManager.submit`, not the HTTP layer): the stacks taken twice in a
+kept-server recovery (needs the split), the Slurm backend's `_on_submitted` and "stopped"
+branch (tests/slurm), the HTTP layer's in-progress submissions (tests/daemon).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -22,14 +23,17 @@ from airvisor.sim._schedule import (
     CrashLoop,
     DaemonKill,
     DiskFull,
+    Fault,
     Hang,
     LauncherDies,
     OperatorRestart,
     OperatorStop,
     ProbeHang,
     Reboot,
+    Resubmit,
     Version,
 )
+from airvisor.store import Store
 
 VERSIONS: tuple[Version, ...] = ("0.4", "main")
 
@@ -369,6 +373,27 @@ def test_a_stop_after_a_restart_that_raced_the_end_of_training_may_stop(
     final = sim.world.final_step_at
     assert final is not None and 11.0 <= final < 15.0
     assert not outcome.violations
+
+
+@pytest.mark.parametrize("faults", [
+    (DaemonKill(0.0, 2.0), Resubmit(1.0)),  # the daemon died after it stored the run
+    (Resubmit(3.0),),  # the daemon answered too late for the CLI
+    (Reboot(2.0, 5.0), Resubmit(4.0)),  # asked again while no daemon answered
+], ids=["daemon-killed", "late-answer", "reboot"])
+def test_a_cli_submission_asked_again_is_one_run(tmp_path: Path, faults: tuple[Fault, ...],
+                                                 ) -> None:
+    """Why, bullet 7: `airvisor start` whose client timed out asks again with the same request
+    id; the daemon answers the run that request created (one-run-per-submission). The check
+    can fail: with a store that forgets request ids, the second ask is refused (the run dir
+    is the first run's)."""
+    schedule = Schedule(5, "0.4", faults)
+    sim, outcome = run(schedule, tmp_path)
+    assert any(line.endswith("Resubmit") or "Resubmit (" in line for line in outcome.history)
+    assert [r.id for r in sim.store.list_runs()] == [sim.run_id]
+    assert outcome.state == "succeeded" and not outcome.violations
+    with mock.patch.object(Store, "run_by_request", lambda self, request_id: None):
+        assert broken(simulate(Schedule(5, "0.4", (Resubmit(3.0),)), tmp_path),
+                      "one-run-per-submission")
 
 
 # Open: a sweep's seed not fixed yet, as drawn, with what was read of its cause (strict xfail
