@@ -4,6 +4,7 @@
 #
 #   here:   bench/kept_inference_device.sh prepare      -> .bench-device/ (about 22 MiB, ignored)
 #   there:  sh bench/kept_inference_device.sh run [bench options]   (carry: .bench-device)
+#           BENCH=bench/member_death_bench.py sh bench/kept_inference_device.sh run [options]
 #
 # `prepare` copies what the device image lacks: prime-rl v0.4's test venv
 # (scripts/setup_primerl_venvs.sh: its site-packages without pip, prime-rl v0.4.0's sources, the
@@ -48,7 +49,7 @@ run() {
     cp -r "$here/airvisor-stubs" /tmp/prl04/
     /tmp/prl04/bin/python -c 'import prime_rl.rl'
     AIRVISOR_PRIMERL_V04_VENV=/tmp/prl04 PYTHONPATH="$here/site:$(pwd)" PYTHONUNBUFFERED=1 \
-        exec python3 bench/kept_inference_bench.py "$@"
+        exec python3 "${BENCH:-bench/kept_inference_bench.py}" "$@"
 }
 
 case "${1:-}" in
