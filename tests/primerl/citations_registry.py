@@ -645,6 +645,16 @@ CITATIONS: tuple[Citation, ...] = (
     Citation(_BENCHMARKS, "rl.py:539-552,779-786", V04, _SRC + "rl.py", "630fe65ddb7e",
              ("def monitor_process(process: Popen, stop_event: Event,",
               "while not (stop_events[\"orchestrator\"].is_set() and")),
+    # The rest stopped at once (docs/benchmarks.md, issue 30 item 4): the loop's end logs the
+    # orchestrator's status first; the old launcher's clean-up.
+    Citation(_BENCHMARKS, "entrypoints/rl.py:378-401", MAIN, _SRC + "entrypoints/rl.py",
+             "dd652bb452b9", ("while not (stop_events[\"orchestrator\"].is_set() and",)),
+    Citation(_BENCHMARKS, "rl.py:779-802", V04, _SRC + "rl.py", "dd652bb452b9",
+             ("while not (stop_events[\"orchestrator\"].is_set() and",)),
+    Citation(_BENCHMARKS, "utils/process.py:58-93", MAIN, _SRC + "utils/process.py",
+             "052ee4075b12", ("def cleanup_threads(threads: list[Thread]):",)),
+    Citation(_BENCHMARKS, "rl.py:524-536", V04, _SRC + "rl.py", "472a68b992d5",
+             ("def cleanup_threads(threads: list[Thread]):",)),
     # airvisor/primerl/_attempt.py
     Citation(_ATTEMPT, 'trainer/rl/train.py:230,266', MAIN, _SRC + 'trainer/rl/train.py',
              '98712146f9e3', ('progress.step += 1',
