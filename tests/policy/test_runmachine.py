@@ -240,7 +240,8 @@ def test_a_held_stop_end_counts_nothing_until_released() -> None:
 def test_a_new_daemon_keeps_the_persisted_machine_but_its_workers_share(field: str) -> None:
     """`taken_over`: the phase is TAKEOVER (the takeover decides the next); a probe under way,
     the stop's end it held, the stop's sparing and the attempt prepared against the kept
-    server were the last daemon's workers' and are dropped; every other field is kept."""
+    server were the last daemon's workers' and are dropped, and so is whether the stacks were
+    taken (ordered is not taken: the attempt's record says); every other field is kept."""
     sample: dict[str, object] = {
         "phase": Phase.BACKOFF, "failure": CRASH, "scope": KEPT, "scope_pending": HANG,
         "down_held": True, "backoff_until": NOW + 30.0, "keep_next": True, "keeping": True,
@@ -250,7 +251,7 @@ def test_a_new_daemon_keeps_the_persisted_machine_but_its_workers_share(field: s
     persisted = RunMachine(**{f.name: sample[f.name]  # type: ignore[arg-type]
                               for f in dataclasses.fields(RunMachine)})
     dropped = {"phase": Phase.TAKEOVER, "scope_pending": None, "down_held": False,
-               "keeping": False, "keep_next": False}
+               "keeping": False, "keep_next": False, "stacks_taken": False}
     # (every field is set apart from its default above)
     default = getattr(RunMachine(), field)
     assert getattr(persisted, field) != default

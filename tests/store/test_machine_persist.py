@@ -86,11 +86,12 @@ def test_a_persisted_machine_is_what_a_new_daemon_starts_from(tmp_path: Path) ->
     # The new daemon's clock: 5 s later (wall), its monotonic clock restarted at 2.
     taken = machine_taken_over(store, "run-1", now=2.0, wall=WALL + 5.0)
     assert taken.phase == Phase.TAKEOVER
-    assert (taken.failure, taken.scope, taken.stacks_taken) == (CRASH, KEPT, True)
+    assert (taken.failure, taken.scope) == (CRASH, KEPT)
     # The machine's restarts, not the history's (the machine is the one source once written).
     assert (taken.restarts, taken.counted_restarts) == (3, (WALL - 20.0, WALL - 10.0))
     assert taken.backoff_until == pytest.approx(2.0 + 25.0)
     assert not taken.keep_next  # (the last daemon's preparation: prepared afresh)
+    assert not taken.stacks_taken  # (ordered, maybe never taken: the attempt's record says)
 
 
 @pytest.mark.parametrize("blob", ["{not json", '{"version": 99, "machine": {}}',
