@@ -15,9 +15,11 @@ in the transaction that records the decision. A new daemon starts from it (`take
 phase is the takeover's to decide (`policy.decide_takeover`), and what the last daemon's
 workers held is dropped on purpose: a probe under way and the stop's end it held, whether the
 stop under way spares the kept server, the attempt being prepared against it (a new daemon
-stops, probes and prepares afresh). Runs persisted by an older airvisor have no machine: the
-recovery's failure and scope (the run's details "recovery", `RecoveryTakenOver`), when the stop
-began (`StopTakenOver`) and the restart history (`Store.restart_history`) rebuild it.
+stops, probes and prepares afresh), and whether the attempt's stacks were taken (ordered is not
+taken: the attempt's record says, `RecoveryResumed.stacks`). Runs persisted by an older
+airvisor have no machine: the recovery's failure and scope (the run's details "recovery",
+`RecoveryTakenOver`), when the stop began (`StopTakenOver`) and the restart history
+(`Store.restart_history`) rebuild it.
 """
 
 from __future__ import annotations
