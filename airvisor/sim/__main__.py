@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
             result = sweep(range(args.first, args.first + args.sweep), workers=args.workers)
             print(f"{result.schedules} schedules: {len(result.failures)} with a violation; "
                   f"ended {dict(sorted(result.states.items()))}")
+            print(f"workers' CPU {result.cpu_seconds:.1f} s = "
+                  f"{1000 * result.cpu_seconds / max(1, result.schedules):.1f} ms per schedule")
             for seed, violations in result.failures[:20]:
                 print(f"  seed {seed}: {violations[0]}")
             return 1 if result.failures else 0
