@@ -180,8 +180,9 @@ def test_a_new_daemon_adopts_a_live_run_then_resumes_one_whose_components_died(
     assert "restart_scheduled" not in kinds and "boot_resume" not in kinds
     assert all(psutil.pid_exists(pid) for pid in pids.values())  # adoption killed nothing
 
-    # 2. The daemon and every component die (as in a reboot): the next daemon resumes the run
-    # from its last complete checkpoint, in a new attempt.
+    # 2. The daemon and every component die (what a reboot leaves, though the machine did not
+    # reboot: the launcher's crash, counted, tests/box/test_takeover_reboot.py): the next
+    # daemon resumes the run from its last complete checkpoint, in a new attempt.
     second.kill()
     kill_the_run(run_id, pids.values())
     checkpoints = layout_for(daemons.version, {"output_dir": before["run_dir"],
