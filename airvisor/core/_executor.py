@@ -152,10 +152,14 @@ class DecisionExecutor(CoreBase):
             elif isinstance(effect, AmendFailure):
                 if effect.last_error:
                     self.store.update_run(self.run_id, last_error=effect.failure.reason)
-                amended = effect.attempt if effect.attempt is not None else self.attempt
-                if amended:  # (the attempt's row keeps one reason: the better one)
-                    self.store.end_attempt(self.run_id, amended, "failed",
+                if effect.attempt is not None:  # an earlier attempt's, and its restart's
+                    self.store.amend_failure(self.run_id, effect.attempt,
+                                             effect.failure.reason)
+                elif self.attempt:  # (the attempt's row keeps one reason: the better one)
+                    self.store.end_attempt(self.run_id, self.attempt, "failed",
                                            effect.failure.reason)
+                    # (and the restart it led to, when it was counted before the status came)
+                    self.store.amend_failure(self.run_id, self.attempt, effect.failure.reason)
             elif isinstance(effect, RememberRecovery):
                 scope = ({"scope": effect.scope.scope, "scope_reason": effect.scope.reason}
                          if effect.scope is not None else {})

@@ -511,6 +511,16 @@ class Store:
                 "WHERE run_id = ? AND number = ?", (time.time(), outcome, reason, run_id, number),
             )
 
+    def amend_failure(self, run_id: str, number: int, reason: str) -> None:
+        """Attempt `number`'s failure, recorded before its exit status was known, now has it
+        (issue 30 item 4: its launcher said it after the next attempt began): the attempt's
+        reason and the reason of the restart its failure led to; when it ended stays."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET reason = ? WHERE run_id = ? AND number = ? "
+                       "AND outcome = 'failed'", (reason, run_id, number))
+            db.execute("UPDATE restarts SET reason = ? WHERE run_id = ? AND attempt = ?",
+                       (reason, run_id, number))
+
     def merge_attempt_details(self, run_id: str, number: int, **fields: Any) -> None:
         """Merge fields into an attempt's details (JSON object; None removes a key)."""
         with self._tx() as db:

@@ -112,6 +112,8 @@ def test_the_old_launcher_says_the_status_after_the_relaunch_and_touches_nothing
     first = attempt_row(harness, run_id, 1)
     assert first["outcome"] == "failed"
     assert "trainer exited with status 3" in first["reason"], first["reason"]
+    restart, = harness.store.restart_history(run_id)  # (its restart's record too)
+    assert "trainer exited with status 3" in restart.reason, restart.reason
     said = harness.events(run_id, "failure_status")
     assert [e.data["exit_code"] for e in said] == ["3"]
     # (b) the second attempt runs on: the old launcher's exit failed nothing of it.
