@@ -14,7 +14,7 @@ use, sub-millisecond; the kill is stamped with it too):
   `prepare_machine`: the preflight job's first call) and, patched in for
   the bench only, prime-rl's config resolver (`airvisor.primerl._adapters.resolve`, which runs
   prime-rl's code as a subprocess) and the kept server's health probe
-  (`airvisor.box._supervisor.probe_kept_server`). Where a patched name is gone (the code
+  (`airvisor.box._kept.probe_kept_server`). Where a patched name is gone (the code
   moved), that span is simply not timed and the table says "-".
 
 The first `Step` line is the bench's own poll: `_attempt_progress` set, seen after a tick
@@ -131,7 +131,7 @@ class RecoveryClock:
         """prime-rl's resolver and the kept server's probe, timed while inside; yields the
         names that could not be patched (their spans are then missing)."""
         targets = (("airvisor.primerl._adapters", "resolve", "resolve"),
-                   ("airvisor.box._supervisor", "probe_kept_server", "probe"))
+                   ("airvisor.box._kept", "probe_kept_server", "probe"))
         undo: list[tuple[Any, str, Any]] = []
         missing: list[str] = []
         for module_name, attribute, label in targets:

@@ -27,7 +27,8 @@ from unittest import mock
 import structlog
 import tomli_w
 
-import airvisor.box._supervisor as engine_module
+import airvisor.box._memberwatch as watch_module
+import airvisor.box._stop as stop_module
 import airvisor.box._takeover as takeover_module
 import airvisor.primerl._attempt as attempt_module
 import airvisor.proc._launch as launch_module
@@ -177,8 +178,8 @@ def _report_wait(world: World) -> Callable[..., Callable[[], Any]]:
 
         def run() -> Any:
             if not deadline:
-                deadline.append(world.now + engine_module.LAUNCHER_REPORT_WAIT)
-            said = engine_module.launcher_report(log_path, component)
+                deadline.append(world.now + stop_module.LAUNCHER_REPORT_WAIT)
+            said = stop_module.launcher_report(log_path, component)
             if said is None and world.now < deadline[0]:
                 raise Blocked(0)
             return job()
@@ -224,13 +225,13 @@ def _patched(world: World, shape: tuple[Any, ...]) -> Iterator[None]:
         # A takeover that finds the run completed stops what is left by the run's marker.
         stack.enter_context(mock.patch.object(takeover_module, "terminate_tree",
                                               world.terminate_tree))
-        if hasattr(engine_module, "identity_of"):
+        if hasattr(watch_module, "identity_of"):
             # A member's start time, read from the process table when it is found.
-            stack.enter_context(mock.patch.object(engine_module, "identity_of", world.identity))
-        if hasattr(engine_module, "_after_launcher_report"):
+            stack.enter_context(mock.patch.object(watch_module, "identity_of", world.identity))
+        if hasattr(stop_module, "_after_launcher_report"):
             # The stop's wait for the launcher's "exit code N" line, in sim time: the job is
             # let by (Blocked) and run again at later steps until the line or the deadline.
-            stack.enter_context(mock.patch.object(engine_module, "_after_launcher_report",
+            stack.enter_context(mock.patch.object(stop_module, "_after_launcher_report",
                                                   _report_wait(world)))
         structlog.configure(
             wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))

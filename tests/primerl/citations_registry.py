@@ -83,6 +83,8 @@ _DEMO_RL = "airvisor/demo/_rl.py"
 _DEMO_TRAINER = "airvisor/demo/_trainer.py"
 _ENGINE_MEMBERS = "airvisor/box/_members.py"
 _ENGINE_SUPERVISOR = "airvisor/box/_supervisor.py"
+_BOX_MEMBERWATCH = "airvisor/box/_memberwatch.py"
+_BOX_STOP = "airvisor/box/_stop.py"
 _ENGINE_PROBE = "airvisor/box/_probe.py"
 _DEMO_BROADCAST = "airvisor/demo/_broadcast.py"
 _SPLIT = "airvisor/primerl/_split.py"
@@ -843,9 +845,9 @@ CITATIONS: tuple[Citation, ...] = (
              ('set_proc_title("Trainer")',)),
     # airvisor/box/_supervisor.py
     # A member's death acted on before the launcher's monitor loop reports it (issue 22).
-    Citation(_ENGINE_SUPERVISOR, "rl.py:779-786", V04, _SRC + "rl.py", "cc9419f1f901",
+    Citation(_BOX_MEMBERWATCH, "rl.py:779-786", V04, _SRC + "rl.py", "cc9419f1f901",
              ("while not (stop_events[\"orchestrator\"].is_set() and",)),
-    Citation(_ENGINE_SUPERVISOR, "entrypoints/rl.py:378-399", MAIN,
+    Citation(_BOX_MEMBERWATCH, "entrypoints/rl.py:378-399", MAIN,
              _SRC + "entrypoints/rl.py", "06cfb5a5265d",
              ("while not (stop_events[\"orchestrator\"].is_set() and",)),
     Citation(_ENGINE_SUPERVISOR, 'rl.py:804-808', V04, _SRC + 'rl.py', 'f210c63e96b7',
@@ -853,37 +855,42 @@ CITATIONS: tuple[Citation, ...] = (
     Citation(_ENGINE_SUPERVISOR, 'entrypoints/rl.py:403-407', MAIN,
              _SRC + 'entrypoints/rl.py', '341bfb767aaa',
              ('logger.success("Training finished!")',)),
+    Citation(_BOX_STOP, 'utils/process.py:83-93', MAIN,
+             _SRC + 'utils/process.py', 'da4479b9a37d',
+             ('def cleanup_processes(processes: list[Popen]):',)),
     Citation(_ENGINE_SUPERVISOR, 'utils/process.py:83-93', MAIN,
              _SRC + 'utils/process.py', 'da4479b9a37d',
+             ('def cleanup_processes(processes: list[Popen]):',)),
+    Citation(_BOX_STOP, 'rl.py:529-536', V04, _SRC + 'rl.py', '8b06aa998ace',
              ('def cleanup_processes(processes: list[Popen]):',)),
     Citation(_ENGINE_SUPERVISOR, 'rl.py:529-536', V04, _SRC + 'rl.py', '8b06aa998ace',
              ('def cleanup_processes(processes: list[Popen]):',)),
     # The launcher's monitor thread reaps a member at once and names its status; its main loop
     # says so a second later at most (issue 29: the stop waits for that line).
-    Citation(_ENGINE_SUPERVISOR, 'rl.py:539-552,780-803', V04, _SRC + 'rl.py', '7daa4b5ef906',
+    Citation(_BOX_STOP, 'rl.py:539-552,780-803', V04, _SRC + 'rl.py', '7daa4b5ef906',
              ('err_msg = f"{process_name.capitalize()} failed with exit code',
               'time.sleep(1)')),
-    Citation(_ENGINE_SUPERVISOR, 'utils/process.py:96-105', MAIN,
+    Citation(_BOX_STOP, 'utils/process.py:96-105', MAIN,
              _SRC + 'utils/process.py', '162ab5a26833',
              ('err_msg = f"{process_name.capitalize()} failed with exit code',)),
-    Citation(_ENGINE_SUPERVISOR, 'entrypoints/rl.py:376-388', MAIN,
+    Citation(_BOX_STOP, 'entrypoints/rl.py:376-388', MAIN,
              _SRC + 'entrypoints/rl.py', '94da908e84fd',
              ('time.sleep(1)',)),
     # The rest stopped without waiting for that line (issue 30 item 4): the loop runs only while
     # not both of the orchestrator and the trainer ended, and then logs the orchestrator's
     # status first (so the orchestrator is held still); the queued lines' order; the old
     # launcher's clean-up (monitor threads joined, children not yet reaped signalled).
-    Citation(_ENGINE_SUPERVISOR, 'entrypoints/rl.py:378-401', MAIN,
+    Citation(_BOX_STOP, 'entrypoints/rl.py:378-401', MAIN,
              _SRC + 'entrypoints/rl.py', 'dd652bb452b9',
              ('while not (stop_events["orchestrator"].is_set() and',)),
-    Citation(_ENGINE_SUPERVISOR, 'rl.py:779-802', V04, _SRC + 'rl.py', 'dd652bb452b9',
+    Citation(_BOX_STOP, 'rl.py:779-802', V04, _SRC + 'rl.py', 'dd652bb452b9',
              ('while not (stop_events["orchestrator"].is_set() and',)),
-    Citation(_ENGINE_SUPERVISOR, 'rl.py:539-552', V04, _SRC + 'rl.py', 'fd003e56cf47',
+    Citation(_BOX_STOP, 'rl.py:539-552', V04, _SRC + 'rl.py', 'fd003e56cf47',
              ('def monitor_process(process: Popen, stop_event: Event,',)),
-    Citation(_ENGINE_SUPERVISOR, 'utils/process.py:58-93', MAIN,
+    Citation(_BOX_STOP, 'utils/process.py:58-93', MAIN,
              _SRC + 'utils/process.py', '052ee4075b12',
              ('def cleanup_threads(threads: list[Thread]):',)),
-    Citation(_ENGINE_SUPERVISOR, 'rl.py:524-536', V04, _SRC + 'rl.py', '472a68b992d5',
+    Citation(_BOX_STOP, 'rl.py:524-536', V04, _SRC + 'rl.py', '472a68b992d5',
              ('def cleanup_threads(threads: list[Thread]):',)),
     # airvisor/demo/_torchrun.py
     Citation(_DEMO_TORCHRUN, 'rl.py:725-746', V04,

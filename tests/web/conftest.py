@@ -20,7 +20,7 @@ from ..box.conftest import demo_profile_dict, free_port
 from ..daemon.conftest import DaemonProcess, write_profile
 
 # What the supervisor wrote in the second attempt's details when its recovery kept the server
-# (`_record_scope` in airvisor.box._supervisor).
+# (`_record_scope` in airvisor.box._kept).
 KEPT_DETAIL = ("trainer crashed; the inference server is healthy and is kept: only prime-rl's "
                "rl without [inference] is relaunched")
 FULL_DETAIL = ("trainer crashed again 12 s after a recovery that kept the inference server "

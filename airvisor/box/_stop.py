@@ -1,0 +1,296 @@
+"""Stopping an attempt, on a worker: its component trees (all but the kept server's when it is
+kept) and its containers. When prime-rl's launcher reaped the member whose death began the
+recovery, it still says that member's exit status: the rest is stopped at once by identity
+and the launcher left to say it and exit (bounded), or the stop waits for its line. The
+stop's end is reported to the core.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from airvisor._logfile import tail_lines
+from airvisor._logging import get_logger
+from airvisor.box._base import BoxSupervisorBase
+from airvisor.box._hooks import INFERENCE, ComponentHandle, OldLauncher, TaskOutcome, pool_status
+from airvisor.core import ComponentExited, Task, TaskDone
+from airvisor.policy import Phase
+from airvisor.primerl import LAUNCHER, ChildFailure, child_failure_from_line
+from airvisor.proc import ProcessIdentity
+from airvisor.proc._hold import group_members
+from airvisor.stacks import with_stacks_first
+
+log = get_logger("airvisor.box")
+
+# prime-rl's launcher reaps a member in its monitor thread at once and says so ("Trainer failed
+# with exit code N") from its main loop, which looks once a second (v0.4 rl.py:539-552,780-803;
+# main utils/process.py:96-105, entrypoints/rl.py:376-388): seconds a stop waits for that line
+# when the member's status was its to collect, before SIGTERM ends the launcher unsaid.
+LAUNCHER_REPORT_WAIT = 1.5
+
+LAUNCHER_REPORT_LOOK = 0.05  # seconds between looks at the launcher's log meanwhile
+# Seconds at least a failed attempt's launcher is given to exit by itself once its held members
+# are ended (then its tree is stopped): its clean-up joins each monitor thread for up to 5 s
+# and waits for each child still running (main utils/process.py:58-93, v0.4 rl.py:524-536);
+# the stop's grace, when longer.
+OLD_LAUNCHER_EXIT_WAIT = 10.0
+
+
+def held_for_report(failed: str, members: Mapping[str, ProcessIdentity]) -> list[str]:
+    """The members a stop holds still (SIGSTOP) instead of ending, so that prime-rl's launcher
+    still says `failed`'s exit status. Its main loop looks once a second and runs only while
+    not both of the orchestrator and the trainer have ended; when both have, it logs the
+    orchestrator's status first (main entrypoints/rl.py:378-401, v0.4 rl.py:779-802). So the
+    orchestrator is held unless it is the one that failed; every other member may end at once
+    (their own "failed" lines queue after the failed member's, whose monitor thread queued its
+    line first: main utils/process.py:96-105, v0.4 rl.py:539-552)."""
+    if failed == "orchestrator" or "orchestrator" not in members:
+        return []
+    return ["orchestrator"]
+
+
+def launcher_report(log_path: Path, component: str) -> ChildFailure | None:
+    """The launcher's line naming `component`'s exit status, among its log's last lines."""
+    try:
+        lines, _ = tail_lines(log_path, 50)
+    except OSError:
+        return None
+    for line in reversed(lines):
+        child = child_failure_from_line(line)
+        if child is not None and child.component == component:
+            return child
+    return None
+
+
+def launcher_first_report(log_path: Path) -> ChildFailure | None:
+    """The launcher's first line naming a child that failed, among its log's last lines."""
+    try:
+        lines, _ = tail_lines(log_path, 200)
+    except OSError:
+        return None
+    for line in lines:
+        child = child_failure_from_line(line)
+        if child is not None:
+            return child
+    return None
+
+
+def _after_launcher_report(job: Callable[[], TaskOutcome], log_path: Path,
+                           component: str) -> Callable[[], TaskOutcome]:
+    """`job` (the stop), once the launcher has said `component`'s status, or after
+    LAUNCHER_REPORT_WAIT at most (on the stop's worker: the main loop never waits)."""
+    def run() -> TaskOutcome:
+        deadline = time.monotonic() + LAUNCHER_REPORT_WAIT
+        while launcher_report(log_path, component) is None and time.monotonic() < deadline:
+            time.sleep(LAUNCHER_REPORT_LOOK)
+        return job()
+
+    return run
+
+
+def _finish_old_launcher(old: OldLauncher, grace: float,
+                         stop_tree: Callable[..., str],
+                         end_held_trees: Callable[[list[ProcessIdentity]], list[int]],
+                         run_id: str) -> None:
+    """A failed attempt's launcher, its members gone or held (`_stop_rest_at_once`): wait for
+    its line naming the failed member's status (LAUNCHER_REPORT_WAIT at most), then end the
+    held members, then let it exit by itself (its clean-up then finds its children gone: main
+    utils/process.py:83-93 and v0.4 rl.py:529-536 signal only a child not yet reaped, so
+    never a process of the next attempt); after `grace`, what is left of its tree (its process
+    group, the held) is stopped as before, never by the run's marker (the next attempt's
+    processes carry it too). Runs on its own thread: nothing of the next attempt waits."""
+    deadline = time.monotonic() + LAUNCHER_REPORT_WAIT
+    while launcher_report(old.handle.log.path, old.component) is None \
+            and time.monotonic() < deadline and old.handle.identity.alive():
+        time.sleep(LAUNCHER_REPORT_LOOK)
+    if old.held:
+        end_held_trees(old.held)
+    began = time.monotonic()
+    ends = began + max(grace, OLD_LAUNCHER_EXIT_WAIT)
+    while old.handle.identity.alive() and time.monotonic() < ends:
+        time.sleep(LAUNCHER_REPORT_LOOK)
+    if old.handle.identity.alive() or any(i.alive() for i in old.held):
+        log.info("the failed attempt's launcher did not exit by itself: stopped", run=run_id,
+                 attempt=old.attempt, waited=round(time.monotonic() - began, 3))
+        stop_tree([old.handle.identity, *old.held], [old.handle.pgid], run_id, 0.0,
+                  sweep=False)
+
+
+class Stopping(BoxSupervisorBase):
+    """The stop of an attempt's processes, carried out for the core's executor."""
+
+    def _old_launcher_exited(self, old: OldLauncher, event: ComponentExited) -> None:
+        """The failed attempt's launcher, left to say its failed member's status, exited by
+        itself or was stopped: its line (if it said it) completes that attempt's failure, in
+        whatever phase the run is now (the next attempt may run: the line is that attempt's,
+        `RunMachine.earlier`); its exit is never the current attempt's failure (its attempt
+        is an earlier one: `_on_process_event` acts on no other event of it)."""
+        self._old_launcher = None
+        self.store.upsert_component(self.run_id, old.attempt, LAUNCHER, state="exited",
+                                    exit_code=event.returncode)
+        child = launcher_report(old.handle.log.path, old.component)
+        if child is not None:
+            self._exit_status_read(child.component, child.code, attempt=old.attempt)
+
+    def _stop_processes(self, *, keep_inference: bool = False,
+                        stacks: bool = False) -> bool | None:
+        """Stop every component tree (but the kept server's, when `keep_inference` and it
+        still runs: prime-rl's `rl` without [inference], its tree) and the containers, on a
+        worker thread; the phase says what follows (a restart decision, or the end the stop
+        leads to)."""
+        if Task.STOP in self._tasks:
+            return None  # one stop at a time: the running one ends in the current phase
+        # (No server left to keep: the recovery stops what is there.)
+        keep = INFERENCE if keep_inference and self._kept_server() is not None else None
+        if self._prober is not None:
+            self._prober.stop()
+        handles = [h for h in self.components.values() if h.name != keep]
+        old = self._old_launcher
+        # A failed attempt's launcher still saying its status (`_stop_rest_at_once`) goes with
+        # this stop too, its held members ended first (held, they would wait for the SIGKILL).
+        held = list(old.held) if old is not None else []
+        if old is not None and old.handle not in handles and old.handle.identity.alive():
+            handles.append(old.handle)
+        end_held_trees = self._hooks.end_held
+        grace = self._stop_grace()  # (the rest of it, for a stop taken over)
+        pool = self._pool
+        pool_lock = self._pool_lock
+        run_id = self.run_id
+        stop_tree = self._hooks.stop_tree
+
+        def job() -> TaskOutcome:
+            if held and end_held_trees is not None:
+                end_held_trees(held)
+            if keep is not None:
+                # Only the rest's trees: the run's marker and cgroup hold the kept server too.
+                summary = stop_tree([h.identity for h in handles], [h.pgid for h in handles],
+                                    run_id, grace, sweep=False)
+            else:
+                summary = stop_tree([h.identity for h in handles], [h.pgid for h in handles],
+                                    run_id, grace)
+            if pool is not None:
+                # Containers go with the attempt; the next attempt creates fresh ones.
+                with pool_lock:
+                    pool.down()
+                summary += "; containers removed"
+            return TaskOutcome(summary, pool_status(pool))
+
+        if stacks:
+            # Where each process hung, looked at before the kill (bounded; airvisor.stacks):
+            # the hung attempt's first stop only (the core decides), never a later one.
+            job = with_stacks_first(job, self.store, run_id, self.attempt, self.attempt_dir)
+        launcher = self.components.get(LAUNCHER)
+        failure = self.machine.failure
+        if failure is not None and not failure.status_known and failure.component is not None \
+                and self.phase == Phase.RECOVERY_STOPPING \
+                and launcher is not None and not launcher.exited:
+            if self._can_stop_rest_at_once(launcher, failure.component):
+                self._stop_rest_at_once(launcher, failure.component, keep, stacks)
+                return keep is not None
+            # The member's status is the launcher's (it reaped it): let it say it before its
+            # tree is stopped; the line is read when the stop ends (`_after_stop`).
+            job = _after_launcher_report(job, launcher.log.path, failure.component)
+        self._run_task(Task.STOP, job)
+        return keep is not None
+
+    def _can_stop_rest_at_once(self, launcher: ComponentHandle, failed: str) -> bool:
+        """The rest can be stopped without waiting for the launcher's line (issue 30 item 4):
+        the launcher is this daemon's child (its exit is seen, with its log read then), the
+        failed component is one of its members as found, and the hooks can hold one still."""
+        return launcher.launched is not None and failed in self._member_ids \
+            and self._hooks.hold_trees is not None and self._hooks.end_held is not None
+
+    def _stop_rest_at_once(self, launcher: ComponentHandle, failed: str, keep: str | None,
+                           stacks: bool) -> None:
+        """The stop of a member's death whose status prime-rl's launcher is to say (it reaped
+        the member), without waiting for that line (issue 30 item 4): the members that must
+        not end before the launcher's next look are held still (`held_for_report`), every
+        other process of the attempt (the launcher's process group but the launcher and the
+        held, and the attempt's other components but the kept server) is stopped directly by
+        identity, never the launcher; the stop then ends, and the next attempt is prepared at
+        once. The launcher is left to say the status and exit by itself (`_finish_old_launcher`,
+        bounded); its exit, reported as its attempt's, completes that attempt's failure
+        (`_old_launcher_exited`)."""
+        assert self._hooks.hold_trees is not None and self._hooks.end_held is not None
+        hold, end_held_trees = self._hooks.hold_trees, self._hooks.end_held
+        held_names = held_for_report(failed, self._member_ids)
+        to_hold = [self._member_ids[name] for name in held_names]
+        handles = [h for h in self.components.values() if h.name not in (keep, LAUNCHER)]
+        grace = self._stop_grace()
+        pool, pool_lock = self._pool, self._pool_lock
+        run_id, stop_tree = self.run_id, self._hooks.stop_tree
+        group, launcher_pid = launcher.pgid, launcher.identity.pid
+        old = OldLauncher(self.attempt, launcher, failed, [])
+        self._old_launcher = old
+        self.store.upsert_component(self.run_id, self.attempt, LAUNCHER, state="stopping")
+
+        def job() -> TaskOutcome:
+            old.held = hold(to_hold)
+            held = {i.pid for i in old.held}
+            # The launcher's group holds its members and what they left (a SIGKILLed torchrun's
+            # workers): all of it but the launcher and the held, by identity.
+            rest = [i for i in group_members(group) if i.pid not in held and i.pid != launcher_pid]
+            rest += [h.identity for h in handles]
+            summary = stop_tree(rest, [h.pgid for h in handles], run_id, grace, sweep=False)
+            summary += (f"; {len(held)} held for prime-rl's launcher to say {failed}'s status"
+                        if held else "")
+            if pool is not None:
+                with pool_lock:
+                    pool.down()
+                summary += "; containers removed"
+            self._background(f"old-launcher-{run_id}", lambda: _finish_old_launcher(
+                old, grace, stop_tree, end_held_trees, run_id))
+            return TaskOutcome(summary, pool_status(pool))
+
+        if stacks:
+            job = with_stacks_first(job, self.store, run_id, self.attempt, self.attempt_dir)
+        self._run_task(Task.STOP, job)
+
+    def _after_stop(self, event: TaskDone) -> None:
+        keeping = self.machine.keeping  # (the machine forgets it with the stop's end)
+        old = self._old_launcher
+        for handle in self.components.values():
+            if keeping and handle.name == INFERENCE:
+                continue
+            if old is not None and handle is old.handle:
+                continue  # (left to say its status and exit: `_old_launcher_exited`)
+            handle.exited = True
+            self.store.upsert_component(self.run_id, self.attempt, handle.name, state="stopped")
+        for name in self._members:  # stopped with the launcher's tree
+            self.store.upsert_component(self.run_id, self.attempt, name, state="stopped")
+        outcome: TaskOutcome | None = event.result
+        self._record_containers(outcome.containers if outcome is not None else ())
+        summary = outcome.summary if outcome is not None else event.error
+        self._event("stopped_components", f"components stopped: {summary}")
+        failure = self.machine.failure
+        launcher_log = self._launcher_log()
+        if launcher_log is not None and failure is not None and failure.component is not None \
+                and not failure.status_known:
+            # The launcher's line naming the exit status of a member whose failure was recorded
+            # without it (the launcher reaped it first), also one written before a new daemon
+            # adopted the run or took its recovery over: the failure gets its status.
+            child = launcher_report(launcher_log, failure.component)
+            if child is not None:
+                self._exit_status_read(child.component, child.code)
+        if old is not None and old.attempt != self.attempt \
+                and not old.handle.identity.alive():
+            # An earlier attempt's launcher this stop ended (it had not exited by itself yet):
+            # what it said is read now, before the run may end (its exit comes after).
+            self._old_launcher = None
+            child = launcher_report(old.handle.log.path, old.component)
+            if child is not None:
+                self._exit_status_read(child.component, child.code, attempt=old.attempt)
+        self._decide(self._down_event())
+
+    def _launcher_log(self) -> Path | None:
+        """The attempt's launcher's log: its handle's, or (a recovery a new daemon took over
+        after the launcher died) where the store recorded it."""
+        launcher = self.components.get(LAUNCHER)
+        if launcher is not None:
+            return launcher.log.path
+        for comp in self.store.components(self.run_id, self.attempt):
+            if comp.name == LAUNCHER and comp.log_path:
+                return Path(comp.log_path)
+        return None
