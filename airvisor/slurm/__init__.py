@@ -6,6 +6,7 @@ profile (`is_slurm_profile`); both have the same surface. `SlurmClient` is the a
 Slurm's commands (`CommandSlurm`), replaced by a fake in the replay tests.
 """
 
+from airvisor.slurm._jobs import is_slurm_profile
 from airvisor.slurm._node_check import read_reports, run_node_check
 from airvisor.slurm._script import (
     NODE_PYTHON_ENV,
@@ -17,7 +18,7 @@ from airvisor.slurm._script import (
     report_dir_for,
     slurm_settings,
 )
-from airvisor.slurm._supervisor import SlurmRunSupervisor, is_slurm_profile
+from airvisor.slurm._supervisor import SlurmRunSupervisor
 from airvisor.slurmctl._client import COMMAND_TIMEOUT, CommandSlurm, SlurmClient, SlurmError
 from airvisor.slurmctl._states import (
     NODE_FAILURES_TO_EXCLUDE,

@@ -13,10 +13,8 @@ failed twice), with the one-box restart policy (backoff, crash-loop limit).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,6 @@ from airvisor.policy import (
     BootAction,
     Failure,
     Phase,
-    ResumeChoice,
     decide_takeover,
     phase_of_record,
 )
@@ -44,28 +41,27 @@ from airvisor.policy._transition import (
 from airvisor.primerl import (
     ChildFailure,
     child_failure_from_line,
-    choose_resume,
-    describe_complete,
-    set_aside_used_run_dirs,
-    training_complete,
 )
-from airvisor.profile._schema import Profile
+from airvisor.slurm._jobs import (
+    Polled,
+    Submission,
+    Submitted,
+    cancel_job,
+    poll_job,
+    submit_job,
+)
 from airvisor.slurm._node_check import read_reports
 from airvisor.slurm._script import (
     JobScript,
     render_job_script,
     report_dir_for,
-    slurm_settings,
 )
 from airvisor.slurmctl._client import CommandSlurm, SlurmClient
 from airvisor.slurmctl._states import (
     EndDecision,
-    Exclusion,
     JobInfo,
     blamed_nodes,
     decide_job_end,
-    nodes_to_exclude,
-    split_hostlist_option,
 )
 from airvisor.store import RunRecord
 
@@ -74,33 +70,6 @@ log = get_logger("airvisor.slurm")
 VIEWED = ("trainer", "orchestrator", "inference")
 FINISH_GRACE = 10.0  # s for a job to end by itself once training finished, then scancel
 CANCEL_WAIT = 120.0  # s to wait, after scancel, for Slurm to report the job ended
-
-
-def is_slurm_profile(profile: Profile) -> bool:
-    """A profile whose prime-rl config has a [slurm] table (as prime-rl resolved it)."""
-    resolved = profile.resolved or {}
-    return bool(resolved.get("slurm"))
-
-
-@dataclass(frozen=True)
-class Submitted:
-    """What the submission task hands the main loop."""
-
-    number: int
-    cause: str
-    choice: ResumeChoice
-    script: JobScript | None  # None when `complete`: nothing is submitted
-    job_id: str
-    exclusion: Exclusion
-    note: str = ""
-    # The newest complete checkpoint is the final one: training is done (as on the box).
-    complete: bool = False
-
-
-@dataclass(frozen=True)
-class Polled:
-    job: JobInfo
-    node_states: dict[str, str] = field(default_factory=dict)
 
 
 class SlurmRunSupervisor(SupervisorCore):
@@ -266,36 +235,13 @@ class SlurmRunSupervisor(SupervisorCore):
     def _submit(self, *, cause: str) -> None:
         self._decide(Preparing())
         number = self.attempt + 1
-        profile, layout, run_id = self.profile, self.layout, self.run_id
-        attempt_dir = self.attempt_dir_of(number)
-        blames = [list(b) for b in self._blames]
-        live = sorted(self._hooks.live_run_ids()) if self._hooks is not None else []
+        submission = Submission(
+            profile=self.profile, layout=self.layout, run_id=self.run_id, number=number,
+            cause=cause, attempt_dir=self.attempt_dir_of(number),
+            blames=[list(b) for b in self._blames],
+            live_run_ids=sorted(self._hooks.live_run_ids()) if self._hooks is not None else [])
         render, slurm = self._render, self.slurm
-
-        def job() -> Submitted:
-            note = ""
-            choice = ResumeChoice(step=None, skipped=())
-            if layout is not None:
-                choice = choose_resume(layout)
-                if training_complete(choice.step, profile.run.max_steps):
-                    return Submitted(number, cause, choice, None, "", Exclusion(()),
-                                     describe_complete(choice, profile), complete=True)
-                note = "; ".join(f"no complete checkpoint: earlier files moved to {moved}"
-                                 for moved in set_aside_used_run_dirs(layout, choice, number))
-            script = render(profile, run_id=run_id, attempt=number, resume_step=choice.step,
-                            attempt_dir=attempt_dir)
-            (script.report_dir / "profile.json").write_text(
-                json.dumps(profile.model_dump(mode="json"), default=str))
-            (script.report_dir / "live_runs.json").write_text(json.dumps(live))
-            settings = slurm_settings(profile)
-            exclusion = nodes_to_exclude(
-                blames, user_exclude=split_hostlist_option(settings.get("exclude")))
-            options = [f"--exclude={','.join(exclusion.nodes)}"] if exclusion.nodes else []
-            job_id = slurm.submit(script.path, options=options, env=script.env,
-                                  cwd=attempt_dir)
-            return Submitted(number, cause, choice, script, job_id, exclusion, note)
-
-        self._run_task(Task.SUBMIT, job)
+        self._run_task(Task.SUBMIT, lambda: submit_job(submission, render=render, slurm=slurm))
 
     def _on_submitted(self, done: Submitted) -> None:
         if done.complete or done.script is None:
@@ -402,14 +348,7 @@ class SlurmRunSupervisor(SupervisorCore):
         job_id = self.job_id
         assert job_id is not None
         slurm = self.slurm
-
-        def job() -> Polled:
-            info = slurm.job(job_id)
-            states = slurm.node_states(list(info.nodes)) if info.phase == "ended" \
-                and info.outcome in ("node_fail", "boot_fail") else {}
-            return Polled(info, states)
-
-        self._run_task(Task.POLL, job)
+        self._run_task(Task.POLL, lambda: poll_job(slurm, job_id))
 
     def _record_job(self, job: JobInfo) -> None:
         before = self.job
@@ -494,20 +433,9 @@ class SlurmRunSupervisor(SupervisorCore):
     def _cancel(self) -> None:
         job_id = self.job_id
         assert job_id is not None
-        slurm, wait = self.slurm, self.cancel_wait
-
-        clock, sleep = self._clock, self._sleep
-
-        def job() -> JobInfo:
-            slurm.cancel(job_id)
-            deadline = clock() + wait
-            info = slurm.job(job_id)
-            while info.phase != "ended" and clock() < deadline:
-                sleep(1.0)
-                info = slurm.job(job_id)
-            return info
-
-        self._run_task(Task.CANCEL, job)
+        slurm, wait, clock, sleep = self.slurm, self.cancel_wait, self._clock, self._sleep
+        self._run_task(Task.CANCEL,
+                       lambda: cancel_job(slurm, job_id, wait=wait, clock=clock, sleep=sleep))
 
     def _on_cancelled(self, event: TaskDone) -> None:
         if isinstance(event.result, JobInfo):
