@@ -12,7 +12,7 @@ import os
 import platform
 import time
 
-from airvisor.sim import sweep
+from airvisor.sim import draw, sweep
 
 
 def main() -> None:
@@ -23,18 +23,22 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {platform.node()}, {os.cpu_count()} cores, python "
           f"{platform.python_version()}")
+    seeds = range(args.first, args.first + args.seeds)
+    auto = sum(draw(seed).scope == "auto" for seed in seeds)
+    print(f"seeds {args.first}-{args.first + args.seeds - 1}: {auto} with restart.scope "
+          "\"auto\" (the inference server launched apart, a recovery may keep it)")
     for workers in args.workers:
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
-        result = sweep(range(args.first, args.first + args.seeds), workers=workers)
+        result = sweep(seeds, workers=workers)
         elapsed = time.perf_counter() - started
         cpu = result.cpu_seconds
         print(f"workers {workers}: {result.schedules} schedules in {elapsed:.1f} s = "
               f"{result.schedules / elapsed:.1f} schedules/s; load average "
               f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}; with a violation: "
               f"{len(result.failures)}; ended {dict(sorted(result.states.items()))}")
-        # The workers' CPU time does not move with the other work on a shared machine the
-        # way wall time does: what idle cores would do.
+        # The workers' CPU time (their children's too) does not move with the other work on
+        # a shared machine the way wall time does: what idle cores would do.
         print(f"  CPU {cpu:.1f} s = {1000 * cpu / result.schedules:.1f} ms per schedule "
               f"({result.schedules / cpu:.1f} schedules per CPU-second)")
 

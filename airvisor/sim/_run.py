@@ -7,15 +7,23 @@ members, death_watch, prober, prepare_machine, background), the clocks, and the 
 patched for the length of a schedule because no hook reaches them: `process_alive` (a
 simulated pid is alive as the world's process table says), a member's start time
 (`identity_of`), the takeover's direct `terminate_tree`, the stop's wait for the launcher's
-line (`_after_launcher_report`, real time), and the free space the preflight and the core
-read (`shutil.disk_usage` as `primerl._attempt` and `profile._checks` see it).
+line (`_after_launcher_report`, real time), the free space the preflight and the core
+read (`shutil.disk_usage` as `primerl._attempt` and `profile._checks` see it), the kept
+server's probe (`probe_kept_server`, real HTTP: `_kept_probe`) and prime-rl's resolver run
+(the demo's, in this process: `_demo_resolver`) for a restart.scope "auto" schedule.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import io
 import logging
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -30,11 +38,15 @@ import tomli_w
 import airvisor.box._memberwatch as watch_module
 import airvisor.box._stop as stop_module
 import airvisor.box._takeover as takeover_module
+import airvisor.primerl._adapters as adapters_module  # (its `resolve`: patched below)
 import airvisor.primerl._attempt as attempt_module
 import airvisor.proc._launch as launch_module
 import airvisor.profile._checks as checks_module
 from airvisor.box._supervisor import Hooks
+from airvisor.demo._layout import DemoVersion
+from airvisor.demo._resolve import main as demo_resolve
 from airvisor.policy import Phase, RunState, phase_of_record
+from airvisor.policy._scope import InferenceHealth
 from airvisor.primerl import prepare_run, run_layout
 from airvisor.profile import Profile, ProfileError, load_profile
 from airvisor.runs import RunConflict, RunManager
@@ -45,6 +57,7 @@ from airvisor.sim._schedule import (
     DiskFull,
     Fault,
     Hang,
+    KeptFault,
     LauncherDies,
     OperatorRestart,
     OperatorStop,
@@ -53,7 +66,7 @@ from airvisor.sim._schedule import (
     Resubmit,
     Schedule,
 )
-from airvisor.sim._world import Blocked, Proc, World
+from airvisor.sim._world import INFERENCE_STARTUP, Blocked, Proc, World
 from airvisor.store import AlreadySubmitted, Store
 
 END_BOUND = 900.0  # sim seconds after the last fault within which every run must end
@@ -65,6 +78,12 @@ JOB_RUN_CHANCE = 0.75  # a pending worker job runs in this tick (else a later on
 # leaves to the launcher's line (after the last step), up to a second's look and the report
 # wait; a hang, the first step's grace and the stall timeout (the profile's 10 and 5 s).
 RECORDED_WITHIN = {"crash": 5.0, "machine": 5.0, "hang": 18.0}
+# A kept-server probe that gets no answer returns after its HTTP timeouts (`probe_kept_server`:
+# /health, /v1/models and the engine asked at once, 2 s each; v0.4's engine check asks twice).
+KEPT_PROBE_TIMEOUT = 4.0
+# The phases of a recovery that may keep the server: the rest's stop, the backoff, the next
+# preflight (where a kept recovery's faults are struck: `KeptFault`, `DaemonKill.in_recovery`).
+RECOVERY = frozenset({Phase.RECOVERY_STOPPING, Phase.BACKOFF, Phase.PREFLIGHT})
 
 
 @dataclass(frozen=True)
@@ -90,16 +109,20 @@ class Outcome:
 
 
 # -- the profile: loaded and resolved once per shape -------------------------------------------
-_PROFILES: dict[tuple[str, str, int, int], Profile] = {}
+_PROFILES: dict[tuple[str, str, int, int, str], Profile] = {}
 
 
-def sim_profile(root: Path, version: str, max_steps: int, max_restarts: int) -> Profile:
+def sim_profile(root: Path, version: str, max_steps: int, max_restarts: int,
+                scope: str = "all") -> Profile:
     """An airvisor profile over the demo's launcher command (nothing runs it: the world is the
-    launcher), resolved once and reused by every schedule of that shape."""
-    key = (str(root), version, max_steps, max_restarts)
+    launcher), resolved once and reused by every schedule of that shape. With `scope` "auto"
+    the demo's resolver stands in for prime-rl's (`[prime_rl] python`, as configs/demo.toml
+    names it): it derives the run's two halves, so a recovery may keep the inference server
+    (the box's split: the server launched on its own, `rl` without [inference] beside it)."""
+    key = (str(root), version, max_steps, max_restarts, scope)
     if key in _PROFILES:
         return _PROFILES[key]
-    where = root / f"profile-{version}-{max_steps}-{max_restarts}"
+    where = root / f"profile-{version}-{max_steps}-{max_restarts}-{scope}"
     out = where / "run"
     where.mkdir(parents=True, exist_ok=True)
     url = "http://127.0.0.1:18000/v1"
@@ -121,7 +144,9 @@ def sim_profile(root: Path, version: str, max_steps: int, max_restarts: int) -> 
     data: dict[str, Any] = {
         "run": {"name": "sim", "demo": True, "on_existing": "replace"},
         "prime_rl": {"version": version, "args": ["@", str(config)], "workdir": str(where),
-                     "python": [], "command_prefix": ["{python}", "-m", "airvisor.demo",
+                     "python": ["{python}", "-m", "airvisor.demo", "--prime-rl", version,
+                                "resolve"] if scope == "auto" else [],
+                     "command_prefix": ["{python}", "-m", "airvisor.demo",
                                                       "--prime-rl", version]},
         "trainer": {"min_free_gib": 0},
         "health": {"ready_timeout": 8, "probe_interval": 1, "probe_failures": 3,
@@ -129,12 +154,13 @@ def sim_profile(root: Path, version: str, max_steps: int, max_restarts: int) -> 
         "checkpoint": {"size_gib": 0},
         "restart": {"max_restarts": max_restarts, "window": 600, "backoff_initial": 1,
                     "backoff_factor": 2, "backoff_max": 4, "stop_grace": STOP_GRACE,
-                    "scope": "all"},
+                    "scope": scope},
         "reaper": {"enabled": False},
     }
     path = where / "profile.toml"
     path.write_text(tomli_w.dumps(data))
-    prepared = prepare_run(load_profile(path))
+    with _demo_resolution():
+        prepared = prepare_run(load_profile(path))
     if prepared.problems:
         raise RuntimeError("; ".join(str(p) for p in prepared.problems))
     _PROFILES[key] = prepared.profile
@@ -189,6 +215,83 @@ def _report_wait(world: World) -> Callable[..., Callable[[], Any]]:
     return wrap
 
 
+def _kept_probe(world: World) -> Callable[..., InferenceHealth]:
+    """`box._probe.probe_kept_server` answered by the world, honouring its contract: the
+    recorded processes alive (pid and start time), /health and /v1/models answered, the engine
+    answering in time; at most its timeouts long (a hung server: the job is let by, `Blocked`,
+    until KEPT_PROBE_TIMEOUT of sim time has passed, then every ask timed out). An armed
+    KeptFault decides the next probe's answer: "probe-fails" (the engine does not answer: a
+    worker stuck in a receive from the dead trainer), "probe-hangs" (nothing answers). An
+    unhealthy answer marks the server as one that failed its health (`failed_health`)."""
+    hung: dict[tuple[int, tuple[tuple[int, float | None], ...]], float] = {}
+
+    def probe(*, members: list[tuple[int, float | None]], **_: Any) -> InferenceHealth:
+        key = (world.generation, tuple(members))
+        if key not in hung and world.kept_probe_fault == "probe-hangs":
+            world.kept_probe_fault = None
+            hung[key] = world.now + KEPT_PROBE_TIMEOUT
+        if key in hung:
+            if world.now < hung[key]:
+                raise Blocked(0)
+            del hung[key]
+            health = _timed_out(members, world)
+        elif world.kept_probe_fault == "probe-fails":
+            world.kept_probe_fault = None
+            health = InferenceHealth(tree_alive=_whole(members, world), health_ok=True,
+                                     models_ok=True, engine_ok=False,
+                                     detail="the engine does not answer in time (sim)")
+        else:
+            server = next((world.procs[pid] for pid, _ in members if pid in world.procs), None)
+            answers = (server is not None and server.alive and world.probe_hung_from is None
+                       and world.now >= server.started + INFERENCE_STARTUP)
+            health = InferenceHealth(tree_alive=_whole(members, world), health_ok=answers,
+                                     models_ok=answers, engine_ok=answers,
+                                     detail="" if answers else "GET /health: ConnectError (sim)")
+            if not health.tree_alive:
+                health = dataclasses.replace(health, detail="gone (sim)")
+        if not health.healthy:
+            for pid, _created in members:
+                proc = world.procs.get(pid)
+                if proc is not None:
+                    world.failed_health.setdefault((proc.pid, proc.started), world.now)
+        return health
+
+    return probe
+
+
+def _whole(members: list[tuple[int, float | None]], world: World) -> bool:
+    return bool(members) and all(world.alive(pid, created) for pid, created in members)
+
+
+def _timed_out(members: list[tuple[int, float | None]], world: World) -> InferenceHealth:
+    return InferenceHealth(tree_alive=_whole(members, world), health_ok=False, models_ok=False,
+                           engine_ok=False, detail="GET /health: ReadTimeout (sim)")
+
+
+def _demo_resolver(command: list[str], *, cwd: Any = None, timeout: float | None = None,
+                   **_: Any) -> subprocess.CompletedProcess[str]:
+    """`primerl._resolve.resolve`'s runner for a scope "auto" profile: the demo's resolver
+    (`python -m airvisor.demo --prime-rl V resolve <script> ...`, what `[prime_rl] python`
+    names) called in this process, its one JSON line captured: the same code and answer as
+    its subprocess, without half a second of interpreter start per shape and resume step."""
+    own = command[command.index("resolve") + 1:]
+    version: DemoVersion = "0.4" if "0.4" in command[:command.index("resolve")] else "main"
+    out, here = io.StringIO(), os.getcwd()
+    try:
+        with contextlib.redirect_stdout(out):
+            code = demo_resolve(own[1:], version)  # (own[0]: the resolver script's path)
+    finally:
+        os.chdir(here)  # (it moves to the launcher's cwd, as its process would)
+    return subprocess.CompletedProcess(command, code, out.getvalue(), "")
+
+
+def _demo_resolution() -> Any:
+    """prime-rl's resolution run through `_demo_resolver` (nothing else resolves in the sim)."""
+    real = adapters_module.resolve  # type: ignore[attr-defined]  # (imported there, not exported)
+    return mock.patch.object(adapters_module, "resolve",
+                             functools.partial(real, runner=_demo_resolver))
+
+
 @contextmanager
 def _patched(world: World, shape: tuple[Any, ...]) -> Iterator[None]:
     """For one schedule: what no hook reaches, answered by the world (see the module's
@@ -220,6 +323,7 @@ def _patched(world: World, shape: tuple[Any, ...]) -> Iterator[None]:
         stack.enter_context(mock.patch.object(attempt_module, "shutil", _DiskView(world)))
         stack.enter_context(mock.patch.object(checks_module, "shutil", _DiskView(world)))
         stack.enter_context(mock.patch.object(attempt_module, "prepare_run", prepare))
+        stack.enter_context(_demo_resolution())
         # A used run directory is set aside under the wall clock's second: the world's.
         stack.enter_context(mock.patch.object(attempt_module, "datetime", _SimDatetime(world)))
         # A takeover that finds the run completed stops what is left by the run's marker.
@@ -228,6 +332,13 @@ def _patched(world: World, shape: tuple[Any, ...]) -> Iterator[None]:
         if hasattr(watch_module, "identity_of"):
             # A member's start time, read from the process table when it is found.
             stack.enter_context(mock.patch.object(watch_module, "identity_of", world.identity))
+        # The kept server's probe (real HTTP in the box), answered by the world, wherever the
+        # box's modules name it (the box backend is split by concern: any of its modules).
+        for name, module in list(sys.modules.items()):
+            if name.startswith("airvisor.box.") and hasattr(module, "probe_kept_server") \
+                    and not name.endswith("._probe"):
+                stack.enter_context(mock.patch.object(module, "probe_kept_server",
+                                                      _kept_probe(world)))
         if hasattr(stop_module, "_after_launcher_report"):
             # The stop's wait for the launcher's "exit code N" line, in sim time: the job is
             # let by (Blocked) and run again at later steps until the line or the deadline.
@@ -247,7 +358,7 @@ class Simulation:
     def __init__(self, schedule: Schedule, root: Path) -> None:
         self.schedule = schedule
         self.profile = sim_profile(root, schedule.version, schedule.max_steps,
-                                   schedule.max_restarts)
+                                   schedule.max_restarts, schedule.scope)
         layout = run_layout(self.profile)
         state = root / "state"
         # The last schedule's files, and the run directories it set aside beside them.
@@ -281,10 +392,16 @@ class Simulation:
         self.down_until: float | None = None
         self.daemon_since: float | None = 0.0  # the live daemon's start (None: none lives)
         self.terminal_seen = False
+        # The run's phase in the second training reached max_steps (None: not reached yet).
+        self.phase_at_final: Phase | None = None
         self.deferred: list[Fault] = []  # an operator's commands while no daemon answered
         self.crash_loop_left = 0  # attempts a CrashLoop still kills
         self.crash_looped: set[int] = set()
         self.rebooted: list[tuple[float, int]] = []  # (when, the attempt a reboot ended)
+        # Faults of a kept recovery armed and waiting for one (`KeptFault`, a DaemonKill
+        # `in_recovery`), and how many of the world's kept servers were checked.
+        self.armed: list[KeptFault | DaemonKill] = []
+        self.kept_checked = 0
         self._partial: Landed | None = None
 
     # -- the daemon ------------------------------------------------------------------------------
@@ -365,6 +482,13 @@ class Simulation:
         current = self._current()
         self.history.append(f"t={w.now:g}: {type(fault).__name__}"
                             + ("" if current else " (no live attempt)"))
+        if isinstance(fault, KeptFault) or (isinstance(fault, DaemonKill)
+                                            and fault.in_recovery):
+            if isinstance(fault, KeptFault) and fault.how != "server-dies":
+                w.kept_probe_fault = fault.how  # the next kept-server probe's answer
+            else:
+                self.armed.append(fault)
+            return
         if isinstance(fault, DaemonKill):
             if self.manager is not None:
                 self._kill_daemon()
@@ -420,6 +544,8 @@ class Simulation:
             w.exit(launcher.proc, -9)
         elif isinstance(fault, Crash):
             proc = members.get(fault.member)
+            if fault.member == "inference" and proc is None:
+                proc = w.server(self.run_id)  # the split: the server is airvisor's child
             if proc is None or not proc.alive:
                 return
             if fault.during_checkpoint and fault.member == "trainer":
@@ -429,6 +555,44 @@ class Simulation:
             self.landed.append(Landed(w.now, attempt, fault.member, "crash", fault.code,
                                       certain=not self._masked()))
             w.exit(proc, fault.code, reaped_first=fault.reaped_first)
+
+    def _strike_armed(self) -> None:
+        """An armed fault of a kept recovery strikes in the first second a recovery is under
+        way with the server launched apart alive: the server killed during the rest's stop or
+        the backoff, the daemon killed during any of it (and its next preflight)."""
+        w = self.world
+        server = next((p for p in w.live(self.run_id)
+                       if p.name == "inference" and p.parent is None), None)
+        if server is None or self.manager is None:
+            return
+        phase = self._phase()
+        for fault in list(self.armed):
+            if isinstance(fault, KeptFault) and phase in (Phase.RECOVERY_STOPPING,
+                                                          Phase.BACKOFF):
+                self.armed.remove(fault)
+                self.history.append(f"t={w.now:g}: the kept server killed in {phase}")
+                # (its attempt has failed already: it is not asked a failure of its own)
+                self.landed.append(Landed(w.now, server.attempt, "inference", "crash", -9,
+                                          certain=False))
+                w.exit(server, -9)
+                return
+            if isinstance(fault, DaemonKill) and phase in RECOVERY:
+                self.armed.remove(fault)
+                self.history.append(f"t={w.now:g}: the daemon killed in {phase}")
+                self._kill_daemon()
+                self.down_until = w.now + fault.down
+                return
+
+    def _phase(self) -> Phase:
+        """The run's phase: the live supervisor's (`_set_phase` writes it to the store at
+        once), else the store's."""
+        supervisor = self.manager.supervisor(self.run_id) if self.manager else None
+        if supervisor is not None:
+            phase: Phase = getattr(supervisor, "phase", Phase.PENDING)
+            return phase
+        run = self.store.get_run(self.run_id)
+        assert run is not None
+        return phase_of_record(run.phase, run.state)
 
     def _erased_by_the_reboot(self) -> None:
         """Faults not recorded yet whose every trace the reboot takes: no launcher's line
@@ -531,6 +695,8 @@ class Simulation:
             while w.now <= limit:
                 while pending and pending[0].at <= w.now:
                     self._apply(pending.pop(0))
+                if self.armed:
+                    self._strike_armed()
                 if self.manager is None and self.down_until is not None \
                         and w.now >= self.down_until:
                     self._reboot()
@@ -558,13 +724,11 @@ class Simulation:
         if len(servers) > 1:
             self._violate("one-inference-server",
                           f"two inference servers live at once (pids {servers})")
-        supervisor = self.manager.supervisor(self.run_id) if self.manager else None
-        if supervisor is not None:  # (what the store holds: `_set_phase` writes it at once)
-            phase = getattr(supervisor, "phase", Phase.PENDING)
-        else:
-            run = self.store.get_run(self.run_id)
-            assert run is not None
-            phase = phase_of_record(run.phase, run.state)
+        if len(w.kept) > self.kept_checked:
+            self._check_kept()
+        phase = self._phase()
+        if w.final_step_at is not None and self.phase_at_final is None:
+            self.phase_at_final = phase
         if phase.stopping and self.stopping_since is None:
             self.stopping_since = w.now
         if phase.terminal and not self.terminal_seen:
@@ -573,6 +737,29 @@ class Simulation:
             if left:
                 self._violate("nothing-left-running",
                               f"run ended {phase} with processes still running: {left}")
+
+    def _check_kept(self) -> None:
+        """Each rest launched beside an earlier attempt's server (a kept recovery): that server
+        never failed its health before, and the attempt's record carries it with the pid and
+        start time it had (the same process, not a new one under its name)."""
+        for kept in self.world.kept[self.kept_checked:]:
+            failed_at = self.world.failed_health.get((kept.pid, kept.started))
+            if failed_at is not None:
+                self._violate("kept-server-healthy",
+                              f"attempt {kept.attempt} kept inference server pid {kept.pid}, "
+                              f"which failed its health at t={failed_at:g}")
+            if not kept.server.alive or (kept.server.pid, kept.server.started) != (
+                    kept.pid, kept.started):
+                continue  # (gone before the rest's launch: `one-inference-server` et al.)
+            record = next((c for c in self.store.components(self.run_id, kept.attempt)
+                           if c.name == "inference"), None)
+            if record is None or record.pid != kept.pid or record.create_time is None \
+                    or abs(record.create_time - kept.started) > 0.01:
+                said = None if record is None else (record.pid, record.create_time)
+                self._violate("kept-server-same-process",
+                              f"attempt {kept.attempt} runs beside server pid {kept.pid} "
+                              f"(started t={kept.started:g}); its record says {said}")
+        self.kept_checked = len(self.world.kept)
 
     def _violate(self, invariant: str, message: str) -> None:
         """Record a broken invariant: `[name] t=<when>: what`."""
@@ -614,7 +801,11 @@ class Simulation:
         # run is complete from the relaunch's preflight only, and a stop during it ends the
         # run stopped: seed 2820) may too.
         final = self.world.final_step_at
-        restarting = final is not None and any(t <= final for t in self.restarted_at)
+        # The same for a failure's recovery under way as training finished (the failed
+        # attempt's stop not yet carried out: its rest trained on, the daemon down or slow;
+        # seed 7985): the run is known complete at the relaunch's preflight only.
+        restarting = final is not None and (any(t <= final for t in self.restarted_at)
+                                            or self.phase_at_final in RECOVERY)
         if final is not None and (self.stopped_at is None
                                   or (self.stopped_at > final and not restarting)) \
                 and RunState(run.state).terminal and run.state != "succeeded":

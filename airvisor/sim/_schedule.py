@@ -12,6 +12,8 @@ from typing import Literal
 
 Member = Literal["trainer", "orchestrator", "inference"]
 Version = Literal["0.4", "main"]
+Scope = Literal["all", "auto"]  # the profile's restart.scope
+KeptHow = Literal["probe-fails", "probe-hangs", "server-dies"]
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,26 @@ class CrashLoop:
 
 @dataclass(frozen=True)
 class DaemonKill:
-    """The daemon is SIGKILLed; a new one starts `down` seconds later on the same store."""
+    """The daemon is SIGKILLed; a new one starts `down` seconds later on the same store.
+    `in_recovery`: armed at `at`, it strikes at the first second after it in which a recovery
+    that may keep the inference server is under way (the failed attempt's stop, the backoff,
+    the next preflight, with the server launched apart still alive)."""
 
     at: float
     down: float
+    in_recovery: bool = False
+
+
+@dataclass(frozen=True)
+class KeptFault:
+    """A fault of the inference server launched apart (restart.scope "auto"), armed at `at`:
+    "probe-fails" and "probe-hangs" are the answer of the next kept-server probe (its engine
+    does not answer; it answers nothing until the probe's timeouts); "server-dies" is the
+    server killed (SIGKILL) at the first second after `at` in which the rest's stop or the
+    backoff is under way."""
+
+    at: float
+    how: KeptHow
 
 
 @dataclass(frozen=True)
@@ -104,19 +122,21 @@ class OperatorRestart:
 
 
 Fault = Crash | Hang | LauncherDies | ProbeHang | DiskFull | CrashLoop | DaemonKill \
-    | Reboot | Resubmit | OperatorStop | OperatorRestart
+    | Reboot | Resubmit | OperatorStop | OperatorRestart | KeptFault
 
 
 @dataclass(frozen=True)
 class Schedule:
     """One simulated run: the world's seed (job interleavings, small timing choices), the
-    prime-rl version, and the faults in time order."""
+    prime-rl version, the faults in time order, and the profile's restart.scope ("auto":
+    the inference server runs apart from `rl` and a recovery may keep it)."""
 
     seed: int
     version: Version
     faults: tuple[Fault, ...]
     max_steps: int = 8
     max_restarts: int = 3
+    scope: Scope = "all"
 
     def without(self, index: int) -> Schedule:
         return replace(self, faults=self.faults[:index] + self.faults[index + 1:])
@@ -127,7 +147,8 @@ class Schedule:
 
     def describe(self) -> str:
         lines = [f"seed {self.seed}: prime-rl {self.version}, max_steps {self.max_steps}, "
-                 f"max_restarts {self.max_restarts}, {len(self.faults)} fault(s)"]
+                 f"max_restarts {self.max_restarts}, restart.scope {self.scope}, "
+                 f"{len(self.faults)} fault(s)"]
         lines += [f"  t={f.at:6.1f}  {describe_fault(f)}" for f in self.faults]
         return "\n".join(lines)
 
@@ -140,7 +161,10 @@ def describe_fault(fault: Fault) -> str:
     if isinstance(fault, DiskFull):
         return f"disk full for {fault.seconds:g} s"
     if isinstance(fault, DaemonKill):
-        return f"daemon SIGKILLed, a new one {fault.down:g} s later"
+        when = " during a kept recovery" if fault.in_recovery else ""
+        return f"daemon SIGKILLed{when}, a new one {fault.down:g} s later"
+    if isinstance(fault, KeptFault):
+        return f"the inference server kept apart: {fault.how}"
     if isinstance(fault, CrashLoop):
         return f"the trainer dies 2 s into each of the next {fault.attempts} attempts"
     if isinstance(fault, Reboot):
@@ -150,6 +174,7 @@ def describe_fault(fault: Fault) -> str:
 
 REBOOT_CHANCE = 0.05  # of a schedule with a reboot of the machine (on top of its faults)
 RESUBMIT_CHANCE = 0.05  # of one whose CLI submits again, its first answer lost
+AUTO_CHANCE = 1 / 3  # of one run with restart.scope "auto" (the server may be kept)
 
 
 @dataclass
@@ -198,6 +223,23 @@ def draw(seed: int) -> Schedule:
         d.faults.append(Reboot(d.at(), float(rng.choice((0, 5, 20)))))
     if rng.random() < RESUBMIT_CHANCE:
         d.faults.append(Resubmit(d.at()))
+    # Drawn last too (the seeds drawn before scope "auto" was simulated keep their faults):
+    # one schedule in 3 runs with the server apart, with up to 2 faults of a kept recovery
+    # and, when it has any, a failure of the rest to begin such a recovery.
+    scope: Scope = "all"
+    if rng.random() < AUTO_CHANCE:
+        scope = "auto"
+        kept = rng.choice((0, 1, 1, 2))
+        for _ in range(kept):
+            how: KeptHow | None = rng.choice(("probe-fails", "probe-hangs", "server-dies", None))
+            if how is None:  # the daemon killed during a kept recovery
+                d.faults.append(DaemonKill(d.at(), float(rng.choice((0, 1, 5))),
+                                           in_recovery=True))
+            else:
+                d.faults.append(KeptFault(d.at(), how))
+        if kept:
+            d.faults.append(Crash(d.at(), rng.choice(("trainer", "orchestrator")),
+                                  rng.choice((1, -9)), rng.random() < 0.7))
     faults = tuple(sorted(d.faults, key=lambda f: f.at))
     return Schedule(seed=seed, version=version, faults=faults,
-                    max_steps=max_steps, max_restarts=max_restarts)
+                    max_steps=max_steps, max_restarts=max_restarts, scope=scope)

@@ -10,14 +10,22 @@ utils/process.py:96-105); the main loop looks once a second, logs `Error: ...`, 
 every child and exits 1 (v0.4 rl.py:779-787, main entrypoints/rl.py:378-388); once trainer and
 orchestrator both exited 0 it logs its finished line and stops the inference server (v0.4
 rl.py:789-808 "RL training finished!", main entrypoints/rl.py:390-407 "Training finished!").
+
+The split (restart.scope "auto", primerl/_split.py): airvisor launches the inference server as
+its own process (its child, not the launcher's) and `rl` without [inference] beside it (the
+rest: its launcher starts only the trainer and the orchestrator, which train against the run's
+server: v0.4 rl.py:121-126, main entrypoints/rl.py:132,225-232); a recovery may keep that server
+and launch only a new rest.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +37,7 @@ from airvisor.primerl._layout import PROGRESS_FILE, STABLE, TRAINER_MARKER, V04_
 from airvisor.proc import ProcessIdentity, identity_of
 from airvisor.proc._deathwatch import Death
 from airvisor.proc._kill import KillReport
+from airvisor.sim._schedule import Member
 
 # Far above any kernel's pid_max (2**22): a simulated pid is never a real process.
 PID_BASE = 10_000_000
@@ -37,6 +46,7 @@ INFERENCE_STARTUP = 2.0  # the server answers /health this long after its start
 INFERENCE_SHUTDOWN = 3.0  # the inference server's exit after SIGTERM
 CLEANUP_WAIT = 60.0  # the launcher's wait for a child that ignores SIGTERM, then SIGKILL
 LAUNCHER_NAMES = {"0.4": "RL training finished!", "main": "Training finished!"}
+REST_CONFIG = "rl-rest."  # the rest's config file (primerl/_split.py `plan_split`)
 
 State = Literal["running", "stopped", "exited"]
 
@@ -92,6 +102,7 @@ class Launcher:
     partial_next: bool = False  # the next checkpoint write dies halfway
     cleanup_until: float | None = None  # stopping its children; exits then with exit_code
     exit_code: int = 1
+    rest: bool = False  # `rl` without [inference] (the split): the server is not its child
 
 
 @dataclass
@@ -155,6 +166,17 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class Kept:
+    """A rest launched beside a server an earlier attempt started: a kept server."""
+
+    at: float
+    attempt: int
+    server: Proc
+    pid: int  # the server's pid and start time when it was kept
+    started: float
+
+
+@dataclass(frozen=True)
 class StopCall:
     at: float
     grace: float
@@ -180,6 +202,13 @@ class World:
         self.disk_full_until = -1.0
         self.probe_hung_from: float | None = None
         self.launches: list[Launch] = []
+        self.kept: list[Kept] = []  # each rest launched beside an earlier attempt's server
+        # Servers (pid, start time) that failed their health: the probe's repeated failures,
+        # or a kept-server probe's unhealthy answer. Never to be kept after that.
+        self.failed_health: dict[tuple[int, float], float] = {}
+        # The next kept-server probe's answer, armed by a KeptFault ("probe-fails" or
+        # "probe-hangs"); None: the server's true health.
+        self.kept_probe_fault: str | None = None
         self.stops: list[StopCall] = []
         self.final_step_reached = False
         self.final_step_at: float | None = None
@@ -260,14 +289,21 @@ class World:
                **_: Any) -> Proc:
         """`Hooks.launch`: prime-rl's `rl` (launcher mode); its members start at once."""
         attempt = int(re.search(r"attempt_(\d+)", str(log_path)).group(1))  # type: ignore[union-attr]
-        resume = _resume_flag(argv)
+        rest = component == "launcher" and any(REST_CONFIG in arg for arg in argv)
+        resume = _rest_resume(argv) if rest else _resume_flag(argv)
         self.launches.append(Launch(self.now, attempt, component, resume,
                                     self.newest_complete()))
+        server = self.server(run_id) if rest else None
         proc = self._spawn(component, run_id, attempt, None)
         if component != "launcher":
             return proc
+        if server is not None and server.attempt != attempt:
+            # Kept: it now serves this attempt (a fault of it lands here).
+            self.kept.append(Kept(self.now, attempt, server, server.pid, server.started))
+            server.attempt = attempt
         self.launchers[proc.pid] = Launcher(proc, self.version, self.layout, log_path, resume,
-                                            self.max_steps, self.interval, done=resume or 0)
+                                            self.max_steps, self.interval, done=resume or 0,
+                                            rest=rest)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.touch()
         return proc
@@ -279,7 +315,8 @@ class World:
         layout, proc = launcher.layout, launcher.proc
         self._launcher_clean(layout, launcher.resume)
         launcher.next_step_at = self.now + INFERENCE_STARTUP + STEP_SECONDS
-        for member in ("inference", "trainer", "orchestrator"):
+        names: tuple[Member, ...] = ("inference", "trainer", "orchestrator")
+        for member in names[1 if launcher.rest else 0:]:
             launcher.members[member] = self._spawn(member, proc.run_id, proc.attempt, proc.pid)
             path = layout.log_file(member)
             if path is not None:
@@ -441,9 +478,13 @@ class World:
     def _train(self, launcher: Launcher) -> None:
         trainer = launcher.members["trainer"]
         orchestrator = launcher.members["orchestrator"]
-        inference = launcher.members["inference"]
+        # The rest trains against the run's server launched apart (kept or new).
+        inference = self.server(launcher.proc.run_id) if launcher.rest \
+            else launcher.members["inference"]
         if not (trainer.state == "running" and orchestrator.state == "running"
-                and inference.alive) or self.now < launcher.next_step_at:
+                and inference is not None and inference.alive
+                and self.now >= inference.started + INFERENCE_STARTUP) \
+                or self.now < launcher.next_step_at:
             return
         launcher.next_step_at = self.now + STEP_SECONDS
         launcher.done += 1
@@ -514,7 +555,10 @@ class World:
                 stopped = True
             elif member.name != "inference":
                 self.exit(member, -15)
-        launcher.cleanup_until = self.now + (CLEANUP_WAIT if stopped else INFERENCE_SHUTDOWN)
+        # (The rest has no server of its own to wait for: it exits at its next look.)
+        serving = any(m.alive and m.name == "inference" for m in launcher.members.values())
+        launcher.cleanup_until = self.now + (CLEANUP_WAIT if stopped else
+                                             INFERENCE_SHUTDOWN if serving else 0.0)
 
     def _probe(self) -> None:
         for prober in self.probers:
@@ -537,6 +581,8 @@ class World:
             prober.failed += 1
             if prober.failed >= prober.failures:
                 prober.failed = 0
+                if server is not None:
+                    self.failed_health.setdefault((server.pid, server.started), self.now)
                 prober.post(ProbeFailed(prober.run_id, prober.attempt,
                                         "GET /health: ReadTimeout", self.wall()))
 
@@ -548,6 +594,20 @@ class World:
 
     def live(self, run_id: str) -> list[Proc]:
         return [p for p in self.procs.values() if p.run_id == run_id and p.alive]
+
+
+def _rest_resume(argv: list[str]) -> int | None:
+    """The resume step in the rest's config file (`rl @ rl-rest.toml|json`, as `plan_split`
+    writes it: v0.4 `[ckpt] resume_step`, main `resume.step`), else its flags."""
+    path = Path(argv[argv.index("@") + 1]) if "@" in argv else None
+    if path is None or not path.exists():
+        return _resume_flag(argv)
+    text = path.read_text()
+    config = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    step = (config.get("ckpt") or {}).get("resume_step")
+    if step is None:
+        step = (config.get("resume") or {}).get("step")
+    return int(step) if step is not None else _resume_flag(argv)
 
 
 def _resume_flag(argv: list[str]) -> int | None:

@@ -3,10 +3,11 @@ world can express, as the shortest schedule found for it (docs/benchmarks.md rec
 run against the real supervisor stack. A test asserts that the invariant the defect broke
 holds, and that the schedule did reach the situation it names (a pass must not be vacuous).
 
-Not expressible in this world (it runs the box backend, restart.scope = "all"; the CLI's
-submissions through `RunManager.submit`, not the HTTP layer): the stacks taken twice in a
-kept-server recovery (needs the split), the Slurm backend's `_on_submitted` and "stopped"
-branch (tests/slurm), the HTTP layer's in-progress submissions (tests/daemon).
+Not expressible in this world (it runs the box backend; the CLI's submissions through
+`RunManager.submit`, not the HTTP layer): the Slurm backend's `_on_submitted` and "stopped"
+branch (tests/slurm), the HTTP layer's in-progress submissions (tests/daemon). The kept-server
+recovery (restart.scope "auto", the stacks taken twice there among them) is in
+test_kept_server.py.
 """
 
 from __future__ import annotations

@@ -28,6 +28,20 @@ OPEN_DEFECTS: dict[str, str] = {
     # 7388, 7437, 9730) and this round's (809, 1648, 1803) are named
     # regressions in test_regressions.py, fixed.
 }
+# Narrower: (invariant, what its message says) -> the open defect, with its named regression
+# in test_kept_server.py (strict xfail until its fix): only a violation that says it is let by.
+OPEN_SIGNATURES: dict[tuple[str, str], str] = {
+    ("no-failure-without-fault", "a failure without a fault: 'inference killed by SIGKILL'"):
+        "a kept server killed after its probe passed, before the relaunch, is kept dead and "
+        "its death charged to the new attempt (seeds 2411, 8612, 8950 of 10,000): "
+        "test_a_server_killed_after_its_probe_passed_is_not_kept_dead",
+}
+
+
+def explained(violation: str) -> bool:
+    return invariant_of(violation) in OPEN_DEFECTS or any(
+        invariant_of(violation) == invariant and said in violation
+        for invariant, said in OPEN_SIGNATURES)
 
 
 def test_a_seed_replays_exactly(tmp_path: Path) -> None:
@@ -52,7 +66,7 @@ def test_the_sweep_breaks_no_invariant_but_the_open_defects() -> None:
     result = sweep(range(SEEDS), workers=WORKERS)
     assert result.schedules == SEEDS
     unexplained = [(seed, v) for seed, violations in result.failures for v in violations
-                   if invariant_of(v) not in OPEN_DEFECTS]
+                   if not explained(v)]
     assert not unexplained, "\n".join(
         f"seed {seed} (replay: python -m airvisor.sim --seed {seed}): {v}"
         for seed, v in unexplained[:20])
