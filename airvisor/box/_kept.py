@@ -30,7 +30,10 @@ class KeptServer(BoxSupervisorBase):
         """The inference server, running as its own process (the split, or component mode),
         and alive: what a recovery may keep."""
         handle = self.components.get(INFERENCE)
-        if handle is None or handle.exited:
+        # Its exit event may still be on its way (the wait of its worker thread): a server
+        # killed after its probe passed is not kept on `exited` alone (the simulation's seed
+        # 2411), its pid and start time are looked at.
+        if handle is None or handle.exited or not handle.identity.alive():
             return None
         return handle
 

@@ -19,6 +19,7 @@ from airvisor._logfile import LogTail, tail_lines
 from airvisor.box._adopt import Adoption
 from airvisor.box._base import FAILURE_LINES
 from airvisor.box._hooks import (
+    INFERENCE,
     VIEWED,
     ComponentHandle,
     Hooks,
@@ -166,6 +167,14 @@ class RunSupervisor(Launching, KeptServer, Adoption, MemberWatch, Stopping):
             others = [self.components.get(n) for n in ("trainer", "orchestrator")]
             if all(h is not None and h.exited and h.exit_code == 0 for h in others):
                 self._succeed("trainer and orchestrator finished: run complete")
+            return
+        if event.component == INFERENCE and self._training_done():
+            # The server launched apart (the split) ends after training reached its end: it
+            # serves nothing more, and the rest's launcher ends the run (as a member's end
+            # once training is done is the launcher's, `_on_member_exit`; the simulation's
+            # seed 1664).
+            self._note_once("inference_stopped_after_training",
+                            f"inference server {what} after training finished (expected)")
             return
         self._fail(f"{event.component} {what}", event.component)
 

@@ -166,14 +166,12 @@ def test_one_schedule_in_three_runs_with_scope_auto_the_others_unchanged() -> No
     assert any(isinstance(f, DaemonKill) and f.in_recovery for s in drawn for f in s.faults)
 
 
-@pytest.mark.xfail(strict=True, reason="open product defect (box/_supervisor.py `_on_exit`): "
-                   "the split's server exiting after training finished is a counted crash")
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_split_servers_exit_after_training_finished_is_no_failure(
         tmp_path: Path, version: Version) -> None:
     """Found by the sweep (seed 1664, shrunk by hand to two faults): with the server apart,
     its exit after the trainer's and orchestrator's finished lines, before the rest's
-    launcher exited 0, is taken as the attempt's failure (`RunSupervisor._on_exit` fails any
+    launcher exited 0, was taken as the attempt's failure (`RunSupervisor._on_exit` fails any
     component but the launcher, trainer and orchestrator, whatever `_training_finished()`
     says): a counted restart, here the last one allowed, so the run ends failed though
     training reached max_steps at t=12. With restart.scope "all" the same schedule succeeds:
@@ -188,20 +186,17 @@ def test_the_split_servers_exit_after_training_finished_is_no_failure(
     assert outcome.state == "succeeded"
 
 
-@pytest.mark.xfail(strict=True, reason="open product defect (box: a kept server's liveness is "
-                   "its handle's `exited`, set only when its exit event is handled)")
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_server_killed_after_its_probe_passed_is_not_kept_dead(
         tmp_path: Path, version: Version) -> None:
     """Found by the 10,000-seed sweep (seed 2411, its 2 faults of 4; also 8612, 8950): the
     probe passes and "keep" is decided; the server is SIGKILLed at t=8 during the rest's
     stop; its exit event (the wait of `_start_component`'s worker) is handled only after the
-    relaunch, so `_kept_server()` (`handle.exited` alone, no look at its pid and start time)
-    carries the dead server into attempt 2 ("inference server kept (pid N)") and its exit is
-    then attempt 2's counted crash: a failure with no fault in that attempt, one restart too
-    many. The fix belongs in the box's relaunch: the kept server's identity alive
-    (`identity.alive()`), else the relaunch starts a server ("inference_dead", which
-    `_record_scope` already has)."""
+    relaunch, so `_kept_server()` (then `handle.exited` alone, no look at its pid and start
+    time) carried the dead server into attempt 2 ("inference server kept (pid N)") and its
+    exit was then attempt 2's counted crash: a failure with no fault in that attempt, one
+    restart too many. Fixed in box/_kept.py: the kept server's identity must be alive, else
+    the relaunch starts a server ("inference_dead")."""
     faults = (Crash(7.0, "orchestrator", 1), KeptFault(8.0, "server-dies"))
     outcome = simulate(Schedule(2411, version, faults, max_steps=6, max_restarts=2,
                                 scope="auto"), tmp_path)

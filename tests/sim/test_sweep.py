@@ -30,12 +30,7 @@ OPEN_DEFECTS: dict[str, str] = {
 }
 # Narrower: (invariant, what its message says) -> the open defect, with its named regression
 # in test_kept_server.py (strict xfail until its fix): only a violation that says it is let by.
-OPEN_SIGNATURES: dict[tuple[str, str], str] = {
-    ("no-failure-without-fault", "a failure without a fault: 'inference killed by SIGKILL'"):
-        "a kept server killed after its probe passed, before the relaunch, is kept dead and "
-        "its death charged to the new attempt (seeds 2411, 8612, 8950 of 10,000): "
-        "test_a_server_killed_after_its_probe_passed_is_not_kept_dead",
-}
+OPEN_SIGNATURES: dict[tuple[str, str], str] = {}
 
 
 def explained(violation: str) -> bool:
