@@ -192,6 +192,7 @@ def test_an_engine_stuck_in_a_receive_is_not_healthy_though_health_answers(
     stuck = threading.Thread(target=update_never_answered, daemon=True)
     stuck.start()
     trainer.send(4, whole=False)
+    wait_until_the_engine_is_stuck(version, base)
     health = probe_kept_server(members=members(process), base_url=base, version=version,
                                log_path=log, log_offset=log.stat().st_size, timeout=3.0)
     assert health.tree_alive and health.health_ok and health.models_ok
@@ -200,6 +201,27 @@ def test_an_engine_stuck_in_a_receive_is_not_healthy_though_health_answers(
     if version == "main":  # the route's own answer (server.py:120-130), within the timeout
         assert "/liveness: HTTP 503" in health.detail
     assert process.poll() is None
+
+
+def wait_until_the_engine_is_stuck(version: str, base: str) -> None:
+    """The half-sent update has reached the worker's receive: the engine loop answers nothing
+    (main: `/liveness` says 503 after the server's 0.5 s; v0.4: a completion gets no answer).
+    The probe asks its three questions at once, so without this wait its engine check could
+    reach the server before the update request does and find the engine still free."""
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline:
+        try:
+            if version == "main":
+                answer = httpx.get(base + "/liveness", timeout=BOUND, trust_env=False)
+                if answer.status_code == 503:
+                    return
+            else:
+                httpx.post(base + "/v1/chat/completions", trust_env=False, timeout=2.0,
+                           json={"model": "Qwen/Qwen3-0.6B", "messages": []})
+        except httpx.TimeoutException:
+            return  # (v0.4: the completion waits behind the receive)
+        time.sleep(0.05)
+    pytest.fail("the engine never got stuck in the half-sent update")
 
 
 @pytest.mark.parametrize("probed_version", ["0.4", "main"])
