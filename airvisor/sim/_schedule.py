@@ -1,14 +1,16 @@
 """A fault schedule: what the simulated world does to a run, and when (seconds of sim time).
 
-A seed draws one (`draw`); the shrinker drops faults from it; `describe` prints it so a
-failing seed can be read and replayed (`python -m airvisor.sim --seed N`).
+A seed draws one (`draw`: `draw_schedule` over a seeded `random.Random`; hypothesis draws one
+over its own choices); the shrinker drops faults from it; `describe` prints it so a failing
+seed can be read and replayed (`python -m airvisor.sim --seed N`).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol, TypeVar
 
 Member = Literal["trainer", "orchestrator", "inference"]
 Version = Literal["0.4", "main"]
@@ -177,69 +179,109 @@ RESUBMIT_CHANCE = 0.05  # of one whose CLI submits again, its first answer lost
 AUTO_CHANCE = 1 / 3  # of one run with restart.scope "auto" (the server may be kept)
 
 
-@dataclass
-class _Draw:
-    rng: random.Random
-    horizon: float
-    faults: list[Fault] = field(default_factory=list)
+T = TypeVar("T")
 
-    def at(self) -> float:
-        return float(self.rng.randrange(0, int(self.horizon)))
+
+class Choices(Protocol):
+    """Where a schedule's choices come from: a seeded `random.Random` (`RandomChoices`: the
+    seed sweep, `--seed N`) or hypothesis's data (`airvisor.sim._hypothesis`: a search that
+    shrinks what it finds). `draw_schedule` is the one description of a schedule over them."""
+
+    def pick(self, options: Sequence[T]) -> T:
+        """One of `options` (plainest first: a shrinker moves toward the first)."""
+        ...
+
+    def below(self, n: int) -> int:
+        """An integer in [0, n) (a shrinker moves toward 0)."""
+        ...
+
+    def chance(self, p: float) -> bool:
+        """True with probability about `p` (a shrinker moves toward False)."""
+        ...
+
+
+class RandomChoices:
+    """Choices from a `random.Random`, one call to it per choice, in the calls `draw` made
+    before `Choices` existed (`choice`, `randrange`, `random() < p`): a seed stands for the
+    schedule it always stood for (tests/sim/test_schedule_choices.py pins them)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def pick(self, options: Sequence[T]) -> T:
+        return self._rng.choice(options)
+
+    def below(self, n: int) -> int:
+        return self._rng.randrange(n)
+
+    def chance(self, p: float) -> bool:
+        return self._rng.random() < p
 
 
 def draw(seed: int) -> Schedule:
-    """The schedule seed `seed` stands for (0 to 5 faults over the first 30 s of sim time,
-    each kind about equally likely; one schedule in 20 also reboots the machine, and one in
-    20 has the CLI submit again after a timeout)."""
-    rng = random.Random(seed)
-    version: Version = rng.choice(("0.4", "main"))
-    d = _Draw(rng, horizon=30.0)
-    for _ in range(rng.choice((0, 1, 1, 2, 2, 3, 4, 5))):
-        kind = rng.randrange(9)
+    """The schedule seed `seed` stands for (`draw_schedule` over `random.Random(seed)`)."""
+    return draw_schedule(RandomChoices(random.Random(seed)), seed)
+
+
+def draw_schedule(choose: Choices, seed: int) -> Schedule:
+    """A schedule from `choose`, for the world seed `seed` (0 to 5 faults over the first 30 s
+    of sim time, each kind about equally likely; one schedule in 20 also reboots the machine,
+    and one in 20 has the CLI submit again after a timeout). Options are listed plainest
+    first, so that a shrinker's moves toward the first option and toward 0 give fewer and
+    plainer faults."""
+    horizon = 30
+
+    def at() -> float:
+        return float(choose.below(horizon))
+
+    version: Version = choose.pick(("0.4", "main"))
+    faults: list[Fault] = []
+    for _ in range(choose.pick((0, 1, 1, 2, 2, 3, 4, 5))):
+        kind = choose.below(9)
         if kind == 0:
-            d.faults.append(Crash(d.at(), rng.choice(("trainer", "orchestrator", "inference")),
-                                  rng.choice((1, 3, -9)), rng.random() < 0.7,
-                                  rng.random() < 0.3))
+            faults.append(Crash(at(), choose.pick(("trainer", "orchestrator", "inference")),
+                                choose.pick((1, 3, -9)), choose.chance(0.7),
+                                choose.chance(0.3)))
         elif kind == 1:
-            d.faults.append(Hang(d.at()))
+            faults.append(Hang(at()))
         elif kind == 2:
-            d.faults.append(LauncherDies(d.at()))
+            faults.append(LauncherDies(at()))
         elif kind == 3:
-            d.faults.append(ProbeHang(d.at()))
+            faults.append(ProbeHang(at()))
         elif kind == 4:
-            d.faults.append(DiskFull(d.at(), float(rng.choice((3, 10, 30)))))
+            faults.append(DiskFull(at(), float(choose.pick((3, 10, 30)))))
         elif kind == 5:
-            d.faults.append(DaemonKill(d.at(), float(rng.choice((0, 1, 5, 20)))))
+            faults.append(DaemonKill(at(), float(choose.pick((0, 1, 5, 20)))))
         elif kind == 6:
-            d.faults.append(OperatorStop(d.at()))
+            faults.append(OperatorStop(at()))
         elif kind == 7:
-            d.faults.append(OperatorRestart(d.at()))
+            faults.append(OperatorRestart(at()))
         else:
-            d.faults.append(CrashLoop(d.at(), rng.choice((2, 3, 4))))
-    max_steps, max_restarts = rng.choice((4, 6, 8)), rng.choice((2, 3))
+            faults.append(CrashLoop(at(), choose.pick((2, 3, 4))))
+    max_steps, max_restarts = choose.pick((4, 6, 8)), choose.pick((2, 3))
     # Drawn after everything else, so that a seed's other faults are the ones it drew before
     # reboots were simulated (the seeds named in tests and docs stay the same schedules).
-    if rng.random() < REBOOT_CHANCE:
-        d.faults.append(Reboot(d.at(), float(rng.choice((0, 5, 20)))))
-    if rng.random() < RESUBMIT_CHANCE:
-        d.faults.append(Resubmit(d.at()))
+    if choose.chance(REBOOT_CHANCE):
+        faults.append(Reboot(at(), float(choose.pick((0, 5, 20)))))
+    if choose.chance(RESUBMIT_CHANCE):
+        faults.append(Resubmit(at()))
     # Drawn last too (the seeds drawn before scope "auto" was simulated keep their faults):
     # one schedule in 3 runs with the server apart, with up to 2 faults of a kept recovery
     # and, when it has any, a failure of the rest to begin such a recovery.
     scope: Scope = "all"
-    if rng.random() < AUTO_CHANCE:
+    if choose.chance(AUTO_CHANCE):
         scope = "auto"
-        kept = rng.choice((0, 1, 1, 2))
+        kept = choose.pick((0, 1, 1, 2))
         for _ in range(kept):
-            how: KeptHow | None = rng.choice(("probe-fails", "probe-hangs", "server-dies", None))
+            how: KeptHow | None = choose.pick(("probe-fails", "probe-hangs", "server-dies",
+                                               None))
             if how is None:  # the daemon killed during a kept recovery
-                d.faults.append(DaemonKill(d.at(), float(rng.choice((0, 1, 5))),
-                                           in_recovery=True))
+                faults.append(DaemonKill(at(), float(choose.pick((0, 1, 5))), in_recovery=True))
             else:
-                d.faults.append(KeptFault(d.at(), how))
+                faults.append(KeptFault(at(), how))
         if kept:
-            d.faults.append(Crash(d.at(), rng.choice(("trainer", "orchestrator")),
-                                  rng.choice((1, -9)), rng.random() < 0.7))
-    faults = tuple(sorted(d.faults, key=lambda f: f.at))
-    return Schedule(seed=seed, version=version, faults=faults,
+            faults.append(Crash(at(), choose.pick(("trainer", "orchestrator")),
+                                choose.pick((1, -9)), choose.chance(0.7)))
+    ordered = tuple(sorted(faults, key=lambda f: f.at))
+    return Schedule(seed=seed, version=version, faults=ordered,
                     max_steps=max_steps, max_restarts=max_restarts, scope=scope)
