@@ -245,8 +245,9 @@ class Adoption(BoxSupervisorBase):
         """Boot takeover of a run that was backing off or preparing its next attempt: the
         failed attempt is down and its restart is recorded; prepare the next one now, or, when
         the backoff's deadline the last daemon persisted is still ahead, at that deadline
-        (`_wait_out_backoff`). A recovery that kept the inference server finds it among the
-        attempt's components (recorded running, alive) and keeps it."""
+        (`_take_over_relaunch`, the core's path for every backend). A recovery that kept the
+        inference server finds it among the attempt's components (recorded running, alive)
+        and keeps it."""
         self.attempt = attempt
         recorded = self.store.get_run(self.run_id)
         failure = (recorded_failure(recorded, "the daemon restarted during recovery")
@@ -263,16 +264,14 @@ class Adoption(BoxSupervisorBase):
                 and restored.settled else ScopeDecision(
                     "keep_inference", "kept", "the inference server was kept by the recovery "
                     "the last daemon began")
-            self._decide(RecoveryTakenOver(failure, kept))
-            if not self._wait_out_backoff():
+            if not self._take_over_relaunch(failure, kept):
                 self._begin_preflight(keep_inference=True)
             return
         # The scope the restored machine holds stays (a run an older airvisor wrote has
         # none), unless it kept a server that is gone now: everything restarts.
         restored = self.machine.scope
-        self._decide(RecoveryTakenOver(failure, None if restored is None
-                                       or restored.keep_inference else restored))
-        if not self._wait_out_backoff():
+        if not self._take_over_relaunch(failure, None if restored is None
+                                        or restored.keep_inference else restored):
             self._begin_preflight()
 
     def finish_stop(self, attempt: int, survivors: dict[str, ComponentHandle],

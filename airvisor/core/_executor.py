@@ -34,6 +34,7 @@ from airvisor.policy._transition import (
     ProbeServer,
     ProcessesDown,
     RecordFailure,
+    RecoveryTakenOver,
     Relaunch,
     ReleaseDown,
     RememberRecovery,
@@ -246,6 +247,14 @@ class DecisionExecutor(CoreBase):
         """A new supervisor takes over the stop the last one began (if it had): its start."""
         began = ((run.details or {}) if run is not None else {}).get("stop_began_at")
         self._decide(StopTakenOver(float(began) if isinstance(began, (int, float)) else None))
+
+    def _take_over_relaunch(self, failure: Failure, scope: ScopeDecision | None) -> bool:
+        """A new supervisor takes over a run that was backing off or preparing its next
+        attempt (every backend's path): the recovery's failure and the scope it keeps to, then
+        the rest of the restored backoff (`_wait_out_backoff`). Returns whether the run waits
+        (False: the backend prepares the next attempt now)."""
+        self._decide(RecoveryTakenOver(failure, scope))
+        return self._wait_out_backoff()
 
     def _wait_out_backoff(self) -> bool:
         """A new supervisor takes over a run that was backing off: when the machine it

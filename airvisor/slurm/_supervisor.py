@@ -35,7 +35,6 @@ from airvisor.policy._transition import (
     Preparing,
     Ready,
     RecoveryResumed,
-    RecoveryTakenOver,
     TakenOver,
 )
 from airvisor.primerl import (
@@ -190,9 +189,19 @@ class SlurmRunSupervisor(SupervisorCore):
             self.begin()
         elif action in (BootAction.RELAUNCH, BootAction.RESUME):
             # Backing off (the failed job is gone and its restart is counted), preparing the
-            # next job, or no job recorded for the attempt: submit the next one now.
+            # next job, or no job recorded for the attempt: submit the next one, at the
+            # backoff's deadline the last daemon persisted when it is still ahead (the core's
+            # takeover path, as on the box: the same moment with or without the daemon's
+            # death), else now. The restored scope stays (a Slurm recovery's is always full:
+            # its refusal says why).
             failure = recorded_failure(run, "the daemon restarted before a job was submitted")
-            self._decide(RecoveryTakenOver(failure))
+            if self._take_over_relaunch(failure, self.machine.scope):
+                until = self.machine.backoff_until
+                left = max(0.0, until - self._clock()) if until is not None else 0.0
+                self._event("reattached", f"daemon restarted during {recorded}: submitting the "
+                            f"next job once the backoff is over (in {left:.1f} s; last job "
+                            f"{self.job_id or '-'})")
+                return
             self._event("reattached", f"daemon restarted during {recorded}: submitting the "
                         f"next job (last job {self.job_id or '-'})")
             self._submit(cause=failure.kind)

@@ -158,7 +158,11 @@ class Driver:
 
     def __init__(self, store: Store, profile: Profile, *, slurm: Any,
                  render: Callable[..., JobScript] | None = None, run_id: str | None = None,
-                 create: bool = True, real_time: bool = False) -> None:
+                 create: bool = True, real_time: bool = False,
+                 wall_offset: float | None = None) -> None:
+        """`wall_offset`: the supervisor's wall clock is the fake clock plus this (None: the
+        real time.time): a takeover's test gives the new daemon one unrelated to the dead
+        one's."""
         self.now = 1000.0
         self.real_time = real_time
         self.store = store
@@ -173,6 +177,8 @@ class Driver:
         self.sup = SlurmRunSupervisor(run_id=run_id, profile=profile, store=store,
                                       post=self.events.put, hooks=NoHooks(),
                                       clock=time.monotonic if real_time else lambda: self.now,
+                                      wall=(time.time if wall_offset is None
+                                            else lambda: self.now + wall_offset),
                                       slurm=slurm, render=render or FakeRender(),
                                       # a supervisor for an existing run: a daemon's takeover
                                       phase=Phase.PENDING if create else Phase.TAKEOVER)

@@ -3,6 +3,9 @@ files the job writes on the shared filesystem, and advances the clock by hand.""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -285,27 +288,98 @@ def test_a_daemon_that_died_while_stopping_finishes_the_stop(tmp_path: Path,
     assert again.sup.state == RunState.STOPPED and slurm.cancelled.count(slurm.last) == 2
 
 
-def test_the_phase_is_persisted_and_a_daemon_dead_in_backoff_submits_without_recounting(
+@dataclass
+class ClockedSlurm(FakeSlurm):
+    """FakeSlurm that notes the supervisor's clock at each submission (`clock`: set by the
+    test to the clock of the supervisor that submits)."""
+
+    clock: Callable[[], float] = lambda: 0.0
+    submitted_at: list[float] = field(default_factory=list)
+
+    def submit(self, script: Path, *, options: Sequence[str], env: Mapping[str, str],
+               cwd: Path) -> str:
+        self.submitted_at.append(self.clock())
+        return super().submit(script, options=options, env=env, cwd=cwd)
+
+
+def test_the_phase_is_persisted_and_a_daemon_dead_in_backoff_waits_out_its_deadline(
         tmp_path: Path, profile: Profile) -> None:
-    """The Slurm supervisor runs on the same phase machine as one box: a daemon that died
-    while backing off submits the next job at once, its restart already counted once."""
+    """The Slurm supervisor runs on the same run machine as one box: a daemon that died while
+    backing off leaves the machine persisted with the backoff's deadline; the next daemon, on
+    clocks unrelated to the dead one's (its monotonic clock restarted, its wall clock 25 s
+    later), waits out the rest of it (the same wall moment, on its own clock), then submits
+    the next job, its restart counted once (issue 29 item 1: the same outcome and restart
+    count as without the daemon's death). The clocks are the test's: an order, not a timing."""
     # A backoff to die in: the first restart waits too (restart.immediate_first off).
     profile = slurm_profile(tmp_path, restart={"immediate_first": False, "backoff_initial": 60,
                                                 "backoff_max": 60})
+    slurm = ClockedSlurm()
+    wall_offset = 1_700_000_000.0
+    d = Driver(Store(tmp_path / "state" / "airvisor.sqlite3"), profile, slurm=slurm,
+               wall_offset=wall_offset)
+    slurm.clock = lambda: d.now
+    d.sup.begin()
+    d.pump(lambda: d.sup.state == RunState.STARTING)
+    slurm.set(slurm.last, "FAILED", code=1)
+    d.pump(lambda: d.sup.phase == Phase.BACKOFF)
+    before = d.sup.machine
+    assert before.backoff_until is not None and before.restarts == 1
+    deadline_wall = before.backoff_until + wall_offset  # (the dead daemon's wall = now + offset)
+    run = d.store.get_run(d.run_id)
+    assert run is not None and run.phase == "recovering.backoff" and run.state == "recovering"
+    assert run.machine_json is not None
+    assert json.loads(run.machine_json)["machine"]["backoff_until"] == \
+        pytest.approx(deadline_wall)
+    d.sup.detach()
+
+    later = wall_offset + (d.now - 1000.0) + 25.0  # (a new Driver's clock starts at 1000)
+    again = Driver(d.store, profile, slurm=slurm, run_id=d.run_id, create=False,
+                   wall_offset=later)
+    slurm.clock = lambda: again.now
+    again.sup.reattach(run)
+    assert again.sup.phase == Phase.BACKOFF  # waiting out the rest, not submitting at once
+    until = again.sup.machine.backoff_until
+    assert until is not None and until > again.now
+    # The same wall moment, on the new daemon's monotonic clock.
+    assert until + later == pytest.approx(deadline_wall)
+    assert again.sup.machine.failure == before.failure
+    assert (again.sup.machine.restarts, again.sup.machine.counted_restarts) == \
+        (before.restarts, before.counted_restarts)
+    again.pump(lambda: again.now >= until - 1.0, advance=0.5)
+    assert len(slurm.submissions) == 1  # nothing submitted before the deadline
+    # (the second attempt is recorded when the supervisor handles the submission's report)
+    again.pump(lambda: len(d.store.attempts(d.run_id)) == 2, advance=0.5)
+    assert len(slurm.submissions) == 2 and slurm.submitted_at[-1] >= until
+    assert [(r.kind, r.counted) for r in d.store.restart_history(d.run_id)] == [("crash", True)]
+    assert again.sup.machine.restarts == 1
+    assert d.store.attempts(d.run_id)[-1]["cause"] == "crash"
+
+
+def test_a_daemon_dead_in_backoff_past_its_deadline_submits_at_once(
+        tmp_path: Path, profile: Profile) -> None:
+    """The persisted deadline has passed when the next daemon takes over (it was down longer
+    than the backoff): it submits the next job at once, its restart counted once."""
+    profile = slurm_profile(tmp_path, restart={"immediate_first": False, "backoff_initial": 60,
+                                                "backoff_max": 60})
     slurm = FakeSlurm()
-    d = start(tmp_path, profile, slurm)
+    wall_offset = 1_700_000_000.0
+    d = Driver(Store(tmp_path / "state" / "airvisor.sqlite3"), profile, slurm=slurm,
+               wall_offset=wall_offset)
+    d.sup.begin()
+    d.pump(lambda: d.sup.state == RunState.STARTING)
     slurm.set(slurm.last, "FAILED", code=1)
     d.pump(lambda: d.sup.phase == Phase.BACKOFF)
     run = d.store.get_run(d.run_id)
-    assert run is not None and run.phase == "recovering.backoff" and run.state == "recovering"
+    assert run is not None
     d.sup.detach()
-    again = Driver(d.store, profile, slurm=slurm, run_id=d.run_id, create=False)
+    # The new daemon's wall clock is 61 s past the dead one's: the deadline has passed.
+    again = Driver(d.store, profile, slurm=slurm, run_id=d.run_id, create=False,
+                   wall_offset=wall_offset + d.now - 1000.0 + 61.0)
     again.sup.reattach(run)
-    # (the second attempt is recorded when the supervisor handles the submission's report)
+    assert again.sup.phase == Phase.PREFLIGHT  # submitting now
     again.pump(lambda: len(d.store.attempts(d.run_id)) == 2)
     assert len(slurm.submissions) == 2
     assert [(r.kind, r.counted) for r in d.store.restart_history(d.run_id)] == [("crash", True)]
-    assert d.store.attempts(d.run_id)[-1]["cause"] == "crash"
 
 
 def test_a_daemon_dead_while_ending_a_failed_job_finishes_that_recovery(
