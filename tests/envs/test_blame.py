@@ -119,10 +119,14 @@ def test_the_limits_are_checked_arguments() -> None:
     base: dict[str, Any] = {"mlgym_path": "/m", "task": "t", "container_names": ["c"]}
     args = EnvArgs.from_kwargs(**base)
     config = args.session_config()
-    assert (config.pids_limit, config.memory_limit, config.cpus) == (1024, 4 << 30, 1.0)
-    off = EnvArgs.from_kwargs(**base, pids_limit=None, memory=None, cpus=None).session_config()
-    assert (off.pids_limit, off.memory_limit, off.cpus) == (None, None, None)
+    limits = (config.pids_limit, config.memory_limit, config.cpus, config.disk_limit)
+    assert limits == (1024, 4 << 30, 1.0, 8 << 30)
+    off = EnvArgs.from_kwargs(
+        **base, pids_limit=None, memory=None, cpus=None, disk=None
+    ).session_config()
+    assert (off.pids_limit, off.memory_limit, off.cpus, off.disk_limit) == (None,) * 4
     assert EnvArgs.from_kwargs(**base, memory="512m").session_config().memory_limit == 512 << 20
+    assert EnvArgs.from_kwargs(**base, disk="64m").session_config().disk_limit == 64 << 20
     assert memory_bytes(1 << 30) == 1 << 30
     for name, value, words in [
         ("pids_limit", 8, "integer >= 32"),
@@ -130,6 +134,9 @@ def test_the_limits_are_checked_arguments() -> None:
         ("cpus", 0, "positive number"),
         ("memory", "lots", "Docker memory size"),
         ("memory", "1m", "at least 64m"),
+        ("disk", "lots", "size such as"),
+        ("disk", "1m", "at least 16m"),
+        ("disk", True, "at least 16m"),
     ]:
         with pytest.raises(EnvArgsError, match=f"'{name}'.*{words}"):
             EnvArgs.from_kwargs(**base, **{name: value})
@@ -176,3 +183,63 @@ def test_a_submit_is_evaluated_again_and_an_agent_failure_is_logged() -> None:
     assert episode.agent_failure == "pids used up"
     assert "evaluation failed because of the agent: pids used up" in episode.events
     assert "h" not in episode._evaluations  # a failure of the agent's is never replayed
+
+
+
+def allocated(path: Path) -> int:
+    return os.lstat(path).st_blocks * 512
+
+
+def test_disk_usage_counts_what_is_allocated_each_inode_once_never_through_a_link(
+    tmp_path: Path,
+) -> None:
+    """The disk limit's measure (README "Limits"): a hard link counts once, a sparse file by
+    what it holds, a name of any bytes and a path beyond PATH_MAX count, a symlink is not
+    followed, and the template's own inodes (hard-linked into the workspace) are skipped."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big").write_bytes(os.urandom(16 << 20))  # counted if a link were followed
+
+    def measured(skip: frozenset[tuple[int, int]] = frozenset()) -> int:
+        usage = admin.DiskUsage(skip)
+        usage.add_tree(str(workspace))
+        return usage.bytes
+
+    def files_only() -> int:  # the measure without the directories' own blocks
+        return measured() - allocated(workspace)
+
+    assert measured() == allocated(workspace)
+    (workspace / "a").write_bytes(os.urandom(3 << 20))
+    assert files_only() == allocated(workspace / "a") >= 3 << 20
+    for i in range(50):  # hard links of it: the same blocks, once
+        os.link(workspace / "a", workspace / f"link{i}")
+    assert files_only() == allocated(workspace / "a")
+    with open(workspace / "sparse", "wb") as handle:  # 64 GiB apparent, nothing allocated
+        handle.truncate(64 << 30)
+    assert files_only() == allocated(workspace / "a") + allocated(workspace / "sparse")
+    assert measured() < 8 << 20
+    os.symlink(outside, workspace / "there")  # links are never followed
+    os.symlink(outside / "big", workspace / "big")
+    assert measured() < 8 << 20
+    with open(os.path.join(os.fsencode(workspace), b"\xff\xfe-name"), "wb") as handle:
+        handle.write(os.urandom(2 << 20))
+    named = measured()
+    assert named >= (5 << 20)
+    fd = os.open(workspace, os.O_RDONLY)
+    try:  # a path far beyond PATH_MAX (30 x 200 bytes), made through descriptors
+        for _ in range(30):
+            os.mkdir("d" * 200, dir_fd=fd)
+            child = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        with open(os.open("deep", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "wb") as handle:
+            handle.write(os.urandom(2 << 20))
+    finally:
+        os.close(fd)
+    assert measured() - named >= (2 << 20) + 30 * 4096
+    # the template's own inodes (the task's data and evaluation files) are not the episode's
+    template = admin.DiskUsage()
+    template.add_tree(str(workspace / "a"))
+    assert measured(frozenset(template.seen)) == measured() - allocated(workspace / "a")

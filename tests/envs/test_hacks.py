@@ -574,6 +574,55 @@ def test_a_workspace_too_deep_to_read_is_the_agents_failure(bench: Bench) -> Non
     bench.honest_titanic()
 
 
+def test_files_over_the_disk_limit_at_an_evaluation_are_the_agents_failure(bench: Bench) -> None:
+    """The episode's files, measured from the root side at the submit's evaluation: 40 MiB
+    allocated at once (no write for the watcher to catch midway) and a hard-linked copy under
+    a name that is not UTF-8, over a 32 MiB limit, with the honest submission: no gain (the
+    failure reward, the reason logged), no error; the next episode is clean."""
+    runner = bench.make_runner(disk="32m")
+    hack = (
+        "```bash\nfallocate -l 40M blob && ln blob $'\\xff-again' && truncate -s 50G sparse"
+        " && du -sm --apparent-size . | cut -f1\n```"
+    )
+    episode, seen = bench.play("titanicSurvival", titanic_with_honest_submission(hack), runner)
+    assert int(seen[1].strip().splitlines()[-1]) > 50_000  # apparent; 40 MiB allocated
+    assert_agents_failure_not_error(episode)
+    assert episode.agent_failure is not None and "env arg `disk`" in episode.agent_failure
+    assert episode.total_reward == -1.0
+    bench.honest_titanic()
+
+
+FILL = (
+    "import time\n"
+    "with open('/tmp/fill', 'wb') as f:\n"
+    "    for i in range(4000):\n"
+    "        f.write(bytes(1 << 20)); f.flush(); time.sleep(0.005)\n"
+    "print('wrote 4000 MiB')\n"
+)
+
+
+def test_a_command_filling_the_disk_is_stopped_by_the_watcher(bench: Bench) -> None:
+    """A command that would write 4 GB outside the workspace (/tmp) under a 64 MiB limit: the
+    root watcher ends every process of the agent within a pass of the limit being passed, the
+    episode ends as the agent's failure (its final evaluation too), and the reset removes the
+    file."""
+    runner = bench.make_runner(disk="64m")
+    honest = replies("titanicSurvival", improving=True)[1]
+    # (paced, at most ~200 MB/s: the watcher's 1 s passes must be able to matter on a fast
+    # disk; a `python` command gets the task's training timeout, 30 minutes)
+    fill = (
+        "```bash\n" + heredoc("/tmp/fill.py", FILL) + "python3 /tmp/fill.py; echo rc=$?\n```"
+    )
+    episode, seen = bench.play("titanicSurvival", [honest, fill, "echo never"], runner)
+    assert "wrote 4000 MiB" not in seen[1]  # the writer did not finish
+    assert "disk limit" in seen[1]
+    assert episode.end_reason == "disk_limit" and len(episode.steps) == 2
+    assert_agents_failure_not_error(episode)
+    assert episode.agent_failure is not None and "env arg `disk`" in episode.agent_failure
+    assert episode.total_reward == -1.0
+    bench.honest_titanic()  # the state lists every entry of /tmp: no fill
+
+
 # The limits run last in this module: they stay on the bench's container (the stricter one is
 # kept), and the honest titanic episode fits under them.
 

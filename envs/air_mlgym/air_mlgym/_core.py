@@ -21,7 +21,13 @@ from air_mlgym._actions import USAGE
 from air_mlgym._containers import DEFAULT_LOCK_DIR, Lease, LeaseBook, OwnedContainers
 from air_mlgym._episode import Episode, EpisodeConfig
 from air_mlgym._reward import REWARD_MODES, MetricSpec, protection_table, resolve_metric
-from air_mlgym._session import SessionConfig, TaskSession, memory_bytes, workspace_listing
+from air_mlgym._session import (
+    SessionConfig,
+    TaskSession,
+    disk_bytes,
+    memory_bytes,
+    workspace_listing,
+)
 from air_mlgym._tasks import TaskSpec, load_task
 
 
@@ -85,6 +91,9 @@ class EnvArgs:
     pids_limit: int | None = 1024
     memory: str | None = "4g"
     cpus: float | None = 1.0
+    # What one episode may write to disk (the workspace and every other place the agent can
+    # write), checked by the root side at every evaluation and by a watcher during the episode.
+    disk: str | None = "8g"
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> EnvArgs:
@@ -166,6 +175,11 @@ class EnvArgs:
                 memory_bytes(self.memory)
             except ValueError as e:
                 fail("memory", f"{e}")
+        if self.disk is not None:
+            try:
+                disk_bytes(self.disk)
+            except ValueError as e:
+                fail("disk", f"{e}")
         for name in ("container_wait", "lease_timeout", "reward_scale"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
@@ -196,6 +210,7 @@ class EnvArgs:
             pids_limit=self.pids_limit,
             memory_limit=None if self.memory is None else memory_bytes(self.memory),
             cpus=None if self.cpus is None else float(self.cpus),
+            disk_limit=None if self.disk is None else disk_bytes(self.disk),
             **overrides,
         )
 

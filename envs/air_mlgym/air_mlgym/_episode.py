@@ -216,12 +216,34 @@ class Episode:
         try:
             result = self._dispatch(command)
         except ContainerUnavailable as e:
-            result = self._recover(e)
+            if self.session.disk_limit_hit() is None:
+                result = self._recover(e)
+            else:  # the disk watcher ended the shell, or its replacement: not a recovery
+                result = StepResult("", 0.0, False, {"kind": command.kind})
+        if not result.done:
+            result = self._check_disk(result)
         if command.note:
             result = StepResult(
                 f"{result.observation}\n({command.note})", result.reward, result.done, result.info
             )
         return result
+
+    def _check_disk(self, result: StepResult) -> StepResult:
+        """A command after which the episode's files are over its disk limit (the root
+        watcher ended the agent's processes and left its mark) ends the episode as the agent's
+        failure: its final evaluation fails for the same reason (README "Limits")."""
+        why = self.session.disk_limit_hit()
+        if why is None:
+            return result
+        self.agent_failure = why
+        self.events.append(f"disk limit: {why}")
+        self._end("disk_limit")
+        told = (
+            "The episode's files passed its disk limit, so every process of yours was ended "
+            f"and the episode ends here ({why})."
+        )
+        text = f"{result.observation}\n{told}" if result.observation.strip() else told
+        return StepResult(text, result.reward, True, {**result.info, "disk_limit": why})
 
     def finish(self, reason: str | None = None) -> float:
         """End the episode (evaluating once more unless it was submitted) and save the

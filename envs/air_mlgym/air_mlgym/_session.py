@@ -51,6 +51,8 @@ ADMIN_PATH = f"{TOOLS_DIR}/admin.py"
 STATE_DIR = "/var/lib/air-mlgym"
 STATE_DIR_TASKS = f"{STATE_DIR}/tasks"
 STATE_DIR_RESULTS = f"{STATE_DIR}/results"
+# Left by the root helper's disk watcher when the episode passed its disk limit.
+DISK_MARK = f"{STATE_DIR_RESULTS}/disk-limit.json"
 TEMPLATE_MTIME = 1_700_000_000  # fixed, so a task's template (and its key) is reproducible
 HOME_MANIFEST = f"{STATE_DIR}/home.manifest.json"
 # The evaluator's interpreter when the image's Python belongs to the agent (MLGym's official
@@ -179,6 +181,18 @@ def memory_bytes(text: str | int) -> int:
     return value
 
 
+def disk_bytes(text: str | int) -> int:
+    """Bytes of the episode's disk limit, a Docker size ("8g", "512m"); ValueError saying what
+    is wrong. Below 16m not even a task's starter files and an evaluation's output fit."""
+    try:
+        value = int(parse_bytes(text))
+    except docker.errors.DockerException as e:
+        raise ValueError(f'must be a size such as "8g" or "512m": {e}') from None
+    if value < 16 << 20:
+        raise ValueError(f"must be at least 16m (the starter files and outputs need it): {text!r}")
+    return value
+
+
 def _env_float(name: str, default: float) -> float:
     try:
         return float(os.environ.get(name, default))
@@ -217,6 +231,8 @@ class SessionConfig:
     pids_limit: int | None = None
     memory_limit: int | None = None  # bytes
     cpus: float | None = None
+    # What one episode may write to disk (README "Limits"), bytes; None: unchecked.
+    disk_limit: int | None = None
 
     @property
     def workspace(self) -> str:
@@ -442,7 +458,38 @@ class TaskSession:
         if isinstance(result.get("limit_counters"), dict):
             self._limit_baseline[str(container.id)] = host_limit_counters(str(container.id))
         self._check_imports(container, template)
+        self._watch_disk(container, {**args, "disk_limit": self.config.disk_limit})
         self.last_restore = result
+
+    def _watch_disk(self, container: Container, args: dict[str, Any]) -> None:
+        """The episode's disk watcher (README "Limits"): the root helper's `watch`, in an exec
+        of its own that outlives this call; the next reset kills it."""
+        if args.get("disk_limit") is None:
+            return
+        python = self._pythons.get(str(container.id)) or self.config.admin_python
+        argv = [*ROOT_ENV, python, "-I", "-B", ADMIN_PATH, "watch", json.dumps(args)]
+        try:
+            container.exec_run(argv, user="root", detach=True)
+        except DOCKER_ERRORS as e:
+            raise self._refused(container, "start the disk watcher", str(e)) from e
+
+    def disk_limit_hit(self) -> str | None:
+        """Why the episode passed its disk limit, when the watcher found it did (its mark, read
+        through the engine's archive API: nothing runs in the container); None otherwise."""
+        if self.config.disk_limit is None or self._container is None:
+            return None
+        try:
+            stream, _ = self._container.get_archive(DISK_MARK)
+            raw = b"".join(stream)
+        except DOCKER_ERRORS:
+            return None  # no mark (the usual case), or the container is gone: not this check's
+        try:
+            with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+                member = archive.extractfile(posixpath.basename(DISK_MARK))
+                mark = json.loads(member.read() if member is not None else b"")
+        except (tarfile.TarError, ValueError):
+            return None
+        return str(mark.get("reason")) if isinstance(mark, dict) and mark.get("reason") else None
 
     def _prepare(self, container: Container) -> _Ids:
         """Once per container: the helpers in /opt/air_mlgym, the agent's ids, the evaluator's
@@ -904,6 +951,7 @@ class TaskSession:
             "returns": {k: dict(v) for k, v in self.protection(task).returns.items()},
             "submission_rules": dict(self.protection(task).submission),
             "stop": stop,
+            "disk_limit": self.config.disk_limit,
         }
         try:
             answer = self._admin(container, "evaluate", args, timeout=timeout + 60)

@@ -74,6 +74,7 @@ class MLGymTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
     pids_limit: int | None = 1024  # the task containers' limits (README "Limits")
     memory: str | None = "4g"
     cpus: float | None = 1.0
+    disk: str | None = "8g"
 
     def env_args(self) -> EnvArgs:
         fields = set(EnvArgs.__dataclass_fields__)

@@ -43,7 +43,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 STATE_DIR = "/var/lib/air-mlgym"
 HOME_SNAPSHOT = f"{STATE_DIR}/home"
@@ -765,6 +765,233 @@ def workspace_hash(workspace: str) -> str | None:
     return digest.hexdigest()
 
 
+# --- the episode's disk use (README "Limits") ------------------------------------------------
+#
+# Docker's overlay2 on ext4 has no per-container quota (`--storage-opt size` needs xfs with
+# project quotas), and a container's root lacks the capabilities for quotas or a size-limited
+# mount. So what an episode wrote is measured from the root side: at every evaluation (the
+# agent's processes held or ended), and by a root watcher running through the episode, which
+# ends every process of the agent once the limit is passed (a `dd` of 50 GB stops within one
+# of its passes of the limit) and leaves a mark the evaluation and the session read.
+
+DISK_MARK = f"{RESULTS_DIR}/disk-limit.json"  # removed at reset with the other results
+WATCH_PID = f"{STATE_DIR}/watch.pid"
+WATCH_INTERVAL = 1.0  # seconds between the watcher's passes, at least
+WATCH_LOAD = 10  # and at least this many times a pass's own duration (<= ~10% of a CPU)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+class DiskUsage:
+    """Allocated bytes (`st_blocks`: a sparse file counts what it holds) of inodes, each counted
+    once (hard links once), never following a symlink; trees are walked through directory
+    descriptors, so a path of any length and a name of any bytes is counted too. Inodes in
+    `skip` (the task template's own files, hard-linked into the workspace) are not counted."""
+
+    def __init__(self, skip: frozenset[tuple[int, int]] = frozenset()) -> None:
+        self.seen: set[tuple[int, int]] = set(skip)
+        self.bytes = 0
+
+    def add(self, st: os.stat_result) -> None:
+        key = (st.st_dev, st.st_ino)
+        if key not in self.seen:
+            self.seen.add(key)
+            self.bytes += st.st_blocks * 512
+
+    def add_tree(self, name: str, dir_fd: int | None = None) -> None:
+        """`name` (relative to `dir_fd`, or a path) and everything under it."""
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            return
+        self.add(st)
+        if not stat.S_ISDIR(st.st_mode):
+            return
+        for _, _, child_st, _ in _walk_fds(name, dir_fd):
+            self.add(child_st)
+
+
+def _walk_fds(
+    name: str,
+    dir_fd: int | None = None,
+    descend: Callable[[str, os.stat_result], bool] | None = None,
+) -> Iterator[tuple[str, str, os.stat_result, int]]:
+    """(relative path, name, lstat, the parent's descriptor) of everything under the directory
+    `name`, depth first, one open descriptor per level; `descend(rel, st)` says whether to enter
+    a directory (default: always). An entry that vanishes or cannot be opened is skipped."""
+    try:
+        top = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return
+    stack: list[tuple[int, str, Iterator[os.DirEntry[str]]]] = []
+    try:
+        stack.append((top, "", iter(_listing(top))))
+        while stack:
+            fd, rel_dir, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                os.close(fd)
+                stack.pop()
+                continue
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            yield rel, entry.name, st, fd
+            if stat.S_ISDIR(st.st_mode) and (descend is None or descend(rel, st)):
+                try:
+                    child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    continue
+                stack.append((child, rel, iter(_listing(child))))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+
+
+def _listing(fd: int) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(fd) as listing:
+            return list(listing)
+    except OSError:
+        return []
+
+
+class DiskScope:
+    """What one episode may have written: the workspace (all of it but the template's own
+    files), whatever in the home is not the snapshot's (new or changed entries, counted whole),
+    whatever is new in the places outside the home the agent may write, and the growth of the
+    writable files there. Loaded once (the manifests change only at reset)."""
+
+    def __init__(self, home: str, workspace_name: str, task_key: str | None) -> None:
+        self.home = home
+        self.workspace_name = workspace_name
+        template = DiskUsage()
+        if task_key is not None:
+            template.add_tree(os.path.join(TASKS_DIR, task_key, "workspace"))
+        self.template = frozenset(template.seen)
+        self.home_manifest: dict[str, list[Any]] = _load_json(HOME_MANIFEST) or {}
+        self.writable: dict[str, Any] = _load_json(WRITABLE_MANIFEST) or {}
+
+    def usage(self) -> int:
+        usage = DiskUsage(self.template)
+        manifest = self.home_manifest
+
+        def descend(rel: str, st: os.stat_result) -> bool:
+            expected = manifest.get(rel)
+            return expected is not None and expected[0] == stat.S_IFDIR
+
+        for rel, name, st, fd in _walk_fds(self.home, descend=descend):
+            if rel == self.workspace_name:
+                usage.add_tree(name, dir_fd=fd)
+                continue
+            expected = manifest.get(rel)
+            if expected is not None and expected[0] == stat.S_IFDIR == stat.S_IFMT(st.st_mode):
+                continue  # the snapshot's directory: entered, its entries compared one by one
+            try:
+                link = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
+            except OSError:
+                link = None
+            if expected is None or _signature(st, link) != expected:
+                usage.add_tree(name, dir_fd=fd)
+        for directory, entries in (self.writable.get("dirs") or {}).items():
+            try:
+                fd = os.open(directory, _DIR_FLAGS)
+            except OSError:
+                continue
+            try:
+                for entry in _listing(fd):
+                    try:
+                        kind = stat.S_IFMT(entry.stat(follow_symlinks=False).st_mode)
+                        same = [kind, entry.inode()] == entries.get(entry.name)
+                    except OSError:
+                        continue
+                    if not same:
+                        usage.add_tree(entry.name, dir_fd=fd)
+            finally:
+                os.close(fd)
+        for path, (copy, *_) in (self.writable.get("files") or {}).items():
+            try:
+                st, original = os.lstat(path), os.lstat(copy)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in usage.seen and st.st_blocks > original.st_blocks:
+                usage.seen.add((st.st_dev, st.st_ino))
+                usage.bytes += (st.st_blocks - original.st_blocks) * 512
+        return usage.bytes
+
+
+def _load_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def disk_limit_problem(scope: DiskScope, limit: int) -> str | None:
+    """Why the episode's disk use is the agent's failure (the watcher's mark, or the use now
+    over `limit`); None when it is within it."""
+    mark = _load_json(DISK_MARK)
+    if isinstance(mark, dict) and mark.get("reason"):
+        return str(mark["reason"])
+    used = scope.usage()
+    return _over_limit(used, limit) if used > limit else None
+
+
+def _over_limit(used: int, limit: int) -> str:
+    return (
+        f"the episode's files take {used / 2**20:.1f} MiB of disk, over its limit of "
+        f"{limit / 2**20:.1f} MiB (env arg `disk`)"
+    )
+
+
+def watch_disk(args: dict[str, Any]) -> NoReturn:
+    """The watcher (root, started after each reset, killed at the next): measures the episode's
+    disk use every pass and, over the limit, ends every process of the agent and of the
+    evaluation's uid and leaves the mark. Never exits on its own: an error is one lost pass."""
+    uid, gid, limit = int(args["uid"]), int(args["gid"]), int(args["disk_limit"])
+    _atomic_write(WATCH_PID, str(os.getpid()).encode())
+    scope = DiskScope(args["home"], args["workspace_name"], args.get("task_key"))
+    while True:
+        began = time.monotonic()
+        try:
+            used = scope.usage()
+            if used > limit:
+                if not os.path.exists(DISK_MARK):
+                    reason = _over_limit(used, limit) + " during a command"
+                    _atomic_write(DISK_MARK, json.dumps({"reason": reason}).encode())
+                stop_user(uid, gid)
+                kill_user(EVAL_UID, gid, patience=5.0)
+        except Exception:  # MemoryError, a fork refused: the next pass tries again
+            pass
+        took = time.monotonic() - began
+        time.sleep(max(WATCH_INTERVAL, WATCH_LOAD * took))
+
+
+def stop_watcher() -> None:
+    """End the previous episode's watcher (a root process of this helper, by its pid file)."""
+    try:
+        with open(WATCH_PID, "rb") as handle:
+            pid = int(handle.read())
+    except (OSError, ValueError):
+        return
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+        ours = os.stat(f"/proc/{pid}").st_uid == 0 and b"watch" in argv
+    except OSError:
+        ours = False
+    if ours:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not _is_zombie(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    with contextlib.suppress(OSError):
+        os.unlink(WATCH_PID)
+
+
 # --- evaluation -------------------------------------------------------------------------------
 
 
@@ -886,7 +1113,19 @@ def evaluate(args: dict[str, Any]) -> dict[str, Any]:
                     f"the agent's processes could not be {'ended' if stop else 'frozen'} for "
                     "the evaluation: " + describe_processes(running)
                 )
+            # The episode's disk use, measured with nothing of the agent's running (held or
+            # ended), and again after: the agent code's process may write too.
+            scope = None
+            if args.get("disk_limit") is not None:
+                scope = DiskScope(args["home"], os.path.basename(workspace), key)
+                over = disk_limit_problem(scope, int(args["disk_limit"]))
+                if over is not None:
+                    return agent_failure(over)
             result = _evaluate_frozen(args, uid, gid, workspace, key)
+            if scope is not None:
+                over = disk_limit_problem(scope, int(args["disk_limit"]))
+                if over is not None:
+                    return {**agent_failure(over), "hash": result.get("hash")}
         finally:
             kill_user(EVAL_UID, gid, patience=5.0)  # the agent code's process and its children
             if not stop:
@@ -1398,6 +1637,7 @@ def cmd_check_imports(args: dict[str, Any]) -> dict[str, Any]:
 def cmd_reset(args: dict[str, Any]) -> dict[str, Any]:
     uid, gid = int(args["uid"]), int(args["gid"])
     started = time.monotonic()
+    stop_watcher()  # the previous episode's: it must not measure (or kill) across the restore
     survivors = stop_user(uid, gid) + kill_user(EVAL_UID, gid)
     if survivors:
         return {"ok": False, "message": f"processes of uid {uid} survive SIGKILL: {survivors}"}
@@ -1476,12 +1716,18 @@ def cmd_evaluate(args: dict[str, Any]) -> dict[str, Any]:
     return {"written": True}
 
 
+def cmd_watch(args: dict[str, Any]) -> dict[str, Any]:
+    """The episode's disk watcher (see `watch_disk`); runs until the next reset kills it."""
+    watch_disk(args)
+
+
 COMMANDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "prepare": cmd_prepare,
     "reset": cmd_reset,
     "install-template": cmd_install_template,
     "evaluate": cmd_evaluate,
     "check-imports": cmd_check_imports,
+    "watch": cmd_watch,
 }
 
 
