@@ -1,7 +1,9 @@
 """`python -m airvisor.sim --seed N` replays one schedule exactly: it prints the schedule, the
 run's events and every violated invariant (exit 1 when one is). `--sweep N` runs seeds
 0..N-1 (`--workers`), prints the failing seeds and shrinks the first (`--shrink` on a seed
-shrinks that one)."""
+shrinks that one, with the hand shrinker). `--explore N` lets hypothesis draw N schedules
+(`--explore-seed S` repeats a search) and prints the first failing one shrunk by hypothesis,
+as `describe` writes it and as the Python expression a named regression test uses."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", type=int, metavar="N", help="run seeds 0..N-1")
     parser.add_argument("--first", type=int, default=0, help="the sweep's first seed")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--explore", type=int, metavar="N",
+                        help="search N schedules drawn by hypothesis; shrink the first failure")
+    parser.add_argument("--explore-seed", type=int, help="hypothesis's random seed")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="airvisor-sim-") as tmp:
         root = Path(tmp)
@@ -34,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
             for seed, violations in result.failures[:20]:
                 print(f"  seed {seed}: {violations[0]}")
             return 1 if result.failures else 0
+        if args.explore is not None:
+            return _explore(args.explore, args.explore_seed, root)
         if args.seed is None:
-            parser.error("give --seed N or --sweep N")
+            parser.error("give --seed N, --sweep N or --explore N")
         schedule = draw(args.seed)
         if args.shrink:
             schedule, _ = shrink(schedule, root)
@@ -52,6 +59,26 @@ def main(argv: list[str] | None = None) -> int:
         for violation in verdict.violations:
             print(f"VIOLATION {violation}")
         return 1 if verdict.violations else 0
+
+
+def _explore(examples: int, seed: int | None, root: Path) -> int:
+    try:
+        # lazy: hypothesis is a test extra (pyproject's `test`), needed by --explore only
+        from airvisor.sim._hypothesis import explore
+    except ImportError as error:
+        print(f"--explore needs hypothesis (pip install 'airvisor[test]'): {error}")
+        return 2
+    found = explore(examples, seed=seed, root=root)
+    if found is None:
+        print(f"{examples} schedules drawn by hypothesis: no violation")
+        return 0
+    schedule, outcome = found
+    print("the first failing schedule, shrunk by hypothesis:")
+    print(schedule.describe())
+    print(f"as a test's schedule (airvisor.sim._schedule's names): {schedule!r}")
+    for violation in outcome.violations:
+        print(f"VIOLATION {violation}")
+    return 1
 
 
 if __name__ == "__main__":

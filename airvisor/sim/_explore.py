@@ -1,6 +1,12 @@
 """The explorer: a plain seed sweep for volume (split over worker processes, each with its own
 world directory), and a shrinker that takes a failing schedule down to a short one that still
-breaks the same invariant (delta debugging over the fault list, then simpler faults)."""
+breaks the same invariant (delta debugging over the fault list, then simpler faults).
+
+hypothesis searches and shrinks too (`sim._hypothesis`: the same `draw_schedule` over its own
+choices; `--explore N`), but only what it drew itself: it has no public way to start shrinking
+from a given example, so a failing seed of the sweep (a `random.Random` draw) is shrunk here.
+Its choices could be replayed into hypothesis's example database, but that format is
+hypothesis's internal one (it changed within 6.x), which a test of ours should not pin."""
 
 from __future__ import annotations
 

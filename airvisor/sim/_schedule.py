@@ -8,7 +8,7 @@ seed can be read and replayed (`python -m airvisor.sim --seed N`).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, TypeVar
 
@@ -199,6 +199,11 @@ class Choices(Protocol):
         """True with probability about `p` (a shrinker moves toward False)."""
         ...
 
+    def times(self, counts: Sequence[int]) -> Iterable[int]:
+        """Repeat a draw as many times as one of `counts` says (a shrinker drops one
+        repetition with the choices made in it, as it drops an element of a list)."""
+        ...
+
 
 class RandomChoices:
     """Choices from a `random.Random`, one call to it per choice, in the calls `draw` made
@@ -216,6 +221,9 @@ class RandomChoices:
 
     def chance(self, p: float) -> bool:
         return self._rng.random() < p
+
+    def times(self, counts: Sequence[int]) -> Iterator[int]:
+        return iter(range(self._rng.choice(counts)))  # (the count drawn first, as always)
 
 
 def draw(seed: int) -> Schedule:
@@ -236,7 +244,7 @@ def draw_schedule(choose: Choices, seed: int) -> Schedule:
 
     version: Version = choose.pick(("0.4", "main"))
     faults: list[Fault] = []
-    for _ in range(choose.pick((0, 1, 1, 2, 2, 3, 4, 5))):
+    for _ in choose.times((0, 1, 1, 2, 2, 3, 4, 5)):
         kind = choose.below(9)
         if kind == 0:
             faults.append(Crash(at(), choose.pick(("trainer", "orchestrator", "inference")),
@@ -271,8 +279,9 @@ def draw_schedule(choose: Choices, seed: int) -> Schedule:
     scope: Scope = "all"
     if choose.chance(AUTO_CHANCE):
         scope = "auto"
-        kept = choose.pick((0, 1, 1, 2))
-        for _ in range(kept):
+        kept = 0
+        for _ in choose.times((0, 1, 1, 2)):
+            kept += 1
             how: KeptHow | None = choose.pick(("probe-fails", "probe-hangs", "server-dies",
                                                None))
             if how is None:  # the daemon killed during a kept recovery
