@@ -160,9 +160,9 @@ class Driver:
                  render: Callable[..., JobScript] | None = None, run_id: str | None = None,
                  create: bool = True, real_time: bool = False,
                  wall_offset: float | None = None) -> None:
-        """`wall_offset`: the supervisor's wall clock is the fake clock plus this (None: the
-        real time.time): a takeover's test gives the new daemon one unrelated to the dead
-        one's."""
+        """`wall_offset`: the supervisor's wall clock is the fake clock plus this (`real_time`:
+        time.time() plus this; None: time.time): a takeover's test gives the new daemon one
+        unrelated to the dead one's."""
         self.now = 1000.0
         self.real_time = real_time
         self.store = store
@@ -177,8 +177,7 @@ class Driver:
         self.sup = SlurmRunSupervisor(run_id=run_id, profile=profile, store=store,
                                       post=self.events.put, hooks=NoHooks(),
                                       clock=time.monotonic if real_time else lambda: self.now,
-                                      wall=(time.time if wall_offset is None
-                                            else lambda: self.now + wall_offset),
+                                      wall=self._wall_clock(wall_offset),
                                       slurm=slurm, render=render or FakeRender(),
                                       # a supervisor for an existing run: a daemon's takeover
                                       phase=Phase.PENDING if create else Phase.TAKEOVER)
@@ -187,6 +186,13 @@ class Driver:
             self.sup.poll_interval = 0.0  # every tick (the fake clock moves only when told)
         else:
             self.sup.poll_interval = 0.5
+
+    def _wall_clock(self, offset: float | None) -> Callable[[], float]:
+        if offset is None:
+            return time.time
+        if self.real_time:
+            return lambda: time.time() + offset
+        return lambda: self.now + offset
 
     def pump(self, until: Callable[[], bool], *, timeout: float = 20.0,
              advance: float = 0.05) -> None:

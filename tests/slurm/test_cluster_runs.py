@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from airvisor.core import Command
-from airvisor.policy import RunState
+from airvisor.policy import Phase, RunState
 from airvisor.profile import Profile
 from airvisor.runs import RunManager
 from airvisor.slurm import CommandSlurm, render_job_script
+from airvisor.slurmctl._client import SlurmClient
 from airvisor.store import Store
 
 from ._support import Driver, make_project, primerl_main_python, slurm_profile
@@ -208,6 +209,54 @@ def test_a_restarted_daemon_reattaches_to_the_job_by_id(cluster_env: Any,
     assert again.sup.job_id == run.details["slurm_job_id"]
     again.pump(lambda: again.sup.finished.is_set(), timeout=150)
     assert again.sup.state == RunState.SUCCEEDED and len(attempts(d)) == 1
+    assert "reattached" in again.kinds()
+
+
+class SubmitTimes(CommandSlurm):
+    """The real Slurm commands, noting this process's monotonic clock at each sbatch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.submitted_at: list[float] = []
+
+    def submit(self, *args: Any, **kwargs: Any) -> str:
+        self.submitted_at.append(time.monotonic())
+        return super().submit(*args, **kwargs)
+
+
+def test_a_daemon_dead_in_the_backoff_waits_out_its_deadline_then_resubmits(
+        cluster_env: Any, primerl_main: str) -> None:
+    """A job fails, the run backs off (20 s), the daemon dies in the backoff; the next one
+    (its wall clock 8 s ahead of the dead one's, injected: only about 12 s of the backoff are
+    left) restores the persisted machine, waits out the rest of the backoff (sbatch runs no
+    earlier than the deadline on its own clock: an order, not a timing), and the resubmitted
+    job resumes from the newest complete checkpoint and succeeds, the restart counted once
+    (issue 29 item 1)."""
+    demo = {**FAST, "trainer": {"step_time": 0.6, "crash_at_step": 4}}
+    d = start_run(cluster_env, primerl_main, "backoff-takeover", demo=demo,
+                  restart={"immediate_first": False, "backoff_initial": 20, "backoff_max": 20})
+    d.pump(lambda: d.sup.phase == Phase.BACKOFF, timeout=150)
+    d.sup.detach()  # the daemon dies in the backoff
+    run = d.store.get_run(d.run_id)
+    assert run is not None and run.phase == "recovering.backoff"
+    slurm = SubmitTimes()
+    client: SlurmClient = slurm
+    again = Driver(d.store, d.sup.profile, slurm=client, render=render_job_script,
+                   run_id=d.run_id, create=False, real_time=True, wall_offset=8.0)
+    again.sup.reattach(run)
+    assert again.sup.phase == Phase.BACKOFF  # not resubmitted at once
+    until = again.sup.machine.backoff_until
+    assert until is not None and until > time.monotonic()
+    again.pump(lambda: again.sup.finished.is_set(), timeout=200)
+    assert again.sup.state == RunState.SUCCEEDED, d.messages("failure")
+    assert slurm.submitted_at and slurm.submitted_at[0] >= until
+    first, second, *_ = attempts(d)  # an extra attempt is allowed (see the crash test)
+    assert_last_attempt_succeeded(d)
+    assert first["outcome"] == "failed" and second["cause"] == "crash"
+    assert second["resume_step"] == 2
+    history = d.store.restart_history(d.run_id)
+    assert (history[0].kind, history[0].counted) == ("crash", True)
+    assert len(history) == len(attempts(d)) - 1  # one restart per later attempt: none again
     assert "reattached" in again.kinds()
 
 
