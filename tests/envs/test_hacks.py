@@ -10,6 +10,7 @@ container. The honest titanic episode is deterministic: accuracy 0.875 against t
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -621,6 +622,57 @@ def test_a_command_filling_the_disk_is_stopped_by_the_watcher(bench: Bench) -> N
     assert episode.agent_failure is not None and "env arg `disk`" in episode.agent_failure
     assert episode.total_reward == -1.0
     bench.honest_titanic()  # the state lists every entry of /tmp: no fill
+
+
+# A process listed as the agent's (its /proc entry is the agent's uid) that the agent's own
+# kill(-1) cannot signal: real and saved uid 4242, effective uid the agent's, dumpable.
+# The agent cannot make one (no setuid program is left); it stands in, made by root, for any
+# process of the agent's that the freeze cannot hold within its patience (README "Blame").
+UNSTOPPABLE = (
+    "import ctypes, os, pwd, time\n"
+    "agent = pwd.getpwnam('agent')\n"
+    "os.setgroups([]); os.setresgid(4242, agent.pw_gid, 4242)\n"
+    "os.setresuid(4242, agent.pw_uid, 4242)\n"
+    "ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc shows the euid\n"
+    "time.sleep(3600)\n"
+)
+
+
+def test_a_process_the_freeze_cannot_stop_is_the_agents_failure(bench: Bench) -> None:
+    """The freeze gives up on a process it cannot hold (after its 20 s of patience): the
+    validate is the agent's failure, and so is the submit (it could not be ended either),
+    never an errored rollout; once it is gone the next episode is clean."""
+    start = (
+        "for p in /opt/air_mlgym/python/bin/python3 /usr/bin/python3; do "
+        '[ -x "$p" ] && exec "$p" -c "$0"; done; exit 3'
+    )
+    lease = bench.runner.acquire_blocking(timeout=10)
+    assert lease is not None
+    try:
+        episode = bench.runner.new_episode("titanicSurvival", lease)
+        assert episode.reset(), episode.events
+        episode.step(replies("titanicSurvival", improving=True)[1])
+        bench.container.exec_run(["/bin/bash", "-c", start, UNSTOPPABLE], user="root",
+                                 detach=True)  # fmt: skip
+        probe = ["/bin/sh", "-c", "ps -o ruid=,euid= -u agent | grep -c '^ *4242 '; :"]
+        deadline = time.monotonic() + 120  # a wait for it to start, not a timing assertion
+        while exec_output(bench.container, probe).decode().strip() != "1":
+            assert time.monotonic() < deadline, "the stand-in process never started"
+            time.sleep(0.1)
+        validated = episode.step("validate")
+        submitted = episode.step("submit")
+        found = exec_output(bench.container, probe).decode().strip()
+        episode.finish()
+    finally:
+        lease.release()
+        bench.container.exec_run(["/usr/bin/pkill", "-KILL", "-U", "4242"], user="root")
+    assert found == "1"  # it was there through both evaluations
+    assert "could not be frozen" in validated.observation, validated.observation
+    assert "could not be ended" in submitted.observation, submitted.observation
+    assert_agents_failure_not_error(episode)
+    assert episode.agent_failure is not None and "could not be ended" in episode.agent_failure
+    assert episode.total_reward == -1.0  # the honest submission gains nothing while it runs
+    bench.honest_titanic()
 
 
 # The limits run last in this module: they stay on the bench's container (the stricter one is
