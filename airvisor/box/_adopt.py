@@ -4,6 +4,7 @@ that cannot be adopted, relaunches one that was recovering, or finishes a stop.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from airvisor.primerl import (
     prepare_run,
     step_from_log_line,
 )
+from airvisor.proc import ProcessIdentity
 
 ADOPT_CATCH_UP_LINES = 200  # of each log's end, read when a live attempt is adopted
 
@@ -206,7 +208,35 @@ class Adoption(BoxSupervisorBase):
         # A hang the last daemon decided but died before stopping: its stacks, unless taken.
         taken = any(a.get("number") == attempt and "stacks" in (a.get("details") or {})
                     for a in self.store.attempts(self.run_id))
-        self._decide(RecoveryResumed(failure, stacks=failure.kind == "hang" and not taken))
+        # The recovery's scope as the last daemon decided it, while this one can keep to it
+        # (the core's `_resumed_scope`): a kept server that still runs stays kept, not
+        # restarted with the rest because its daemon died in the middle of the stop.
+        server = survivors.get(INFERENCE)
+        if server is not None:
+            server.since = self._restore_split(attempt) or attempt
+        scope = self._resumed_scope(failure)
+        if scope is not None and scope.keep_inference:
+            self._name_the_rest(attempt)
+        self._decide(RecoveryResumed(failure, stacks=failure.kind == "hang" and not taken,
+                                     scope=scope))
+
+    def _name_the_rest(self, attempt: int) -> None:
+        """A stop that spares the kept server cannot sweep the run's marker and cgroup (the
+        server carries them too): it stops only the trees and process groups of the handles
+        it is given. So every process the attempt recorded besides the server is given, as a
+        live stop has it: one recorded "stopping" too (the launcher the dead daemon's stop
+        left to say its status, with the orchestrator held still in its group), and one gone,
+        whose process group may still hold what it left (a dead launcher's members); a pid
+        reused since is told by its start time and left alone."""
+        for comp in self.store.components(self.run_id, attempt):
+            if comp.kind != "process" or comp.name == INFERENCE or comp.name in self.components \
+                    or comp.pid is None or comp.create_time is None:
+                continue
+            identity = ProcessIdentity(comp.pid, comp.create_time)
+            self.components[comp.name] = ComponentHandle(
+                name=comp.name, identity=identity, pgid=comp.pgid or comp.pid,
+                log=LogTail(Path(comp.log_path or os.devnull), from_end=True),
+                argv=comp.argv, gpus=comp.gpus, launched=None, exited=not identity.alive())
 
     def _attempt_survived(self, attempt: int, survivors: dict[str, ComponentHandle]) -> bool:
         """Something of the attempt still runs: a component, or a member of its launcher."""

@@ -18,6 +18,7 @@ from airvisor.policy._scope import (
     ScopeRecord,
     decide_scope,
     probing,
+    resumed_scope,
 )
 from airvisor.policy._stop import remaining_grace
 from airvisor.policy._transition import (
@@ -247,6 +248,15 @@ class DecisionExecutor(CoreBase):
         """A new supervisor takes over the stop the last one began (if it had): its start."""
         began = ((run.details or {}) if run is not None else {}).get("stop_began_at")
         self._decide(StopTakenOver(float(began) if isinstance(began, (int, float)) else None))
+
+    def _resumed_scope(self, failure: Failure) -> ScopeDecision | None:
+        """The scope a recovery taken over in the middle of its stop keeps to (every
+        backend's, `policy.resumed_scope`): the one the restored machine holds, while this
+        daemon can keep to it (the kept server still runs; a probe the last daemon had under
+        way is asked again when the server can be probed)."""
+        return resumed_scope(self._machine.scope, server_alive=self._inference_left(),
+                             can_probe=self._can_probe_kept_server(),
+                             unprobed=self._decide_scope(failure, None))
 
     def _take_over_relaunch(self, failure: Failure, scope: ScopeDecision | None) -> bool:
         """A new supervisor takes over a run that was backing off or preparing its next

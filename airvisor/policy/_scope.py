@@ -105,6 +105,33 @@ def probing(unknown: ScopeDecision) -> ScopeDecision:
                          "health is probed: it is kept only if healthy")
 
 
+def resumed_scope(restored: ScopeDecision | None, *, server_alive: bool, can_probe: bool,
+                  unprobed: ScopeDecision) -> ScopeDecision | None:
+    """The scope of a recovery a new daemon takes over in the middle of its stop: the one the
+    last daemon decided (`restored`, persisted with its run machine), so the takeover leads to
+    the outcome the run would have had without the daemon's death, except where the new
+    daemon cannot keep to it:
+
+    - none restored (an older airvisor's run, a recovery whose scope was never decided: an
+      operator's restart, a resume): None, everything restarts, as before;
+    - a full scope: the same, with its reason;
+    - a kept server (settled): kept while it runs (`server_alive`: its recorded process, by
+      pid and start time); gone, there is nothing to keep: full, and only then;
+    - still probing (the last daemon's probe died with it): probed again when the server can
+      be (`can_probe`: it runs and has a port), the rest's stop beginning at once as on a live
+      failure; else `unprobed` (`decide_scope` without its health, as a live failure whose
+      server cannot be probed: full, its health unknown).
+    """
+    if restored is None or not restored.keep_inference:
+        return restored
+    if restored.settled:
+        if server_alive:
+            return restored
+        return _full("inference_dead", f"{restored.detail}; the kept inference server was gone "
+                                       "when a new daemon took the recovery over")
+    return restored if can_probe else unprobed
+
+
 def _full(reason: ScopeReason, detail: str) -> ScopeDecision:
     return ScopeDecision("full", reason, detail)
 

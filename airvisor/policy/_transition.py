@@ -177,6 +177,10 @@ class RecoveryResumed:
     # A hang whose stacks nobody took (the last daemon died before its stop ran): they are
     # taken before this stop (once per hung attempt, as on a live hang).
     stacks: bool = False
+    # The scope the recovery keeps to, as the last daemon decided it and the new one can keep
+    # it (`policy.resumed_scope`); None: everything stops and restarts. A kept server is
+    # spared by this stop; a scope still probing has the server probed again.
+    scope: ScopeDecision | None = None
 
 
 @dataclass(frozen=True)
@@ -478,8 +482,10 @@ def phase_transition(phase: Phase, event: Event) -> Next:
         if phase not in (Phase.TAKEOVER, *_ATTEMPT):
             return phase, ()
         recorded = (RecordFailure(event.failure, end_attempt=True),) if event.record else ()
-        return Phase.RECOVERY_STOPPING, (*recorded, RememberRecovery(event.failure),
-                                         StopProcesses(stacks=event.stacks
+        keep = event.scope is not None and event.scope.keep_inference
+        return Phase.RECOVERY_STOPPING, (*recorded, RememberRecovery(event.failure, event.scope),
+                                         StopProcesses(keep_inference=keep,
+                                                       stacks=event.stacks
                                                        and event.failure.kind == "hang"))
     if isinstance(event, BackoffOver):
         if phase != Phase.BACKOFF:

@@ -210,8 +210,9 @@ class SlurmRunSupervisor(SupervisorCore):
             # restart policy decides with the failure's own kind.
             self._event("reattached", f"daemon restarted during a recovery: ending job "
                         f"{self.job_id}, then resubmitting")
-            self._decide(RecoveryResumed(recorded_failure(
-                run, "the daemon restarted during a recovery")))
+            failure = recorded_failure(run, "the daemon restarted during a recovery")
+            # (with the scope the restored machine holds: the core's rule, as on the box)
+            self._decide(RecoveryResumed(failure, scope=self._resumed_scope(failure)))
         elif action == BootAction.FINISH_STOP:
             # The dead daemon was ending the run: finish that (cancel the job if it lives).
             self._event("reattached", f"daemon restarted during a stop: finishing it "

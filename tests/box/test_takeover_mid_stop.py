@@ -1,0 +1,101 @@
+"""A new daemon that takes over a kept-server recovery in the middle of the rest's stop keeps
+the server, as the dead daemon would have (issue 29 item 1: a daemon killed and replaced at any
+step leads to the same outcome), over real processes: prime-rl's own `rl` launcher of both
+versions without [inference], the demo stand-ins, the inference server run apart.
+
+The trainer crashes; the dead daemon's probe finds the server healthy (keep it) while its stop
+of the rest never signals anything (its stop hook blocks: the daemon dies there, SIGKILLed in
+effect: nothing more is recorded). prime-rl's launcher is then recorded "stopping" and the
+orchestrator is held still (SIGSTOP) for it to say the trainer's status. The new daemon
+restores the machine (the failure, the kept scope), stops the rest only (the launcher and its
+process group, the held orchestrator with it, by identity: no marker sweep, which would take
+the server too), counts the restart once, and relaunches the rest against the same server."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psutil
+import pytest
+
+from airvisor.box._supervisor import RunSupervisor
+from airvisor.policy import Phase
+from airvisor.proc import ProcessIdentity
+from airvisor.runs import RunManager
+
+from .conftest import Harness
+from .test_kept_inference import (
+    BOUND,
+    details,
+    drive,
+    profile_of,
+    running_attempt,
+    server,
+    start,
+    stop_and_check_nothing_left,
+)
+
+
+@pytest.mark.parametrize("version", ["0.4", "main"])
+def test_a_kept_recovery_taken_over_mid_stop_keeps_the_server(harness: Harness,
+                                                              version: str) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def dying_daemons_stop(*args: Any, **kwargs: Any) -> str:
+        entered.set()  # the daemon dies here: its stop never signals anything
+        release.wait(BOUND)
+        return "the dead daemon's stop"
+
+    harness.manager.hooks.stop_tree = dying_daemons_stop
+    profile = profile_of(harness, version, demo={"trainer": {"crash_at_step": 5}})
+    run_id, sup = start(harness, profile)
+    try:
+        drive(harness, "the first attempt running", lambda: running_attempt(harness, sup, 1))
+        kept = server(harness, run_id, 1)
+        drive(harness, "the kept scope settled while the rest's stop hangs",
+              lambda: entered.is_set() and sup.machine.scope is not None
+              and sup.machine.scope.keep_inference and sup.machine.scope.settled)
+        assert sup.phase == Phase.RECOVERY_STOPPING
+        run = harness.store.get_run(run_id)
+        assert run is not None and run.phase == "recovering.stopping"
+        rest = [c for c in harness.store.components(run_id, 1)
+                if c.name != "inference" and c.pid and c.create_time]
+        assert any(ProcessIdentity(c.pid, c.create_time).alive() for c in rest)  # type: ignore[arg-type]
+
+        # The daemon dies; a new one takes the recovery over.
+        harness.manager.shutdown(stop_runs=False)
+        harness.store.update_run(run_id, supervisor_started=1.0)  # that supervisor is gone
+        manager = RunManager(harness.store)
+        skip_reaper = harness.manager.hooks.prepare_machine
+        left_at_preflight: list[list[str]] = []
+
+        def prepare_machine(*args: Any, **kwargs: Any) -> str:
+            # (after the new daemon's stop of the rest: what of it still runs then)
+            left_at_preflight.append([c.name for c in rest if ProcessIdentity(
+                c.pid, c.create_time).alive()])  # type: ignore[arg-type]
+            return str(skip_reaper(*args, **kwargs))
+
+        manager.hooks.prepare_machine = prepare_machine
+        harness.manager = manager
+        assert manager.adopt_on_boot() == [run_id]
+        again = manager.supervisor(run_id)
+        assert isinstance(again, RunSupervisor)
+        assert again.machine.scope == sup.machine.scope  # the restored scope, not a full one
+        drive(harness, "the second attempt training",
+              lambda: running_attempt(harness, again, 2, step=6), manager=manager)
+    finally:
+        release.set()
+    # The same server (pid and start time), the rest relaunched against it, no second server.
+    assert server(harness, run_id, 2) == kept
+    assert psutil.Process(kept[0]).create_time() == kept[1]
+    second = details(harness, run_id, 2)
+    assert second["scope"] == "keep_inference" and second["inference_kept_from"] == 1
+    started = [e.component for e in harness.events(run_id, "component_started")]
+    assert started == ["inference", "launcher", "launcher"]
+    # The new daemon's stop left nothing of the first attempt's rest (its launcher and its
+    # members, the held orchestrator too, by pid and start time) when it prepared the next.
+    assert left_at_preflight == [[]]
+    assert len(harness.store.restart_history(run_id)) == 1  # counted once
+    assert again.machine.restarts == 1
+    stop_and_check_nothing_left(harness, run_id, again)
