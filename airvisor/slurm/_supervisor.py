@@ -9,24 +9,24 @@ An attempt is one Slurm job: prime-rl writes its script (`rl --dry-run`), airvis
 failed, timed-out, node-failed or stalled job cancels what is left (`scancel`), picks the newest
 complete checkpoint, and submits again with `--resume.step N` (and `--exclude` for a node that
 failed twice), with the one-box restart policy (backoff, crash-loop limit).
+
+By concern: the job's work off the main loop (prepare and submit, poll, cancel) is
+`slurm._jobs`; what the job writes to the shared run directory, and what of it was read, is
+`slurm._files.JobFiles`; the takeover by a new daemon is `slurm._reattach.JobTakeover`; this
+file holds the rest: the backend's side of the core, submissions, polls and the job's end.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-from airvisor._logfile import LogTail
 from airvisor._logging import get_logger
-from airvisor.core import LogView, SupervisorCore, Task, TaskDone, recorded_failure
+from airvisor.core import Task, TaskDone
 from airvisor.policy import (
-    BootAction,
     Failure,
     Phase,
-    decide_takeover,
-    phase_of_record,
 )
 from airvisor.policy._transition import (
     AttemptBegins,
@@ -34,13 +34,8 @@ from airvisor.policy._transition import (
     PreparationEnded,
     Preparing,
     Ready,
-    RecoveryResumed,
-    TakenOver,
 )
-from airvisor.primerl import (
-    ChildFailure,
-    child_failure_from_line,
-)
+from airvisor.slurm._files import JobFiles
 from airvisor.slurm._jobs import (
     Polled,
     Submission,
@@ -49,11 +44,10 @@ from airvisor.slurm._jobs import (
     poll_job,
     submit_job,
 )
-from airvisor.slurm._node_check import read_reports
+from airvisor.slurm._reattach import JobTakeover
 from airvisor.slurm._script import (
     JobScript,
     render_job_script,
-    report_dir_for,
 )
 from airvisor.slurmctl._client import CommandSlurm, SlurmClient
 from airvisor.slurmctl._states import (
@@ -62,16 +56,14 @@ from airvisor.slurmctl._states import (
     blamed_nodes,
     decide_job_end,
 )
-from airvisor.store import RunRecord
 
 log = get_logger("airvisor.slurm")
 
-VIEWED = ("trainer", "orchestrator", "inference")
 FINISH_GRACE = 10.0  # s for a job to end by itself once training finished, then scancel
 CANCEL_WAIT = 120.0  # s to wait, after scancel, for Slurm to report the job ended
 
 
-class SlurmRunSupervisor(SupervisorCore):
+class SlurmRunSupervisor(JobTakeover):
     """A run whose attempts are Slurm jobs. The supervisor core decides; this backend submits,
     polls, cancels and reads the job's logs on the shared filesystem."""
 
@@ -93,14 +85,9 @@ class SlurmRunSupervisor(SupervisorCore):
         self.finish_grace = FINISH_GRACE
         self.cancel_wait = CANCEL_WAIT
         self._next_poll = 0.0
-        self._views: dict[str, LogView] = {}
-        self._job_log: LogView | None = None
-        self._metrics: LogTail | None = None
+        self.files = JobFiles()  # the job's logs, metrics and node reports (shared filesystem)
         self._running_since: float | None = None  # monotonic: the job began RUNNING
         self._blames: list[list[str]] = []
-        self._reported: set[str] = set()
-        self._report_dir: Path | None = None
-        self._child_failure: ChildFailure | None = None
         self._poll_errors = 0
         self._detached = False
 
@@ -112,13 +99,7 @@ class SlurmRunSupervisor(SupervisorCore):
         return not self._tasks
 
     def _failure_lines(self, component: str | None) -> list[str]:
-        lines: list[str] = []
-        if self._job_log is not None:
-            lines = self._job_log.last_lines
-        trainer = self._views.get("trainer")
-        if not lines and trainer is not None:
-            lines = trainer.last_lines
-        return lines
+        return self.files.failure_lines()
 
     def _failure_details(self, failure: Failure) -> dict[str, Any]:
         return {"job_id": self.job_id}
@@ -165,82 +146,6 @@ class SlurmRunSupervisor(SupervisorCore):
         """The daemon is going away: the job keeps running; a later daemon re-attaches."""
         self._detached = True
 
-    def reattach(self, run: RunRecord) -> None:
-        """Take over a run whose daemon died: re-attach to its recorded job, or, when the job
-        ended meanwhile, act on how it ended (the next poll sees that)."""
-        self.attempt = run.attempt
-        self.step = run.step
-        self.job_id = run.details.get("slurm_job_id") if run.details else None
-        self._blames = [list(a.get("details", {}).get("blamed") or [])
-                        for a in self.store.attempts(self.run_id)
-                        if a.get("details", {}).get("blamed")]
-        # This supervisor starts in TAKEOVER (the manager made it so); the recorded phase says
-        # where it goes (a state file from before phases: its public state), decided as on the
-        # box (policy.decide_takeover); the job stands for the attempt's processes (whether it
-        # still runs, the next poll says).
-        recorded = phase_of_record(run.phase, run.state)
-        if recorded.terminal:
-            return
-        action = decide_takeover(recorded, attempt=self.attempt,
-                                 alive={"job"} if self.job_id else set(), dead=())
-        if action == BootAction.BEGIN:
-            self._event("reattached", "daemon restarted before a job was submitted: "
-                        "submitting now")
-            self.begin()
-        elif action in (BootAction.RELAUNCH, BootAction.RESUME):
-            # Backing off (the failed job is gone and its restart is counted), preparing the
-            # next job, or no job recorded for the attempt: submit the next one, at the
-            # backoff's deadline the last daemon persisted when it is still ahead (the core's
-            # takeover path, as on the box: the same moment with or without the daemon's
-            # death), else now. The restored scope stays (a Slurm recovery's is always full:
-            # its refusal says why).
-            failure = recorded_failure(run, "the daemon restarted before a job was submitted")
-            if self._take_over_relaunch(failure, self.machine.scope):
-                until = self.machine.backoff_until
-                left = max(0.0, until - self._clock()) if until is not None else 0.0
-                self._event("reattached", f"daemon restarted during {recorded}: submitting the "
-                            f"next job once the backoff is over (in {left:.1f} s; last job "
-                            f"{self.job_id or '-'})")
-                return
-            self._event("reattached", f"daemon restarted during {recorded}: submitting the "
-                        f"next job (last job {self.job_id or '-'})")
-            self._submit(cause=failure.kind)
-        elif action == BootAction.CONTINUE_RECOVERY:
-            # It was ending the failed job: finish that (cancel it if it lives), then the
-            # restart policy decides with the failure's own kind.
-            self._event("reattached", f"daemon restarted during a recovery: ending job "
-                        f"{self.job_id}, then resubmitting")
-            failure = recorded_failure(run, "the daemon restarted during a recovery")
-            # (with the scope the restored machine holds: the core's rule, as on the box)
-            self._decide(RecoveryResumed(failure, scope=self._resumed_scope(failure)))
-        elif action == BootAction.FINISH_STOP:
-            # The dead daemon was ending the run: finish that (cancel the job if it lives).
-            self._event("reattached", f"daemon restarted during a stop: finishing it "
-                        f"(job {self.job_id})")
-            self._decide(TakenOver(recorded))
-        else:
-            self._reattach_to_job(recorded)
-
-    def _reattach_to_job(self, recorded: Phase) -> None:
-        self._decide(TakenOver(Phase.RUNNING if recorded == Phase.RUNNING else Phase.STARTING))
-        self._open_views(catch_up=True)
-        self._report_dir = self._report_dir_of(self.attempt)
-        self._attempt_max_step = self.step or 0
-        now = self._clock()
-        self._running_since = now if self.phase == Phase.RUNNING else None
-        self._attempt_progress = now if self.step is not None else None
-        if self.step is not None:  # the trainer's last step, as recorded
-            self._component_steps["trainer"] = (self.step, now)
-        self._next_poll = 0.0
-        self._event("reattached", f"re-attached to Slurm job {self.job_id} "
-                    f"(attempt {self.attempt}, step {self.step if self.step is not None else '-'})",
-                    job_id=self.job_id)
-
-    def _report_dir_of(self, attempt: int) -> Path | None:
-        if self.layout is None:
-            return None
-        return report_dir_for(self.layout.run_dir, self.run_id, attempt)
-
     # -- submission ------------------------------------------------------------------------
     def _submit(self, *, cause: str) -> None:
         self._decide(Preparing())
@@ -260,7 +165,7 @@ class SlurmRunSupervisor(SupervisorCore):
         self.attempt = done.number
         self.job_id = done.job_id
         self.job = None
-        self._report_dir = done.script.report_dir
+        self.files.new_job(done.script.report_dir)
         submitted_at = self._wall()
         self.store.start_attempt(self.run_id, done.number, done.choice.step, cause=done.cause)
         self.store.merge_attempt_details(
@@ -282,33 +187,13 @@ class SlurmRunSupervisor(SupervisorCore):
                     script=str(done.script.path))
         self._new_attempt_progress(done.choice.step)
         self._running_since = None
-        self._reported = set()
-        self._child_failure = None
-        self._open_views(catch_up=False)
+        self.files.open(self.layout, self.job_id, catch_up=False)
         self._next_poll = 0.0
         # The recovery this job came from is over (its reason is in the attempt's details,
         # above): a stop of this job ends its attempt "stopped", not with the last failure's
         # silence (the box decides it before its launch too).
         self._decide(AttemptBegins())
         self._decide(Launched())
-
-    def _open_views(self, *, catch_up: bool) -> None:
-        """The job's logs on the shared filesystem. Right after a submission, what the paths
-        name now is an earlier job's (read only once the new job wrote new files); on
-        re-attaching to a live job (`catch_up`), the files there are this job's."""
-        layout = self.layout
-        self._views = {}
-        if layout is not None:
-            for name in VIEWED:
-                self._views[name] = LogView(lambda name=name: layout.log_file(name),  # type: ignore[misc]
-                                            skip_existing=not catch_up)
-            metrics = layout.metrics_file()
-            self._metrics = (LogTail(metrics, from_end=not catch_up)
-                             if metrics is not None else None)
-            job_id = self.job_id
-            # One log per job id: never an earlier job's.
-            self._job_log = LogView(lambda: layout.run_dir / f"job_{job_id}.log",
-                                    skip_existing=False)
 
     # -- events ----------------------------------------------------------------------------
     def _task_handlers(self) -> Mapping[Task, Callable[[TaskDone], None]]:
@@ -399,8 +284,8 @@ class SlurmRunSupervisor(SupervisorCore):
         # cancel task's to report, `_on_cancelled`, in a stopping phase): never "on request".
         decision = decide_job_end(
             job, training_done=self._training_done(), stop_requested=False,
-            child_failure=(f"{self._child_failure.describe()} (reported by prime-rl's "
-                           "launcher)" if self._child_failure is not None else None))
+            child_failure=(f"{child.describe()} (reported by prime-rl's launcher)"
+                           if (child := self.files.child_failure) is not None else None))
         self._on_job_ended(job, decision, polled.node_states)
 
     def _on_job_ended(self, job: JobInfo, decision: EndDecision,
@@ -408,7 +293,7 @@ class SlurmRunSupervisor(SupervisorCore):
         if decision.action == "succeeded":
             self._succeed(decision.reason)  # (the job has ended: nothing to cancel)
             return
-        failed_checks = [host for host, report in self._reports().items()
+        failed_checks = [host for host, report in self.files.reports().items()
                          if not report.get("ok")]
         blamed = blamed_nodes(job, node_states, failed_checks)
         if blamed:
@@ -417,28 +302,16 @@ class SlurmRunSupervisor(SupervisorCore):
         reason = decision.reason + (f" (blamed node(s): {', '.join(blamed)})" if blamed else "")
         self._fail(reason, kind="crash")  # (the job has ended: nothing to cancel)
 
-    def _reports(self) -> dict[str, dict[str, Any]]:
-        return read_reports(self._report_dir) if self._report_dir is not None else {}
-
     def _read_reports(self) -> None:
-        for host, report in self._reports().items():
-            if host in self._reported:
-                continue
-            self._reported.add(host)
+        for host, report in self.files.unsaid_reports():
             ok = bool(report.get("ok"))
             kind = "node_check" if ok else "node_check_failed"
             self._event(kind, f"node {host}: {report.get('summary', '')}", component=host,
                         job_id=self.job_id, report=report)
 
     def _read_progress(self, now: float) -> None:
-        def job_log_line(source: str, line: str) -> None:
-            if source == "job" and self._child_failure is None:
-                self._child_failure = child_failure_from_line(line)
-
-        sources: list[tuple[str, LogView | LogTail]] = list(self._views.items())
-        if self._job_log is not None:
-            sources.append(("job", self._job_log))
-        self._scan_logs(now, sources, self._metrics, job_log_line)
+        files = self.files
+        self._scan_logs(now, files.sources(), files.metrics, files.on_line)
 
     def _cancel(self) -> None:
         job_id = self.job_id

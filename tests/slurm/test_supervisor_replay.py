@@ -187,7 +187,7 @@ def test_node_check_reports_land_in_the_history_and_a_failed_one_blames_its_node
     d = start(tmp_path, profile, slurm)
     slurm.set(slurm.last, "RUNNING", ["node1", "node2"])
     d.pump(lambda: d.sup.state == RunState.RUNNING)
-    reports = d.sup._report_dir
+    reports = d.sup.files.report_dir
     assert reports is not None
     (reports / "node1.json").write_text(json.dumps(
         {"host": "node1", "ok": True, "summary": "reaped 1 process(es); no GPUs to check"}))
