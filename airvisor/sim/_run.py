@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import psutil
 import structlog
 import tomli_w
 
@@ -42,6 +43,7 @@ import airvisor.primerl._adapters as adapters_module  # (its `resolve`: patched 
 import airvisor.primerl._attempt as attempt_module
 import airvisor.proc._launch as launch_module
 import airvisor.profile._checks as checks_module
+import airvisor.runs._manager as manager_module
 from airvisor.box._supervisor import Hooks
 from airvisor.demo._layout import DemoVersion
 from airvisor.demo._resolve import main as demo_resolve
@@ -334,11 +336,13 @@ def _patched(world: World, shape: tuple[Any, ...]) -> Iterator[None]:
             stack.enter_context(mock.patch.object(watch_module, "identity_of", world.identity))
         # The kept server's probe (real HTTP in the box), answered by the world, wherever the
         # box's modules name it (the box backend is split by concern: any of its modules).
-        for name, module in list(sys.modules.items()):
-            if name.startswith("airvisor.box.") and hasattr(module, "probe_kept_server") \
-                    and not name.endswith("._probe"):
-                stack.enter_context(mock.patch.object(module, "probe_kept_server",
-                                                      _kept_probe(world)))
+        for module in _naming_kept_probe():
+            stack.enter_context(mock.patch.object(module, "probe_kept_server",
+                                                  _kept_probe(world)))
+        # Each daemon's own start time (`RunManager` reads it from /proc as it starts): every
+        # simulated daemon is this process.
+        stack.enter_context(mock.patch.object(manager_module, "_own_create_time",
+                                              _own_create_time))
         if hasattr(stop_module, "_after_launcher_report"):
             # The stop's wait for the launcher's "exit code N" line, in sim time: the job is
             # let by (Blocked) and run again at later steps until the line or the deadline.
@@ -350,6 +354,42 @@ def _patched(world: World, shape: tuple[Any, ...]) -> Iterator[None]:
             yield
         finally:
             structlog.configure(**saved_logging)
+
+
+_BOX_MODULES: tuple[int, list[Any]] = (0, [])  # (len(sys.modules) then, the modules)
+
+
+def _naming_kept_probe() -> list[Any]:
+    """The box's modules that name `probe_kept_server` (the box backend is split by concern):
+    looked up again only when a module was imported since the last look, not for every
+    schedule (a worker runs thousands)."""
+    global _BOX_MODULES
+    if _BOX_MODULES[0] != len(sys.modules):
+        _BOX_MODULES = (len(sys.modules), [
+            module for name, module in list(sys.modules.items())
+            if name.startswith("airvisor.box.") and hasattr(module, "probe_kept_server")
+            and not name.endswith("._probe")])
+    return _BOX_MODULES[1]
+
+
+_real_process_alive = launch_module.process_alive  # (before `_patched` answers with the world)
+
+
+@functools.cache
+def _own_create_time() -> float:
+    """This process's start time: every daemon the simulation starts is this process, which
+    `RunManager` records as the run's supervisor (its pid and this)."""
+    return float(psutil.Process().create_time())
+
+
+def _supervisor_alive(pid: int, started: float | None) -> bool:
+    """The store's look at a run's recorded supervisor, answered as `process_alive` (its
+    default) answers it, without a read of /proc at every read of the run: this process (a
+    simulated daemon) is alive, under its own start time (a killed daemon's record says
+    another: `_kill_daemon`); any other pid is looked up."""
+    if pid == os.getpid():
+        return started is None or abs(started - _own_create_time()) < 0.01
+    return _real_process_alive(pid, started)
 
 
 class Simulation:
@@ -370,11 +410,17 @@ class Simulation:
         if not template.exists():
             Store(template)  # (its schema; each thread closes its own connection)
         shutil.copyfile(template, state / "airvisor.sqlite3")
-        self.store = Store(state / "airvisor.sqlite3")
+        self.store = Store(state / "airvisor.sqlite3", supervisor_check=_supervisor_alive)
         # The real store, on a tmpfs, without waiting for the disk: every write is still
-        # SQL against the same schema; only durability across a power cut is given up.
-        connection = self.store._conn()  # (the one thread the whole simulation runs on)
+        # SQL against the same schema, in a transaction that rolls back on an error; only
+        # durability across a power cut is given up. Its rollback journal is kept in memory
+        # (no WAL file written at each commit) and its lock held by its one connection (none
+        # taken and released at each transaction): the one thread the whole simulation runs
+        # on has the one connection to this file.
+        connection = self.store._conn()
         connection.execute("PRAGMA synchronous=OFF")
+        connection.execute("PRAGMA journal_mode=MEMORY")
+        connection.execute("PRAGMA locking_mode=EXCLUSIVE")
         self.world = World(root, schedule.seed, version=schedule.version,
                            max_steps=schedule.max_steps, interval=2, layout=layout)
         self.world.on_member_exit = self._on_exit
