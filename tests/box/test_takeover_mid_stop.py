@@ -3,8 +3,9 @@ the server, as the dead daemon would have (issue 29 item 1: a daemon killed and 
 step leads to the same outcome), over real processes: prime-rl's own `rl` launcher of both
 versions without [inference], the demo stand-ins, the inference server run apart.
 
-The trainer crashes; the dead daemon's probe finds the server healthy (keep it) while its stop
-of the rest never signals anything (its stop hook blocks: the daemon dies there, SIGKILLed in
+The trainer crashes; the dead daemon's probe finds the server healthy (keep it), or is still
+under way when it dies (the new daemon probes again), while its stop of the rest never signals
+anything (its stop hook blocks: the daemon dies there, SIGKILLed in
 effect: nothing more is recorded). prime-rl's launcher is then recorded "stopping" and the
 orchestrator is held still (SIGSTOP) for it to say the trainer's status. The new daemon
 restores the machine (the failure, the kept scope), stops the rest only (the launcher and its
@@ -19,6 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
+import airvisor.box._kept as kept_module
 from airvisor.box._supervisor import RunSupervisor
 from airvisor.policy import Phase
 from airvisor.proc import ProcessIdentity
@@ -37,9 +39,12 @@ from .test_kept_inference import (
 )
 
 
+@pytest.mark.parametrize("probe", ["settled", "under_way"])
 @pytest.mark.parametrize("version", ["0.4", "main"])
-def test_a_kept_recovery_taken_over_mid_stop_keeps_the_server(harness: Harness,
-                                                              version: str) -> None:
+def test_a_kept_recovery_taken_over_mid_stop_keeps_the_server(
+        harness: Harness, version: str, probe: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`probe`: the dead daemon's probe of the server had reported (keep it) when it died, or
+    was still under way (it never reports: the new daemon probes again, then keeps it)."""
     entered, release = threading.Event(), threading.Event()
 
     def dying_daemons_stop(*args: Any, **kwargs: Any) -> str:
@@ -47,15 +52,26 @@ def test_a_kept_recovery_taken_over_mid_stop_keeps_the_server(harness: Harness,
         release.wait(BOUND)
         return "the dead daemon's stop"
 
+    probes: list[str] = []
+
+    def probe_kept_server(**kwargs: Any) -> Any:
+        probes.append(run_id)
+        if probe == "under_way" and len(probes) == 1:
+            release.wait(BOUND)  # the daemon dies with its probe under way
+        return real_probe(**kwargs)
+
+    real_probe = kept_module.probe_kept_server
+    monkeypatch.setattr(kept_module, "probe_kept_server", probe_kept_server)
     harness.manager.hooks.stop_tree = dying_daemons_stop
     profile = profile_of(harness, version, demo={"trainer": {"crash_at_step": 5}})
     run_id, sup = start(harness, profile)
     try:
         drive(harness, "the first attempt running", lambda: running_attempt(harness, sup, 1))
         kept = server(harness, run_id, 1)
-        drive(harness, "the kept scope settled while the rest's stop hangs",
-              lambda: entered.is_set() and sup.machine.scope is not None
-              and sup.machine.scope.keep_inference and sup.machine.scope.settled)
+        settled = probe == "settled"
+        drive(harness, f"the kept scope {probe} while the rest's stop hangs",
+              lambda: entered.is_set() and probes and sup.machine.scope is not None
+              and sup.machine.scope.keep_inference and sup.machine.scope.settled == settled)
         assert sup.phase == Phase.RECOVERY_STOPPING
         run = harness.store.get_run(run_id)
         assert run is not None and run.phase == "recovering.stopping"
@@ -82,6 +98,8 @@ def test_a_kept_recovery_taken_over_mid_stop_keeps_the_server(harness: Harness,
         again = manager.supervisor(run_id)
         assert isinstance(again, RunSupervisor)
         assert again.machine.scope == sup.machine.scope  # the restored scope, not a full one
+        # (a probe under way when the daemon died is asked again)
+        assert (again.machine.scope_pending is not None) == (probe == "under_way")
         drive(harness, "the second attempt training",
               lambda: running_attempt(harness, again, 2, step=6), manager=manager)
     finally:
@@ -97,5 +115,6 @@ def test_a_kept_recovery_taken_over_mid_stop_keeps_the_server(harness: Harness,
     # members, the held orchestrator too, by pid and start time) when it prepared the next.
     assert left_at_preflight == [[]]
     assert len(harness.store.restart_history(run_id)) == 1  # counted once
+    assert len(probes) == (1 if probe == "settled" else 2)
     assert again.machine.restarts == 1
     stop_and_check_nothing_left(harness, run_id, again)
