@@ -622,6 +622,9 @@ def test_a_command_filling_the_disk_is_stopped_by_the_watcher(bench: Bench) -> N
     assert episode.agent_failure is not None and "env arg `disk`" in episode.agent_failure
     assert episode.total_reward == -1.0
     bench.honest_titanic()  # the state lists every entry of /tmp: no fill
+    # one watcher: each reset ended the earlier episodes' watchers
+    pattern = "^[^ ]*python[^ ]* -I -B /opt/air_mlgym/admin.py watch "
+    assert exec_output(bench.container, ["/usr/bin/pgrep", "-c", "-f", pattern]).strip() == b"1"
 
 
 # A process listed as the agent's (its /proc entry is the agent's uid) that the agent's own

@@ -955,6 +955,8 @@ def watch_disk(args: dict[str, Any]) -> NoReturn:
     scope = DiskScope(args["home"], args["workspace_name"], args.get("task_key"))
     while True:
         began = time.monotonic()
+        if _load_json(WATCH_PID) != os.getpid():
+            os._exit(0)  # a later episode's watcher took over (or the reset removed the file)
         try:
             used = scope.usage()
             if used > limit:
@@ -970,24 +972,27 @@ def watch_disk(args: dict[str, Any]) -> NoReturn:
 
 
 def stop_watcher() -> None:
-    """End the previous episode's watcher (a root process of this helper, by its pid file)."""
-    try:
-        with open(WATCH_PID, "rb") as handle:
-            pid = int(handle.read())
-    except (OSError, ValueError):
-        return
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            argv = handle.read().split(b"\0")
-        ours = os.stat(f"/proc/{pid}").st_uid == 0 and b"watch" in argv
-    except OSError:
-        ours = False
-    if ours:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while not _is_zombie(pid) and time.monotonic() < deadline:
-            time.sleep(0.01)
+    """End every disk watcher of earlier episodes: root processes running this helper's
+    `watch` (all of them, not only the one its pid file names: a watcher started just before a
+    reset may not have written it yet), and wait until they are gone."""
+    watchers = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+            if os.stat(f"/proc/{entry}").st_uid != 0:
+                continue
+        except OSError:
+            continue
+        if len(argv) > 4 and argv[3] == os.fsencode(__file__) and argv[4] == b"watch":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry), signal.SIGKILL)
+            watchers.append(int(entry))
+    deadline = time.monotonic() + 10
+    while any(not _is_zombie(pid) for pid in watchers) and time.monotonic() < deadline:
+        time.sleep(0.01)
     with contextlib.suppress(OSError):
         os.unlink(WATCH_PID)
 
