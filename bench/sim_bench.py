@@ -3,6 +3,10 @@ sweep (`airvisor.sim.sweep`), the real supervisor stack per schedule, one world 
 process; with the machine's load average, which on a shared box moves the number most.
 
 Usage: .venv/bin/python bench/sim_bench.py [--seeds 1000] [--workers 1 2] [--first 0]
+On a copy of the tree (`git archive`), set PYTHONPATH to the copy: run as a script, this file's
+folder is first on sys.path, not the working directory, and `airvisor` would be the editable
+install's (the checkout's, with whatever is uncommitted there). Results: docs/benchmarks.md,
+"Deterministic simulation".
 """
 
 from __future__ import annotations
