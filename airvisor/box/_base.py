@@ -56,8 +56,10 @@ class BoxSupervisorBase(SupervisorCore):
         # The members' identities (pid and start time) as found: what a stop of the rest
         # signals directly, never the launcher (issue 30 item 4).
         self._member_ids: dict[str, ProcessIdentity] = {}
-        # The failed attempt's launcher while it is left to say its status and exit.
-        self._old_launcher: OldLauncher | None = None
+        # Each failed attempt's launcher while it is left to say its status and exit, by
+        # attempt: the next attempt's member may die (and its launcher be left) meanwhile.
+        self._old_launchers: dict[int, OldLauncher] = {}
+        self._old_launchers_looked = False  # (a new daemon's look for them: once)
         self._death_watch: DeathWatchLike | None = None  # the members' (started at the first)
         self._containment: str | None = None
         # The split (issue 22): this attempt's plan when its inference server runs as its own
@@ -125,6 +127,10 @@ class BoxSupervisorBase(SupervisorCore):
     def _adopt_members(self) -> None:
         """The members the last supervisor recorded for the adopted attempt (MemberWatch,
         _memberwatch.py)."""
+        raise NotImplementedError
+
+    def _adopt_old_launchers(self) -> None:
+        """Finish the failed attempts' launchers an earlier daemon left (box/_stop.py)."""
         raise NotImplementedError
 
     def _close_death_watch(self) -> None:

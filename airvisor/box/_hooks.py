@@ -19,6 +19,7 @@ from airvisor.core import Background, run_on_thread
 from airvisor.primerl import plan_ahead
 from airvisor.proc import ProcessIdentity, containment, launch
 from airvisor.proc._deathwatch import Death, DeathWatch
+from airvisor.proc._hold import group_members
 from airvisor.profile._schema import Profile
 
 log = get_logger("airvisor.box")
@@ -124,10 +125,14 @@ class Hooks:
     plan_ahead: Callable[..., bool] = plan_ahead
     # Hold a member's tree still (SIGSTOP) and end it later (SIGTERM, SIGCONT): the stop that
     # does not wait for prime-rl's launcher's exit-status line (`_stop_rest_at_once`). None:
-    # the stop waits for the line (`_after_launcher_report`), as the simulation's world does
-    # (the daemon's hooks, `runs.default_hooks`, give `proc.hold_trees` and `proc.end_held`).
+    # the stop waits for the line (`_after_launcher_report`), as the simulation's world does in
+    # a schedule without `hold` (the daemon's hooks, `runs.default_hooks`, give
+    # `proc.hold_trees` and `proc.end_held`; the simulation's world its own otherwise).
     hold_trees: Callable[[list[ProcessIdentity]], list[ProcessIdentity]] | None = None
     end_held: Callable[[list[ProcessIdentity]], list[int]] | None = None
+    # Every live process of a process group (the failed launcher's, which that stop ends but
+    # for the launcher and the held): psutil's process table; the simulation's world's.
+    group_members: Callable[[int], list[ProcessIdentity]] = group_members
     # The machine's boot time, on the clock of a process's create time (psutil's): a takeover
     # tells a reboot (every process of the run started before it) from a crash with it.
     boot_time: Callable[[], float] = psutil.boot_time
@@ -160,6 +165,8 @@ class OldLauncher:
     handle: ComponentHandle
     component: str
     held: list[ProcessIdentity]
+    said: bool = False  # its line was read (at a look meanwhile, or at its exit)
+    stopped: bool = False  # a stop was given it (`_stop_processes`): not left any more
 
 
 def describe_exit(code: int | None) -> str:

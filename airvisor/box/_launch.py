@@ -107,12 +107,12 @@ class Launching(BoxSupervisorBase):
         with_halves = profile.restart.scope == "auto"
         prl_run_id = self._prl_run_id if kept is not None else None
         machine_profile = profile
-        own: frozenset[int] = frozenset()
-        old = self._old_launcher
-        if old is not None and old.handle.identity.alive():
-            # The failed attempt's launcher, left to say its status and exit by itself (its
-            # members are gone or held): not the preflight's to reap meanwhile.
-            own = frozenset({old.handle.identity.pid})
+        self._adopt_old_launchers()  # (a new daemon's: those an earlier one left)
+        # The failed attempts' launchers, left to say their status and exit by themselves
+        # (their members are gone or held): not the preflight's to reap meanwhile.
+        own: frozenset[int] = frozenset(
+            old.handle.identity.pid for old in self._old_launchers.values()
+            if old.handle.identity.alive())
         if kept is not None:
             # The kept server is the run's own: never reaped, and its GPUs' memory is in use by
             # it (the GPU wait is for the rest's GPUs).

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from airvisor._logfile import tail_lines
+from airvisor._logfile import LogTail, tail_lines
 from airvisor._logging import get_logger
 from airvisor.box._base import BoxSupervisorBase
 from airvisor.box._hooks import INFERENCE, ComponentHandle, OldLauncher, TaskOutcome, pool_status
@@ -19,7 +19,6 @@ from airvisor.core import ComponentExited, Task, TaskDone
 from airvisor.policy import Phase
 from airvisor.primerl import LAUNCHER, ChildFailure, child_failure_from_line
 from airvisor.proc import ProcessIdentity
-from airvisor.proc._hold import group_members
 from airvisor.stacks import with_stacks_first
 
 log = get_logger("airvisor.box")
@@ -90,6 +89,17 @@ def _after_launcher_report(job: Callable[[], TaskOutcome], log_path: Path,
     return run
 
 
+def _wait_until(done: Callable[[], bool], seconds: float) -> bool:
+    """Whether `done()` came true within `seconds` (looked at every LAUNCHER_REPORT_LOOK, on
+    the calling worker). The simulation answers it in sim time (airvisor.sim `_patched`)."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(LAUNCHER_REPORT_LOOK)
+    return True
+
+
 def _finish_old_launcher(old: OldLauncher, grace: float,
                          stop_tree: Callable[..., str],
                          end_held_trees: Callable[[list[ProcessIdentity]], list[int]],
@@ -101,19 +111,15 @@ def _finish_old_launcher(old: OldLauncher, grace: float,
     never a process of the next attempt); after `grace`, what is left of its tree (its process
     group, the held) is stopped as before, never by the run's marker (the next attempt's
     processes carry it too). Runs on its own thread: nothing of the next attempt waits."""
-    deadline = time.monotonic() + LAUNCHER_REPORT_WAIT
-    while launcher_report(old.handle.log.path, old.component) is None \
-            and time.monotonic() < deadline and old.handle.identity.alive():
-        time.sleep(LAUNCHER_REPORT_LOOK)
+    _wait_until(lambda: launcher_report(old.handle.log.path, old.component) is not None
+                or not old.handle.identity.alive(), LAUNCHER_REPORT_WAIT)
     if old.held:
         end_held_trees(old.held)
-    began = time.monotonic()
-    ends = began + max(grace, OLD_LAUNCHER_EXIT_WAIT)
-    while old.handle.identity.alive() and time.monotonic() < ends:
-        time.sleep(LAUNCHER_REPORT_LOOK)
+    waited = max(grace, OLD_LAUNCHER_EXIT_WAIT)
+    _wait_until(lambda: not old.handle.identity.alive(), waited)
     if old.handle.identity.alive() or any(i.alive() for i in old.held):
         log.info("the failed attempt's launcher did not exit by itself: stopped", run=run_id,
-                 attempt=old.attempt, waited=round(time.monotonic() - began, 3))
+                 attempt=old.attempt, waited=waited)
         stop_tree([old.handle.identity, *old.held], [old.handle.pgid], run_id, 0.0,
                   sweep=False)
 
@@ -127,12 +133,69 @@ class Stopping(BoxSupervisorBase):
         whatever phase the run is now (the next attempt may run: the line is that attempt's,
         `RunMachine.earlier`); its exit is never the current attempt's failure (its attempt
         is an earlier one: `_on_process_event` acts on no other event of it)."""
-        self._old_launcher = None
+        self._old_launchers.pop(old.attempt, None)
         self.store.upsert_component(self.run_id, old.attempt, LAUNCHER, state="exited",
                                     exit_code=event.returncode)
-        child = launcher_report(old.handle.log.path, old.component)
-        if child is not None:
-            self._exit_status_read(child.component, child.code, attempt=old.attempt)
+        if not old.said:
+            child = launcher_report(old.handle.log.path, old.component)
+            if child is not None:
+                self._exit_status_read(child.component, child.code, attempt=old.attempt)
+
+    def _old_launchers_said(self) -> None:
+        """An earlier attempt's launcher, left to say its failed member's status, said it:
+        read at the next attempt's looks, not only at its exit (it may linger, and the run
+        machine keeps one earlier attempt's failure open: the next attempt's own failure and
+        relaunch would replace it before that exit, `RunMachine.earlier`)."""
+        for old in self._old_launchers.values():
+            if old.said or old.attempt == self.attempt:
+                continue
+            child = launcher_report(old.handle.log.path, old.component)
+            if child is not None:
+                old.said = True
+                self._exit_status_read(child.component, child.code, attempt=old.attempt)
+
+    def _adopt_old_launchers(self) -> None:
+        """A daemon that took the run over finishes the failed attempts' launchers an earlier
+        daemon left to say their member's status (recorded "stopping", still running): their
+        held members ended once the line is said (or after its wait), each launcher stopped if
+        it lingers (`_finish_old_launcher`), its line read at the next attempt's looks
+        (`_old_launchers_said`): else the status was never read and a held member waited for
+        its launcher's SIGKILL. Looked at once per supervisor (its first preflight or look)."""
+        if self._old_launchers_looked:
+            return
+        self._old_launchers_looked = True
+        awaited: dict[int, str] = {}  # attempt -> the member whose status its launcher says
+        earlier, failure = self.machine.earlier, self.machine.failure
+        if earlier is not None and earlier[1].component is not None:
+            awaited[earlier[0]] = earlier[1].component
+        if failure is not None and failure.component is not None and not failure.status_known:
+            awaited[self.attempt] = failure.component
+        end_held_trees = self._hooks.end_held or (lambda held: [])
+        grace, run_id, stop_tree = self._stop_grace(), self.run_id, self._hooks.stop_tree
+        for number, component in awaited.items():
+            if number in self._old_launchers:
+                continue
+            records = self.store.components(self.run_id, number)
+            launcher = next((c for c in records if c.name == LAUNCHER and c.state == "stopping"
+                             and c.pid is not None and c.create_time is not None), None)
+            if launcher is None or launcher.pid is None or launcher.create_time is None \
+                    or not launcher.log_path:
+                continue
+            identity = ProcessIdentity(launcher.pid, launcher.create_time)
+            if not identity.alive():
+                continue
+            # Its members still running are the held ones (the others were stopped at once).
+            held = [i for c in records if c.kind == "member" and c.pid is not None
+                    and c.create_time is not None
+                    and (i := ProcessIdentity(c.pid, c.create_time)).alive()]
+            handle = ComponentHandle(
+                name=LAUNCHER, identity=identity, pgid=launcher.pgid or launcher.pid,
+                log=LogTail(Path(launcher.log_path), from_end=True), argv=launcher.argv,
+                gpus=launcher.gpus, launched=None, since=number)
+            old = OldLauncher(number, handle, component, held)
+            self._old_launchers[number] = old
+            self._background(f"old-launcher-{run_id}", lambda old=old: _finish_old_launcher(  # type: ignore[misc]
+                old, grace, stop_tree, end_held_trees, run_id))
 
     def _stop_processes(self, *, keep_inference: bool = False,
                         stacks: bool = False) -> bool | None:
@@ -147,12 +210,12 @@ class Stopping(BoxSupervisorBase):
         if self._prober is not None:
             self._prober.stop()
         handles = [h for h in self.components.values() if h.name != keep]
-        old = self._old_launcher
         # A failed attempt's launcher still saying its status (`_stop_rest_at_once`) goes with
         # this stop too, its held members ended first (held, they would wait for the SIGKILL).
-        held = list(old.held) if old is not None else []
-        if old is not None and old.handle not in handles and old.handle.identity.alive():
-            handles.append(old.handle)
+        olds = list(self._old_launchers.values())
+        held = [identity for old in olds for identity in old.held]
+        handles += [old.handle for old in olds
+                    if old.handle not in handles and old.handle.identity.alive()]
         end_held_trees = self._hooks.end_held
         grace = self._stop_grace()  # (the rest of it, for a stop taken over)
         pool = self._pool
@@ -192,15 +255,26 @@ class Stopping(BoxSupervisorBase):
             # The member's status is the launcher's (it reaped it): let it say it before its
             # tree is stopped; the line is read when the stop ends (`_after_stop`).
             job = _after_launcher_report(job, launcher.log.path, failure.component)
+        for old in olds:
+            old.stopped = True  # (this stop ends them)
         self._run_task(Task.STOP, job)
         return keep is not None
+
+    def _launcher_left(self) -> bool:
+        """A failed attempt's launcher left to say its status (`_stop_rest_at_once`) still
+        runs: a run that ends stops it first (`ProcessesDown.launcher_left`)."""
+        return any(old.handle.identity.alive() and not old.stopped
+                   for old in self._old_launchers.values())
 
     def _can_stop_rest_at_once(self, launcher: ComponentHandle, failed: str) -> bool:
         """The rest can be stopped without waiting for the launcher's line (issue 30 item 4):
         the launcher is this daemon's child (its exit is seen, with its log read then), the
-        failed component is one of its members as found, and the hooks can hold one still."""
+        failed component is one of its members as found, the hooks can hold one still, and
+        this attempt's rest was not stopped so already (a later stop of the same recovery: the
+        kept server's, or the run's end, ends the launcher too, its line waited for first)."""
         return launcher.launched is not None and failed in self._member_ids \
-            and self._hooks.hold_trees is not None and self._hooks.end_held is not None
+            and self._hooks.hold_trees is not None and self._hooks.end_held is not None \
+            and self.attempt not in self._old_launchers
 
     def _stop_rest_at_once(self, launcher: ComponentHandle, failed: str, keep: str | None,
                            stacks: bool) -> None:
@@ -221,9 +295,10 @@ class Stopping(BoxSupervisorBase):
         grace = self._stop_grace()
         pool, pool_lock = self._pool, self._pool_lock
         run_id, stop_tree = self.run_id, self._hooks.stop_tree
+        members_of_group = self._hooks.group_members
         group, launcher_pid = launcher.pgid, launcher.identity.pid
         old = OldLauncher(self.attempt, launcher, failed, [])
-        self._old_launcher = old
+        self._old_launchers[self.attempt] = old
         self.store.upsert_component(self.run_id, self.attempt, LAUNCHER, state="stopping")
 
         def job() -> TaskOutcome:
@@ -231,7 +306,8 @@ class Stopping(BoxSupervisorBase):
             held = {i.pid for i in old.held}
             # The launcher's group holds its members and what they left (a SIGKILLed torchrun's
             # workers): all of it but the launcher and the held, by identity.
-            rest = [i for i in group_members(group) if i.pid not in held and i.pid != launcher_pid]
+            rest = [i for i in members_of_group(group)
+                    if i.pid not in held and i.pid != launcher_pid]
             rest += [h.identity for h in handles]
             summary = stop_tree(rest, [h.pgid for h in handles], run_id, grace, sweep=False)
             summary += (f"; {len(held)} held for prime-rl's launcher to say {failed}'s status"
@@ -250,11 +326,11 @@ class Stopping(BoxSupervisorBase):
 
     def _after_stop(self, event: TaskDone) -> None:
         keeping = self.machine.keeping  # (the machine forgets it with the stop's end)
-        old = self._old_launcher
+        olds = self._old_launchers
         for handle in self.components.values():
             if keeping and handle.name == INFERENCE:
                 continue
-            if old is not None and handle is old.handle:
+            if any(handle is old.handle for old in olds.values()):
                 continue  # (left to say its status and exit: `_old_launcher_exited`)
             handle.exited = True
             self.store.upsert_component(self.run_id, self.attempt, handle.name, state="stopped")
@@ -274,12 +350,12 @@ class Stopping(BoxSupervisorBase):
             child = launcher_report(launcher_log, failure.component)
             if child is not None:
                 self._exit_status_read(child.component, child.code)
-        if old is not None and old.attempt != self.attempt \
-                and not old.handle.identity.alive():
+        for old in [o for o in olds.values() if o.attempt != self.attempt
+                    and not o.handle.identity.alive()]:
             # An earlier attempt's launcher this stop ended (it had not exited by itself yet):
             # what it said is read now, before the run may end (its exit comes after).
-            self._old_launcher = None
-            child = launcher_report(old.handle.log.path, old.component)
+            del olds[old.attempt]
+            child = None if old.said else launcher_report(old.handle.log.path, old.component)
             if child is not None:
                 self._exit_status_read(child.component, child.code, attempt=old.attempt)
         self._decide(self._down_event())

@@ -102,9 +102,9 @@ class RunSupervisor(Launching, KeptServer, Adoption, MemberWatch, Stopping):
         return []
 
     def _on_process_event(self, event: ProcessEvent) -> None:
-        old = self._old_launcher
+        old = self._old_launchers.get(event.attempt)
         if old is not None and isinstance(event, ComponentExited) \
-                and event.attempt == old.attempt and event.component == LAUNCHER:
+                and event.component == LAUNCHER:
             self._old_launcher_exited(old, event)
             if event.attempt != self.attempt:
                 return  # (that attempt is over: nothing else of it is acted on)
@@ -240,6 +240,9 @@ class RunSupervisor(Launching, KeptServer, Adoption, MemberWatch, Stopping):
 
     def _watch(self, now: float) -> None:
         self._poll_adopted()
+        self._adopt_old_launchers()
+        if self._old_launchers:
+            self._old_launchers_said()
         self._read_progress(now)
         self._plan_next_attempt(now)
         if self._check_rollouts():

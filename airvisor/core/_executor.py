@@ -100,6 +100,10 @@ class DecisionExecutor(CoreBase):
         """The last stop spared the kept inference server and it still runs."""
         return False
 
+    def _launcher_left(self) -> bool:
+        """A failed attempt's launcher left to say its member's status still runs."""
+        return False
+
     def _failure_details(self, failure: Failure) -> dict[str, Any]:
         """More of the failure event's data (Slurm: the job id)."""
         return {}
@@ -332,7 +336,7 @@ class DecisionExecutor(CoreBase):
             failure=machine.failure, policy=self._restart_policy(),
             counted_restarts=machine.counted_restarts, restarts=machine.restarts,
             now=self._wall(), scope=machine.scope,
-            inference_left=self._inference_left())
+            inference_left=self._inference_left(), launcher_left=self._launcher_left())
 
     def _preparation_failed(self, reason: str) -> None:
         """The next attempt could not be prepared (the box's preflight, Slurm's submission):

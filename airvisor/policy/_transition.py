@@ -123,6 +123,10 @@ class ProcessesDown:
     # The stop spared the kept inference server and it still runs: unless the recovery keeps
     # it (a settled keep_inference scope), it is stopped before anything else is decided.
     inference_left: bool = False
+    # A failed attempt's launcher, left to say its member's status (its members gone or held:
+    # issue 30 item 4), still runs: a run that ends goes through one more stop, which ends it
+    # and reads its line first (else the run would end with it and its held member running).
+    launcher_left: bool = False
 
 
 def _kept(scope: ScopeDecision | None) -> bool:
@@ -618,6 +622,10 @@ def _on_processes_down(phase: Phase, event: ProcessesDown) -> Next:
         # recovery does not keep it (the probe found it unhealthy): it goes too, then the
         # next ProcessesDown decides.
         return phase, (StopProcesses(),)
+    if phase.stopping and event.launcher_left:
+        # (a stop asked while the rest's stop left a failed launcher to say its status: it
+        # goes too, its line read first, before the run ends)
+        return phase, (StopProcesses(),)
     if phase.stopping:
         target = phase.stop_target
         # A stop asked during a recovery: the attempt ended failed when its failure was
@@ -644,6 +652,9 @@ def _on_processes_down(phase: Phase, event: ProcessesDown) -> Next:
                                data={"scope": "full", "scope_reason": full.reason,
                                      "detail": full.detail}),
                            StopProcesses())
+        if event.launcher_left:
+            # (the next ProcessesDown, the old launcher gone, gives up again and ends it)
+            return phase, (StopProcesses(),)
         return Phase.FAILED, (GiveUpRun(f"{decision.reason}; last failure: {failure.reason}"),)
     limit = (f"{decision.recent_restarts + 1} of restart.max_restarts = "
              f"{event.policy.max_restarts} within {event.policy.window:g} s" if counted
