@@ -16,6 +16,8 @@ Member = Literal["trainer", "orchestrator", "inference"]
 Version = Literal["0.4", "main"]
 Scope = Literal["all", "auto"]  # the profile's restart.scope
 KeptHow = Literal["probe-fails", "probe-hangs", "server-dies"]
+HoldHow = Literal["daemon-dies-held", "daemon-dies-finishing", "launcher-dies-held",
+                  "says-late", "never-exits", "second-death"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,25 @@ class KeptFault:
 
 
 @dataclass(frozen=True)
+class HoldFault:
+    """A fault of the stop that does not wait for prime-rl's launcher's status line (issue 30
+    item 4, box/_stop.py `_stop_rest_at_once`: the failed attempt's orchestrator held still,
+    its launcher left to say the status and exit while the next attempt is prepared), armed at
+    `at`, striking at the first second after it in which its moment has come:
+    "daemon-dies-held": the daemon SIGKILLed while a member is held (a new one `down` s later);
+    "daemon-dies-finishing": the same once the held are ended but the old launcher has not
+    exited yet; "launcher-dies-held": that launcher SIGKILLed while its member is held;
+    "says-late": the next held attempt's launcher looks late (its line after the next launch);
+    "never-exits": its clean-up never ends by itself (it lingers past the daemon's wait);
+    "second-death": the next attempt's trainer dies while the old launcher is still finishing
+    (which then never exits by itself: it is still there when the next attempt runs)."""
+
+    at: float
+    how: HoldHow
+    down: float = 0.0
+
+
+@dataclass(frozen=True)
 class Reboot:
     """The machine reboots: every process ends with it and nobody reads a status (the daemon
     dies too); the machine's boot time is then this moment, and a new daemon starts `down`
@@ -124,14 +145,18 @@ class OperatorRestart:
 
 
 Fault = Crash | Hang | LauncherDies | ProbeHang | DiskFull | CrashLoop | DaemonKill \
-    | Reboot | Resubmit | OperatorStop | OperatorRestart | KeptFault
+    | Reboot | Resubmit | OperatorStop | OperatorRestart | KeptFault | HoldFault
 
 
 @dataclass(frozen=True)
 class Schedule:
     """One simulated run: the world's seed (job interleavings, small timing choices), the
     prime-rl version, the faults in time order, and the profile's restart.scope ("auto":
-    the inference server runs apart from `rl` and a recovery may keep it)."""
+    the inference server runs apart from `rl` and a recovery may keep it). `hold`: the daemon's
+    hooks can hold a member still (`Hooks.hold_trees`), so a member's death whose status is the
+    launcher's to say is stopped without waiting for its line (else the stop waits for it);
+    `hold_faults`: the faults of that stop, apart from `faults` so that the schedules drawn
+    before it existed stay the same (tests/sim/test_schedule_choices.py pins them)."""
 
     seed: int
     version: Version
@@ -139,6 +164,13 @@ class Schedule:
     max_steps: int = 8
     max_restarts: int = 3
     scope: Scope = "all"
+    hold: bool = False
+    hold_faults: tuple[Fault, ...] = ()
+
+    @property
+    def all_faults(self) -> tuple[Fault, ...]:
+        """Every fault, in time order (`faults` first at the same second)."""
+        return tuple(sorted(self.faults + self.hold_faults, key=lambda f: f.at))
 
     def without(self, index: int) -> Schedule:
         return replace(self, faults=self.faults[:index] + self.faults[index + 1:])
@@ -150,8 +182,10 @@ class Schedule:
     def describe(self) -> str:
         lines = [f"seed {self.seed}: prime-rl {self.version}, max_steps {self.max_steps}, "
                  f"max_restarts {self.max_restarts}, restart.scope {self.scope}, "
-                 f"{len(self.faults)} fault(s)"]
-        lines += [f"  t={f.at:6.1f}  {describe_fault(f)}" for f in self.faults]
+                 f"{len(self.faults)} fault(s)"
+                 + (f", members held for the launcher's line, {len(self.hold_faults)} fault(s)"
+                    " of that stop" if self.hold else "")]
+        lines += [f"  t={f.at:6.1f}  {describe_fault(f)}" for f in self.all_faults]
         return "\n".join(lines)
 
 
@@ -171,12 +205,16 @@ def describe_fault(fault: Fault) -> str:
         return f"the trainer dies 2 s into each of the next {fault.attempts} attempts"
     if isinstance(fault, Reboot):
         return f"the machine reboots, a new daemon {fault.down:g} s later"
+    if isinstance(fault, HoldFault):
+        later = f", a new daemon {fault.down:g} s later" if "daemon" in fault.how else ""
+        return f"the stop that holds a member: {fault.how}{later}"
     return type(fault).__name__
 
 
 REBOOT_CHANCE = 0.05  # of a schedule with a reboot of the machine (on top of its faults)
 RESUBMIT_CHANCE = 0.05  # of one whose CLI submits again, its first answer lost
 AUTO_CHANCE = 1 / 3  # of one run with restart.scope "auto" (the server may be kept)
+HOLD_CHANCE = 1 / 2  # of one whose daemon holds a member for the launcher's line
 
 
 T = TypeVar("T")
@@ -291,6 +329,21 @@ def draw_schedule(choose: Choices, seed: int) -> Schedule:
         if kept:
             faults.append(Crash(at(), choose.pick(("trainer", "orchestrator")),
                                 choose.pick((1, -9)), choose.chance(0.7)))
+    # Drawn last of all (every schedule drawn before keeps its faults): one schedule in 2 has
+    # the stop that holds a member for the launcher's line, with up to 2 faults of it and,
+    # when it has any, a member's death whose status only the launcher reads (reaped first).
+    hold = choose.chance(HOLD_CHANCE)
+    hold_faults: list[Fault] = []
+    if hold:
+        for _ in range(choose.pick((0, 1, 1, 2))):
+            hold_how: HoldHow = choose.pick(("daemon-dies-held", "daemon-dies-finishing",
+                                             "launcher-dies-held", "says-late", "never-exits",
+                                             "second-death"))
+            hold_faults.append(HoldFault(at(), hold_how, float(choose.pick((0, 1, 5)))))
+        if hold_faults:
+            hold_faults.append(Crash(at(), choose.pick(("trainer", "inference", "orchestrator")),
+                                     choose.pick((1, 3, -9)), True))
     ordered = tuple(sorted(faults, key=lambda f: f.at))
     return Schedule(seed=seed, version=version, faults=ordered,
-                    max_steps=max_steps, max_restarts=max_restarts, scope=scope)
+                    max_steps=max_steps, max_restarts=max_restarts, scope=scope, hold=hold,
+                    hold_faults=tuple(sorted(hold_faults, key=lambda f: f.at)))

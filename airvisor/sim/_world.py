@@ -7,9 +7,15 @@ world's random choices say. Nothing here sleeps or starts a thread: one seed, on
 prime-rl's launcher (both versions, the same monitor loop): a monitor thread per child blocks
 in `process.wait()` and queues "<Name> failed with exit code N" (v0.4 rl.py:539-552, main
 utils/process.py:96-105); the main loop looks once a second, logs `Error: ...`, terminates
-every child and exits 1 (v0.4 rl.py:779-787, main entrypoints/rl.py:378-388); once trainer and
-orchestrator both exited 0 it logs its finished line and stops the inference server (v0.4
-rl.py:789-808 "RL training finished!", main entrypoints/rl.py:390-407 "Training finished!").
+every child and exits 1 (v0.4 rl.py:779-787, main entrypoints/rl.py:378-388). That loop runs
+only while not both of the orchestrator and the trainer have ended (each monitor thread sets its
+stop event as it queues its error); once both have, the launcher logs the orchestrator's status
+first, then the trainer's ("<Name> failed with exit code N", exit 1), else its finished line,
+and stops the inference server (v0.4 rl.py:779,789-808 "RL training finished!", main
+entrypoints/rl.py:378,390-407 "Training finished!"). A member held still (SIGSTOP: the stop
+that does not wait for that line, box/_stop.py `_stop_rest_at_once`) has not ended, so the
+loop looks on and says the failed member's status; its clean-up's SIGTERM to a held member
+acts only once the member is continued (SIGCONT), else its SIGKILL after 60 s does.
 
 The split (restart.scope "auto", primerl/_split.py): airvisor launches the inference server as
 its own process (its child, not the launcher's) and `rl` without [inference] beside it (the
@@ -46,7 +52,10 @@ INFERENCE_STARTUP = 2.0  # the server answers /health this long after its start
 INFERENCE_SHUTDOWN = 3.0  # the inference server's exit after SIGTERM
 CLEANUP_WAIT = 60.0  # the launcher's wait for a child that ignores SIGTERM, then SIGKILL
 LAUNCHER_NAMES = {"0.4": "RL training finished!", "main": "Training finished!"}
-REST_CONFIG = "rl-rest."  # the rest's config file (primerl/_split.py `plan_split`)
+REST_CONFIG = "rl-rest."
+# A launcher whose looks are late (`HoldFault` "says-late"): its status line comes this long
+# after the hold, past the daemon's wait for it (box/_stop.py LAUNCHER_REPORT_WAIT).
+LATE_LOOK = 8.0  # the rest's config file (primerl/_split.py `plan_split`)
 
 State = Literal["running", "stopped", "exited"]
 
@@ -67,6 +76,8 @@ class Proc:
     state: State = "running"
     code: int | None = None
     generation: int = 0  # the daemon that started it (a later one adopts it: not its child)
+    group: int = 0  # its process group: its launcher's for a member (Popen), else its own
+    ended_at: float | None = None
 
     @property
     def alive(self) -> bool:
@@ -98,11 +109,18 @@ class Launcher:
     next_step_at: float = 0.0
     # The monitor threads' queue: (when it was queued, the error).
     errors: list[tuple[float, str]] = field(default_factory=list)
-    exited_ok: set[str] = field(default_factory=set)
     partial_next: bool = False  # the next checkpoint write dies halfway
     cleanup_until: float | None = None  # stopping its children; exits then with exit_code
     exit_code: int = 1
     rest: bool = False  # `rl` without [inference] (the split): the server is not its child
+    # What its monitor threads saw end, by member: (when, exit code). Its loop's condition.
+    ended: dict[str, tuple[float, int]] = field(default_factory=dict)
+    said_at: float | None = None  # when it logged its status or finished line
+    # A `HoldFault`'s launcher: its looks are late ("says-late": its line comes `LATE_LOOK` s
+    # after the hold, the next attempt long launched) or its clean-up never ends by itself
+    # ("never-exits": stopped once the daemon's wait for its exit is over).
+    quiet_until: float = -1.0
+    never_exits: bool = False
 
 
 @dataclass
@@ -152,6 +170,11 @@ class Job:
     name: str
     run: Callable[[], None]
     generation: int
+    # Its waits (`World.wait_until`), in the order it made them: the deadline of each and,
+    # once over, what it returned. A job let by (`Blocked`) runs again from its start, and
+    # each wait it made already answers at once what it answered then.
+    waits: list[tuple[float, bool | None]] = field(default_factory=list)
+    cursor: int = 0
 
 
 @dataclass(frozen=True)
@@ -177,6 +200,17 @@ class Kept:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """A `Hooks.hold_trees` call: the processes it held (SIGSTOP), of which attempt, when."""
+
+    at: float
+    attempt: int
+    pids: tuple[int, ...]
+    launcher: int  # the pid of that attempt's launcher (left to say the status)
+    generation: int  # the daemon that held them
+
+
+@dataclass(frozen=True)
 class StopCall:
     at: float
     grace: float
@@ -198,6 +232,7 @@ class World:
         self.watches: list[Watch] = []
         self.probers: list[Prober] = []
         self.jobs: list[Job] = []
+        self.running: Job | None = None  # the worker job running now (`wait_until`)
         self.generation = 0  # the daemon's: its jobs, watchers and probers die with it
         self.disk_full_until = -1.0
         self.probe_hung_from: float | None = None
@@ -210,6 +245,11 @@ class World:
         # "probe-hangs"); None: the server's true health.
         self.kept_probe_fault: str | None = None
         self.stops: list[StopCall] = []
+        self.holds: list[Hold] = []
+        # Held (SIGSTOPped by `hold_trees`) and not continued since: pid -> when held.
+        self.held: dict[int, float] = {}
+        # A `HoldFault` on the launcher of the next attempt whose members are held.
+        self.linger_next: str | None = None
         self.final_step_reached = False
         self.final_step_at: float | None = None
         # The machine's boot, on the clock of a process's start (`Proc.started`): before the
@@ -281,7 +321,8 @@ class World:
     def _spawn(self, name: str, run_id: str, attempt: int, parent: int | None) -> Proc:
         self._next_pid += 1
         proc = Proc(self._next_pid, name, run_id, attempt, self.now, parent,
-                    generation=self.generation)
+                    generation=self.generation,
+                    group=parent if parent is not None else self._next_pid)
         self.procs[proc.pid] = proc
         return proc
 
@@ -352,20 +393,20 @@ class World:
         read came before its parent's reap), its launcher's monitor thread queues the error."""
         if not proc.alive:
             return
-        proc.state, proc.code = "exited", code
+        proc.state, proc.code, proc.ended_at = "exited", code, self.now
         for watch in self.watches:
             for key, pid in list(watch.pids.items()):
                 if pid == proc.pid and not watch.closed:
                     del watch.pids[key]
                     watch.on_death(Death(key, pid, self.wall(), "pidfd",
                                          None if reaped_first and proc.parent else code))
+        self.held.pop(proc.pid, None)
         launcher = self.launchers.get(proc.parent) if proc.parent is not None else None
         if launcher is not None and launcher.proc.alive:
+            launcher.ended.setdefault(proc.name, (self.now, code))
             if code != 0:
                 launcher.errors.append(
                     (self.now, f"{proc.name.capitalize()} failed with exit code {code}"))
-            else:
-                launcher.exited_ok.add(proc.name)
         if proc.pid in self.launchers:
             for member in self.launchers[proc.pid].members.values():
                 member.parent = None  # re-parented: they keep running
@@ -427,6 +468,27 @@ class World:
     def background(self, name: str, job: Callable[[], None]) -> None:
         self.jobs.append(Job(name, job, self.generation))
 
+    def wait_until(self, done: Callable[[], bool], seconds: float) -> bool:
+        """`box._stop._wait_until` in sim time, for the job running now (`running`): whether
+        `done()` came true within `seconds`; not yet known, the job is let by (`Blocked`) and
+        run again at a later step (its earlier waits answered as they were)."""
+        job = self.running
+        assert job is not None, "a wait outside a worker job"
+        index, job.cursor = job.cursor, job.cursor + 1
+        if index == len(job.waits):
+            job.waits.append((self.now + seconds, None))
+        deadline, answer = job.waits[index]
+        if answer is not None:
+            return answer
+        if done():
+            answer = True
+        elif self.now >= deadline:
+            answer = False
+        else:
+            raise Blocked(0)
+        job.waits[index] = (deadline, answer)
+        return answer
+
     def alive(self, pid: int | None, create_time: float | None) -> bool | None:
         """`process_alive` for a simulated pid (None: not one of the world's)."""
         if pid is None or pid <= PID_BASE:
@@ -442,6 +504,55 @@ class World:
             return identity_of(pid) if pid <= PID_BASE else None
         return proc.identity if proc.alive else None
 
+    def hold_trees(self, roots: list[ProcessIdentity]) -> list[ProcessIdentity]:
+        """`Hooks.hold_trees` (`proc.hold_trees`): SIGSTOP each root that is still the process
+        its identity names, then its descendants; every process held, with its start time."""
+        held: list[ProcessIdentity] = []
+        for root in roots:
+            proc = self.procs.get(root.pid)
+            if proc is None or not self.alive(root.pid, root.create_time):
+                continue
+            for target in (proc, *self._descendants(proc.pid)):
+                if target.alive:
+                    target.state = "stopped"
+                    self.held.setdefault(target.pid, self.now)
+                    held.append(target.identity)
+        if held:
+            proc = self.procs[held[0].pid]
+            launcher = next((x for x in self.launchers.values()
+                             if x.proc.pid == proc.group), None)
+            self.holds.append(Hold(self.now, proc.attempt, tuple(i.pid for i in held),
+                                   launcher.proc.pid if launcher is not None else 0,
+                                   self.generation))
+            if launcher is not None and self.linger_next is not None:
+                # The fault armed for the next hold's launcher (`HoldFault`).
+                if self.linger_next == "says-late":
+                    launcher.quiet_until = self.now + LATE_LOOK
+                else:
+                    launcher.never_exits = True
+                self.linger_next = None
+        return held
+
+    def end_held(self, held: list[ProcessIdentity]) -> list[int]:
+        """`Hooks.end_held` (`proc.end_held`): SIGTERM, then SIGCONT, to each held process still
+        that process: it acts on the SIGTERM as it runs again (it ends, -15)."""
+        ended = []
+        for identity in held:
+            proc = self.procs.get(identity.pid)
+            if proc is not None and self.alive(identity.pid, identity.create_time):
+                ended.append(proc.pid)
+                self.exit(proc, -15)
+        return ended
+
+    def group_members(self, pgid: int) -> list[ProcessIdentity]:
+        """`Hooks.group_members` (`proc._hold.group_members`): every live process of the
+        process group, with its start time."""
+        return [p.identity for p in self.procs.values() if p.alive and p.group == pgid]
+
+    def _descendants(self, pid: int) -> list[Proc]:
+        children = [p for p in self.procs.values() if p.parent == pid]
+        return children + [d for c in children for d in self._descendants(c.pid)]
+
     def boot_time(self) -> float:
         """`Hooks.boot_time`: psutil's boot time, in the process table's terms."""
         return self.booted_at
@@ -452,7 +563,7 @@ class World:
         full disk) stay."""
         for proc in self.procs.values():
             if proc.alive:
-                proc.state, proc.code = "exited", None
+                proc.state, proc.code, proc.ended_at = "exited", None, self.now
         self.booted_at = self.now
 
     def daemon_died(self) -> None:
@@ -528,25 +639,38 @@ class World:
         `cleanup_processes`: SIGTERM to each child, then up to 60 s for it to exit before a
         SIGKILL (v0.4 rl.py:529-536, main utils/process.py:83-93). The trainer and the
         orchestrator go at once; the inference server's shutdown takes a few seconds; a
-        stopped (SIGSTOP) child the whole 60 s."""
+        stopped (SIGSTOP) child the whole 60 s, unless it is continued meanwhile (`end_held`).
+        (Its `cleanup_threads` first joins each monitor thread for up to 5 s: not modelled.)"""
         if launcher.cleanup_until is not None:
-            if self.now >= launcher.cleanup_until:
-                for member in launcher.members.values():
-                    if member.alive and member.parent == launcher.proc.pid:
-                        self.exit(member, -9 if member.state == "stopped" else -15)
-                self.exit(launcher.proc, launcher.exit_code)
+            self._clean_up(launcher)
             return
-        # Its loop sleeps a second between looks: an error queued this second is seen at the
-        # next look, after airvisor's own watcher may have seen the death.
-        if launcher.errors and launcher.errors[0][0] < self.now:
+        if self.now < launcher.quiet_until:
+            return
+        # Its loop sleeps a second between looks: what a monitor thread queued this second
+        # (an error, with its stop event) is seen at the next look, after airvisor's own
+        # watcher may have seen the death; the clean exits of training's end (this second's
+        # `_train`, before this look) at this one.
+        seen = {name: code for name, (at, code) in launcher.ended.items()
+                if code == 0 or at < self.now}
+        if {"trainer", "orchestrator"} <= seen.keys():
+            # The loop's condition: both ended. The orchestrator's status first (v0.4
+            # rl.py:789-802, main entrypoints/rl.py:390-401).
+            failed = next((name for name in ("orchestrator", "trainer") if seen[name] != 0),
+                          None)
+            if failed is not None:
+                self.write(launcher.log, f"ERROR {failed.capitalize()} failed with exit code "
+                                         f"{seen[failed]}")
+                launcher.exit_code = 1
+            else:
+                self.write(launcher.log, f"SUCCESS {LAUNCHER_NAMES[launcher.version]}")
+                launcher.exit_code = 0
+        elif launcher.errors and launcher.errors[0][0] < self.now:
             self.write(launcher.log, f"ERROR Error: {launcher.errors[0][1]}")
             self.write(launcher.log, "ERROR Terminating all processes...")
             launcher.exit_code = 1
-        elif {"trainer", "orchestrator"} <= launcher.exited_ok:
-            self.write(launcher.log, f"SUCCESS {LAUNCHER_NAMES[launcher.version]}")
-            launcher.exit_code = 0
         else:
             return
+        launcher.said_at = self.now
         stopped = False
         for member in launcher.members.values():
             if not member.alive or member.parent != launcher.proc.pid:
@@ -559,6 +683,20 @@ class World:
         serving = any(m.alive and m.name == "inference" for m in launcher.members.values())
         launcher.cleanup_until = self.now + (CLEANUP_WAIT if stopped else
                                              INFERENCE_SHUTDOWN if serving else 0.0)
+
+    def _clean_up(self, launcher: Launcher) -> None:
+        """The launcher's clean-up under way: it waits for each child it signalled (a held one
+        acts on the SIGTERM once continued), SIGKILLs what is left after the wait, then exits
+        (never, with `never_exits`: until stopped)."""
+        own = [m for m in launcher.members.values()
+               if m.alive and m.parent == launcher.proc.pid]
+        assert launcher.cleanup_until is not None
+        if own and self.now < launcher.cleanup_until:
+            return
+        for member in own:
+            self.exit(member, -9 if member.state == "stopped" else -15)
+        if not launcher.never_exits:
+            self.exit(launcher.proc, launcher.exit_code)
 
     def _probe(self) -> None:
         for prober in self.probers:

@@ -1,0 +1,242 @@
+"""The simulation with issue 30's stop that does not wait for prime-rl's launcher's status line
+(box/_stop.py `_stop_rest_at_once`): a member died and the launcher reaped it, so only the
+launcher's "<Name> failed with exit code N" line says its status; the orchestrator is held still
+(SIGSTOP) so that the launcher's loop looks on and says it, the rest is stopped at once by
+identity, the next attempt is prepared at once, and the old launcher's line, when it comes,
+amends its own attempt's failure. The world's hooks hold and continue processes in its process
+table (`World.hold_trees`, `World.end_held`, `World.group_members`) in one schedule in two
+(`Schedule.hold`), and its launchers run their loop as the source does: while not both of the
+orchestrator and the trainer have ended, then the orchestrator's status first.
+
+Invariants over every step: `held-for-ever` (nothing stays held once its launcher is gone and a
+daemon lives), `hold-stop-waits` (the stop that held a member ended before its launcher's line),
+and the failure invariants (`exit-status`, `one-failure-per-fault`). Each test asserts that its
+schedule reached the situation it names; the invariants' own tests break them on purpose.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+
+import airvisor.box._stop as stop_module
+from airvisor.sim import Outcome, Schedule, Simulation, draw
+from airvisor.sim._explore import invariant_of
+from airvisor.sim._schedule import (
+    HOLD_CHANCE,
+    Crash,
+    CrashLoop,
+    DiskFull,
+    Fault,
+    HoldFault,
+    OperatorStop,
+    Version,
+)
+from airvisor.sim._world import LATE_LOOK, Blocked, World
+
+VERSIONS: tuple[Version, ...] = ("0.4", "main")
+# The trainer dies at t=9 (steps 1-6 done), its status only the launcher's to know.
+CRASH = Crash(9.0, "trainer", 3, reaped_first=True)
+
+
+def held(version: Version, *faults: Fault, max_restarts: int = 3) -> Schedule:
+    """A schedule whose daemon holds a member for the launcher's line: `CRASH` and the
+    `HoldFault`s among `faults` as the stop's faults, the others as the run's."""
+    hold_faults = tuple(f for f in faults if isinstance(f, HoldFault))
+    others = tuple(sorted((f for f in faults if not isinstance(f, HoldFault)),
+                          key=lambda f: f.at))
+    return Schedule(11, version, others, max_steps=8, max_restarts=max_restarts, hold=True,
+                    hold_faults=hold_faults)
+
+
+def run(schedule: Schedule, root: Path) -> tuple[Simulation, Outcome]:
+    sim = Simulation(schedule, root)
+    return sim, sim.run()
+
+
+def broken(outcome: Outcome, invariant: str) -> list[str]:
+    return [v for v in outcome.violations if invariant_of(v) == invariant]
+
+
+def reasons(sim: Simulation) -> dict[int, str | None]:
+    return {a["number"]: a.get("reason") for a in sim.store.attempts(sim.run_id)}
+
+
+def launcher_of(sim: Simulation, attempt: int) -> Any:
+    return next(x for x in sim.world.launchers.values() if x.proc.attempt == attempt)
+
+
+def launched_at(sim: Simulation, attempt: int) -> float:
+    return next(x.at for x in sim.world.launches
+                if x.name == "launcher" and x.attempt == attempt)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_next_attempt_starts_before_the_old_launchers_line_which_amends_its_failure(
+        tmp_path: Path, version: Version) -> None:
+    sim, outcome = run(held(version, CRASH), tmp_path)
+    assert (outcome.state, outcome.restarts, outcome.violations) == ("succeeded", 1, [])
+    [hold] = sim.world.holds
+    orchestrator = sim.world.procs[hold.pids[0]]
+    assert (hold.attempt, orchestrator.name) == (1, "orchestrator")
+    old = launcher_of(sim, 1)
+    # (in the same second here: the launcher looks once a second; a late look: the next test)
+    assert old.said_at is not None and launched_at(sim, 2) <= old.said_at
+    assert "Error: Trainer failed with exit code 3" in old.log.read_text()
+    assert old.proc.code == 1  # it exited by itself, once the held member was ended
+    assert orchestrator.code == -15  # SIGTERM, acted on when continued
+    assert "exited with status 3" in (reasons(sim)[1] or "")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_launcher_that_looks_late_holds_up_nothing(tmp_path: Path, version: Version) -> None:
+    """Its line comes long after the next launch; the held member is ended after the wait for
+    the line, so the launcher then finds both ended and says the orchestrator's status first
+    (as the source does): the trainer's status stays unknown, rightly."""
+    sim, outcome = run(held(version, HoldFault(0.0, "says-late"), CRASH), tmp_path)
+    assert (outcome.state, outcome.violations) == ("succeeded", [])
+    old = launcher_of(sim, 1)
+    [hold] = sim.world.holds
+    assert old.said_at is not None and old.said_at >= hold.at + LATE_LOOK
+    assert launched_at(sim, 2) < hold.at + LATE_LOOK
+    assert "Orchestrator failed with exit code -15" in old.log.read_text()
+    assert "status 3" not in (reasons(sim)[1] or "")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_old_launcher_that_never_exits_is_stopped_after_the_wait(
+        tmp_path: Path, version: Version) -> None:
+    sim, outcome = run(held(version, HoldFault(0.0, "never-exits"), CRASH), tmp_path)
+    assert (outcome.state, outcome.violations) == ("succeeded", [])
+    old = launcher_of(sim, 1)
+    [hold] = sim.world.holds
+    assert old.never_exits and old.proc.code == -15  # stopped by the daemon
+    assert old.proc.ended_at is not None and old.proc.ended_at >= hold.at + 10
+    assert "exited with status 3" in (reasons(sim)[1] or "")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_second_death_beside_the_old_launcher_amends_both_failures(
+        tmp_path: Path, version: Version) -> None:
+    """The next attempt's trainer dies while the first's launcher is still there: two old
+    launchers at once, each attempt's failure gets its own status (the box tracks one per
+    attempt and reads a line as soon as it is said)."""
+    sim, outcome = run(held(version, HoldFault(0.0, "second-death"), CRASH), tmp_path)
+    assert (outcome.state, outcome.violations) == ("succeeded", [])
+    assert [h.attempt for h in sim.world.holds] == [1, 2]
+    assert launcher_of(sim, 1).proc.ended_at > sim.world.holds[1].at  # (still there then)
+    said = reasons(sim)
+    assert "exited with status 3" in (said[1] or "") and "exited with status 3" in (said[2] or "")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_run_that_gives_up_ends_the_old_launcher_and_its_held_member_first(
+        tmp_path: Path, version: Version) -> None:
+    """The crash-loop limit reached after a stop that held the orchestrator: the run ends
+    only once the launcher is gone (one more stop: it waits for the line, ends the held),
+    so nothing is left running and the last failure names its status (seed 189's shape)."""
+    sim, outcome = run(held(version, CrashLoop(3.0, 4), max_restarts=2), tmp_path)
+    assert (outcome.state, outcome.violations) == ("failed", [])
+    last = max(reasons(sim))
+    assert sim.world.holds[-1].attempt == last
+    assert "exited with status 1" in (reasons(sim)[last] or "")
+    assert not sim.world.live(sim.run_id)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_stop_asked_during_the_held_recovery_ends_the_old_launcher_before_the_run(
+        tmp_path: Path, version: Version) -> None:
+    """A stop asked in the second the rest is stopped at once: the run ends stopped only once
+    the old launcher and its held member are gone (seeds 1406, 1855). It breaks without the
+    fact that the launcher is left (`_launcher_left`)."""
+    at = CRASH.at
+    sim, outcome = run(held(version, CRASH, OperatorStop(at)), tmp_path)
+    assert (outcome.state, outcome.violations) == ("stopped", [])
+    assert sim.world.holds and not sim.world.live(sim.run_id)
+    with mock.patch.object(stop_module.Stopping, "_launcher_left", lambda self: False):
+        _, unfixed = run(held(version, CRASH, OperatorStop(at)), tmp_path)
+    assert broken(unfixed, "nothing-left-running")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_launcher_killed_while_its_member_is_held_leaves_nothing_held(
+        tmp_path: Path, version: Version) -> None:
+    sim, outcome = run(held(version, HoldFault(0.0, "launcher-dies-held"), CRASH), tmp_path)
+    assert (outcome.state, outcome.violations) == ("succeeded", [])
+    assert any("launcher SIGKILLed" in line for line in outcome.history)
+    [hold] = sim.world.holds
+    assert sim.world.procs[hold.pids[0]].code == -15  # continued by the daemon, not left
+
+
+# -- the invariants can fail ----------------------------------------------------------------
+def test_held_for_ever_breaks_when_nobody_continues_the_held(tmp_path: Path) -> None:
+    """A daemon that never finishes the old launcher (never ends the held), its launcher
+    killed meanwhile: the orchestrator stays stopped."""
+    with mock.patch.object(stop_module, "_finish_old_launcher", lambda *a, **k: None):
+        sim, outcome = run(held("main", HoldFault(0.0, "launcher-dies-held"), CRASH),
+                           tmp_path)
+    assert sim.world.holds and broken(outcome, "held-for-ever")
+
+
+def test_hold_stop_waits_breaks_when_the_stop_waits_for_the_line(tmp_path: Path) -> None:
+    """A stop that, having held the orchestrator, waits for the launcher's line before it
+    ends (here: its look at the launcher's process group does)."""
+    real = World.group_members
+
+    def waiting(world: World, pgid: int) -> Any:
+        launcher = world.launchers.get(pgid)
+        if launcher is not None and launcher.said_at is None and launcher.proc.alive:
+            raise Blocked(pgid)
+        return real(world, pgid)
+
+    with mock.patch.object(World, "group_members", waiting):
+        sim, outcome = run(held("0.4", CRASH), tmp_path)
+    assert sim.world.holds and broken(outcome, "hold-stop-waits")
+
+
+def test_exit_status_breaks_when_the_old_launchers_line_is_never_read(tmp_path: Path) -> None:
+    with mock.patch.object(stop_module, "launcher_report", lambda *a, **k: None):
+        sim, outcome = run(held("main", CRASH), tmp_path)
+    assert sim.world.holds and broken(outcome, "exit-status")
+
+
+# -- open defects (strict xfail until their fix) --------------------------------------------
+@pytest.mark.xfail(strict=True, reason="open: the recovery's failure is replaced by the machine "
+                   "condition of the next preflight before the old launcher's line comes; the "
+                   "line then finds no failure of its component to amend (seed 574)")
+def test_a_failure_the_machine_condition_replaced_still_gets_its_status(tmp_path: Path) -> None:
+    sim, outcome = run(held("main", DiskFull(7.0, 10.0)), tmp_path)
+    assert sim.world.holds
+    assert not broken(outcome, "exit-status")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("how", ["daemon-dies-held", "daemon-dies-finishing"])
+def test_a_new_daemon_finishes_the_old_launcher_its_predecessor_left(
+        tmp_path: Path, version: Version, how: str) -> None:
+    """The daemon killed while the orchestrator is held, or once it was ended but before the
+    old launcher exited: the new daemon finds that launcher in the store ("stopping", alive),
+    finishes it and reads its line, so attempt 1's failure names the status and nothing stays
+    held. Killed while the member is held, it breaks without that (`_adopt_old_launchers`):
+    the status is never read (once ended, the new daemon's takeover reads the line said)."""
+    fault = HoldFault(0.0, how)  # type: ignore[arg-type]
+    sim, outcome = run(held(version, fault, CRASH), tmp_path)
+    assert (outcome.state, outcome.violations) == ("succeeded", [])
+    assert any(how in line for line in outcome.history)
+    assert "exited with status 3" in (reasons(sim)[1] or "")
+    if how == "daemon-dies-held":
+        with mock.patch.object(stop_module.Stopping, "_adopt_old_launchers", lambda self: None):
+            _, unfixed = run(held(version, fault, CRASH), tmp_path)
+        assert broken(unfixed, "exit-status")
+
+
+def test_one_schedule_in_two_holds_drawn_after_everything_else() -> None:
+    schedules = [draw(seed) for seed in range(400)]
+    share = sum(s.hold for s in schedules) / len(schedules)
+    assert abs(share - HOLD_CHANCE) < 0.1
+    assert all(s.hold or not s.hold_faults for s in schedules)
+    assert any(isinstance(f, HoldFault) for s in schedules for f in s.hold_faults)
+    # (the schedules drawn before `hold` existed keep their faults: test_schedule_choices.py)
