@@ -116,5 +116,9 @@ def test_a_kept_recovery_taken_over_mid_stop_keeps_the_server(
     assert left_at_preflight == [[]]
     assert len(harness.store.restart_history(run_id)) == 1  # counted once
     assert len(probes) == (1 if probe == "settled" else 2)
+    # The first attempt's failure names the trainer's status, from prime-rl's launcher's line
+    # (read before the new daemon's stop ended it).
+    first = next(a for a in harness.store.attempts(run_id) if a["number"] == 1)
+    assert "trainer exited with status" in first["reason"], first["reason"]
     assert again.machine.restarts == 1
     stop_and_check_nothing_left(harness, run_id, again)
