@@ -38,6 +38,17 @@ OPEN_SIGNATURES: dict[tuple[str, str], str] = {
     # condition; the run machine's one earlier failure replaced by a later attempt's before a
     # lingering launcher's line.
     ("exit-status", HELD_LATE): "a held stop's late line lost (test_hold_stop.py)",
+    # Found by the first 10,000-seed sweep with `hold` schedules, not analysed yet (each a
+    # strict xfail in test_hold_stop.py `test_open_seeds_of_the_hold_sweep`; all four are
+    # hold schedules with daemon or launcher deaths): let by only with their own message.
+    ("takeover-stop-grace", "the new daemon's stop at t=10 waits 10 s of grace; the stop "
+                            "began at t=4"): "seed 3615",
+    ("max-steps-succeeds", "training reached max_steps at t=26 but the run ended failed"):
+        "seed 3668",
+    ("right-component", "the launcher crash at t=10 was recorded as a failure of inference"):
+        "seed 5730",
+    ("held-for-ever", "held since t=12, its launcher gone since t=13, a daemon up since t=24"):
+        "seed 8229",
 }
 
 
