@@ -960,9 +960,14 @@ def watch_disk(args: dict[str, Any]) -> NoReturn:
         try:
             used = scope.usage()
             if used > limit:
+                # the mark before the kill: the session, seeing its shell die, must find it
+                # (else it would recover the container); a mark that cannot be written (the
+                # disk is full) must not keep the processes running: the evaluation measures
+                # again without it
                 if not os.path.exists(DISK_MARK):
                     reason = _over_limit(used, limit) + " during a command"
-                    _atomic_write(DISK_MARK, json.dumps({"reason": reason}).encode())
+                    with contextlib.suppress(OSError):
+                        _atomic_write(DISK_MARK, json.dumps({"reason": reason}).encode())
                 stop_user(uid, gid)
                 kill_user(EVAL_UID, gid, patience=5.0)
         except Exception:  # MemoryError, a fork refused: the next pass tries again
