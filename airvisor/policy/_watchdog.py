@@ -72,18 +72,22 @@ Verdict = NotReady | Stalled | FinishOverdue | Finishing | Healthy
 
 
 def watchdog(facts: WatchFacts) -> Verdict:
-    """The one watchdog of a live attempt: readiness first, then the finish timeout, then the
+    """The one watchdog of a live attempt: the finish timeout first, then readiness, then the
     stall rule (a running attempt only)."""
+    if facts.finished_at is not None:
+        # Nothing more to train: no stall, but the end must come within its limit. Nor a
+        # readiness limit: the logs said training finished while airvisor's readiness look
+        # still waited (its /health probe hung or failed while the server served the
+        # orchestrator), so the server served all that training needed; a hang there would
+        # restart a complete run and could end it failed (the simulation's seed 3668).
+        if facts.now - facts.finished_at >= facts.finish_limit:
+            return FinishOverdue()
+        return Finishing()
     if not facts.running and facts.ready_timeout is not None:
         waited = facts.now - facts.started_at
         if waited > facts.ready_timeout:
             return NotReady(f"inference server not ready after {waited:.0f} s "
                             f"(health.ready_timeout = {facts.ready_timeout:g})")
-    if facts.finished_at is not None:
-        # Nothing more to train: no stall, but the end must come within its limit.
-        if facts.now - facts.finished_at >= facts.finish_limit:
-            return FinishOverdue()
-        return Finishing()
     if not facts.running:
         return Healthy()
     overdue = stalled_for(facts.rule, now=facts.now, attempt_started_at=facts.stall_clock_from,

@@ -231,6 +231,11 @@ def facts(**changes: Any) -> WatchFacts:
     (facts(finished_at=995.0, last_progress_at=0.0), Finishing()),
     (facts(finished_at=990.0), FinishOverdue()),
     (facts(running=False, ready_timeout=None, finished_at=990.0), FinishOverdue()),
+    # Training done while still starting (airvisor's readiness look hung while the server
+    # served the orchestrator): past the readiness limit, the finish rule, never a hang of a
+    # complete run (the simulation's seed 3668).
+    (facts(running=False, now=961.0, finished_at=958.0), Finishing()),
+    (facts(running=False, now=961.0, finished_at=950.0), FinishOverdue()),
     # The stall: the component that stopped, its own last step (issue 31).
     (facts(now=1_019.0), Healthy()),
     # Any component's advance is progress: the orchestrator's keeps the attempt alive.
