@@ -169,28 +169,29 @@ def _text(output: Any) -> str:
     return output.decode(errors="replace") if isinstance(output, bytes) else str(output or "")
 
 
-def memory_bytes(text: str | int) -> int:
-    """Bytes of a Docker memory size ("4g", "512m", 1073741824: docker-py's own parser, the
-    CLI's units); ValueError saying what is wrong."""
+def _docker_size(text: str | int, *, least: int, example: str, why: str) -> int:
+    """Bytes of a Docker size ("4g", "512m", 1073741824: docker-py's own parser, the CLI's
+    units) of at least `least` (`why` it needs that much); ValueError saying what is wrong."""
     try:
         value = int(parse_bytes(text))
     except docker.errors.DockerException as e:
-        raise ValueError(f'must be a Docker memory size such as "4g" or "512m": {e}') from None
-    if value < 64 << 20:
-        raise ValueError(f"must be at least 64m (the shell and the evaluator need it): {text!r}")
+        raise ValueError(f"must be {example}: {e}") from None
+    if value < least:
+        raise ValueError(f"must be at least {least >> 20}m ({why}): {text!r}")
     return value
+
+
+def memory_bytes(text: str | int) -> int:
+    """Bytes of a container's memory limit; ValueError saying what is wrong."""
+    return _docker_size(text, least=64 << 20, example='a Docker memory size such as "4g" or '
+                        '"512m"', why="the shell and the evaluator need it")
 
 
 def disk_bytes(text: str | int) -> int:
     """Bytes of the episode's disk limit, a Docker size ("8g", "512m"); ValueError saying what
     is wrong. Below 16m not even a task's starter files and an evaluation's output fit."""
-    try:
-        value = int(parse_bytes(text))
-    except docker.errors.DockerException as e:
-        raise ValueError(f'must be a size such as "8g" or "512m": {e}') from None
-    if value < 16 << 20:
-        raise ValueError(f"must be at least 16m (the starter files and outputs need it): {text!r}")
-    return value
+    return _docker_size(text, least=16 << 20, example='a size such as "8g" or "512m"',
+                        why="the starter files and outputs need it")
 
 
 def _env_float(name: str, default: float) -> float:
