@@ -45,6 +45,7 @@ import airvisor.proc._launch as launch_module
 import airvisor.profile._checks as checks_module
 import airvisor.runs._manager as manager_module
 from airvisor.box._supervisor import Hooks
+from airvisor.core import Task
 from airvisor.demo._layout import DemoVersion
 from airvisor.demo._resolve import main as demo_resolve
 from airvisor.policy import Phase, RunState, phase_of_record
@@ -445,7 +446,7 @@ class Simulation:
         self.stopped_at: float | None = None  # an operator's stop was asked
         self.operator_at: list[float] = []  # an operator's stop or restart was asked
         self.restarted_at: list[float] = []  # an operator's restart was asked
-        self.stopping_since: float | None = None  # the phase became stopping.*
+        self.stopping_since: float | None = None  # the stop of a stopping.* phase began
         self.took_over_stop = False
         self.down_until: float | None = None
         self.daemon_since: float | None = 0.0  # the live daemon's start (None: none lives)
@@ -853,7 +854,7 @@ class Simulation:
         phase = self._phase()
         if w.final_step_at is not None and self.phase_at_final is None:
             self.phase_at_final = phase
-        if phase.stopping and self.stopping_since is None:
+        if phase.stopping and self.stopping_since is None and self._stop_begun():
             self.stopping_since = w.now
         if w.holds or w.held:
             self._check_holds()
@@ -863,6 +864,24 @@ class Simulation:
             if left:
                 self._violate("nothing-left-running",
                               f"run ended {phase} with processes still running: {left}")
+
+    def _stop_begun(self) -> bool:
+        """Whether the stop of the stopping phase has begun (the start `takeover-stop-grace`
+        measures the grace left from). A stop asked while the daemon's preflight runs is
+        carried out only when it reports (the box's `stop_waits_for`; policy
+        `StopAsked.deferred`, `PreparationEnded`, table-tested in tests/policy/
+        test_runmachine.py `test_a_deferred_stop_is_carried_out_when_the_preparation_reports`):
+        until then it signals no process, so no grace is spent. A daemon killed meanwhile
+        (its preflight never reported) leaves the stop to the next daemon, whose stop is the
+        first: its whole grace is then no grace waited "again" (issue 29: "a new daemon that
+        takes over a stop waits the whole stop grace again"), and the grace is the stopped
+        processes' time to end cleanly, not the deferral's (seed 3615: a stop asked at t=4
+        in the preflight, the daemon killed at t=5 with the preflight's job still pending,
+        the new daemon's stop at t=10 the first stop call since: the oracle said 4 s were
+        left of a grace no process had been given)."""
+        preflight = f"{Task.PREFLIGHT}-"
+        return self.manager is not None and not any(
+            job.name.startswith(preflight) for job in self.world.jobs)
 
     def _check_holds(self) -> None:
         """The stop that holds a member for the launcher's line (issue 30 item 4): it ends

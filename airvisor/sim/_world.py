@@ -32,7 +32,7 @@ import os
 import re
 import shutil
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -426,6 +426,7 @@ class World:
         self.stops.append(StopCall(self.now, grace, tuple(i.pid for i in identities)))
         for identity in identities:
             self.kill_tree(identity.pid, grace)
+        self._end_groups(pgids, grace)
         if sweep:  # every carrier of the run's marker
             for proc in list(self.procs.values()):
                 if proc.run_id == run_id and proc.alive:
@@ -433,18 +434,30 @@ class World:
         return "sim stop"
 
     def terminate_tree(self, pids: list[int], *, marker_run_id: str | None = None,
-                       grace: float, **_: Any) -> KillReport:
+                       grace: float, pgids: Iterable[int] = (), **_: Any) -> KillReport:
         """`proc.terminate_tree` (what a takeover calls directly, outside the hooks): the
-        given trees and every carrier of the run's marker."""
+        given trees, process groups and every carrier of the run's marker."""
         self.stops.append(StopCall(self.now, grace, tuple(pids)))
         before = {p.pid for p in self.procs.values() if p.alive}
         for pid in pids:
             self.kill_tree(pid, grace)
+        self._end_groups(pgids, grace)
         for proc in list(self.procs.values()):
             if marker_run_id is not None and proc.run_id == marker_run_id and proc.alive:
                 self.exit(proc, -9 if proc.state == "stopped" else -15)
         gone = sorted(before - {p.pid for p in self.procs.values() if p.alive})
         return KillReport(terminated=gone)
+
+    def _end_groups(self, pgids: Iterable[int], grace: float) -> None:
+        """The process groups a stop names, as `proc.terminate_tree` ends them: every live
+        member of each and its tree, a group whose leader is gone too (`collect_targets`:
+        "gone: nothing to confuse it with (a group may still have members)"). A held member
+        ends there (terminate_tree sends the group SIGTERM and SIGCONT, then SIGKILL after
+        the grace): a dead launcher's held orchestrator, re-parented, is reached only so when
+        the stop spares the run's marker (seed 8229: it was left held for ever)."""
+        for pgid in pgids:
+            for proc in [p for p in self.procs.values() if p.alive and p.group == pgid]:
+                self.kill_tree(proc.pid, grace)
 
     def members(self, launcher_pid: int) -> dict[str, int]:
         launcher = self.launchers.get(launcher_pid)
