@@ -32,6 +32,7 @@ import docker
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "envs" / "air_mlgym"))
 
+from air_mlgym._containers import INIT_COMMAND  # noqa: E402
 from air_mlgym._core import EnvArgs, MLGymRunner  # noqa: E402
 
 IMAGE = os.environ.get("AIR_MLGYM_TASK_IMAGE", "airvisor-test/mlgym-task:latest")
@@ -75,8 +76,10 @@ def main() -> None:
     locks = Path(tempfile.mkdtemp(prefix="air-mlgym-bench-locks-"))
 
     def start() -> None:
+        # As the environment starts its own (OwnedContainers): root's init as pid 1, the
+        # agent's shells through exec (a container whose pid 1 is the agent's is refused).
         container = client.containers.run(
-            IMAGE, ["/bin/bash", "-l"], name=name, detach=True, stdin_open=True, user="agent",
+            IMAGE, list(INIT_COMMAND), name=name, detach=True, stdin_open=True, user="root",
             working_dir="/home/agent", network_mode="none",
         )  # fmt: skip
         if opts.home_files:
