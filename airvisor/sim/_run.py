@@ -539,10 +539,16 @@ class Simulation:
 
     # -- faults ----------------------------------------------------------------------------------
     def _current(self) -> tuple[int, dict[str, Proc]] | None:
-        """The newest launcher of the run that lives, with its members."""
-        for launcher in reversed(list(self.world.launchers.values())):
-            if launcher.proc.alive:
-                return launcher.proc.attempt, launcher.members
+        """The run's newest launcher, with its members, while it lives. Only the newest: in a
+        `hold` schedule an earlier, failed attempt's launcher may linger (left to say its
+        member's status, `_stop_rest_at_once`); once the newest has died it is no live
+        attempt a fault lands on (seed 5730: the newest launcher and the kept server killed in
+        the same second, the server's crash landed on the lingering attempt 1, which it no
+        longer served: attempt 2's failure "inference killed" was then called the wrong
+        component). Without a lingering launcher this is what it always was."""
+        launchers = list(self.world.launchers.values())
+        if launchers and launchers[-1].proc.alive:
+            return launchers[-1].proc.attempt, launchers[-1].members
         return None
 
     def _masked(self) -> bool:

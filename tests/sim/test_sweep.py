@@ -39,16 +39,15 @@ OPEN_SIGNATURES: dict[tuple[str, str], str] = {
     # lingering launcher's line.
     ("exit-status", HELD_LATE): "a held stop's late line lost (test_hold_stop.py)",
     # Found by the first 10,000-seed sweep with `hold` schedules, not analysed yet (each a
-    # strict xfail in test_hold_stop.py `test_open_seeds_of_the_hold_sweep`; all four are
-    # hold schedules with daemon or launcher deaths): let by only with their own message.
+    # strict xfail in test_hold_stop.py `test_open_seeds_of_the_hold_sweep`, gone now; each a
+    # hold schedule with daemon or launcher deaths), each resolved:
     # (Seed 3615, takeover-stop-grace, was the simulation's mistake: a stop deferred by the
     # preflight had not begun; 3668, max-steps-succeeds, a product defect: the readiness limit
     # failed a run whose training had finished, policy `watchdog`. Named schedules in
     # test_hold_stop.py.)
-    ("right-component", "the launcher crash at t=10 was recorded as a failure of inference"):
-        "seed 5730",
-    ("held-for-ever", "held since t=12, its launcher gone since t=13, a daemon up since t=24"):
-        "seed 8229",
+    # (Seeds 5730, right-component, and 8229, held-for-ever, were the simulation's mistakes:
+    # a fault landed on a lingering failed attempt's launcher; the world's stop ignored the
+    # process groups it names. Named schedules in test_hold_stop.py.)
 }
 
 
