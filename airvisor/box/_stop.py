@@ -20,6 +20,7 @@ from airvisor.policy import Phase
 from airvisor.primerl import LAUNCHER, ChildFailure, child_failure_from_line
 from airvisor.proc import ProcessIdentity
 from airvisor.stacks import with_stacks_first
+from airvisor.store import ComponentRecord
 
 log = get_logger("airvisor.box")
 
@@ -124,6 +125,26 @@ def _finish_old_launcher(old: OldLauncher, grace: float,
                   sweep=False)
 
 
+def _alive_members(records: list[ComponentRecord]) -> list[ProcessIdentity]:
+    """The recorded members of an attempt still running, each under its recorded start time
+    (a pid reused since is another process, never named)."""
+    return [i for c in records if c.kind == "member" and c.pid is not None
+            and c.create_time is not None
+            and (i := ProcessIdentity(c.pid, c.create_time)).alive()]
+
+
+def _end_left_held(held: list[ProcessIdentity], grace: float,
+                   stop_tree: Callable[..., str],
+                   end_held_trees: Callable[[list[ProcessIdentity]], list[int]],
+                   run_id: str) -> None:
+    """Held members whose launcher is gone (`_end_held_of_dead_launchers`): SIGTERM and
+    SIGCONT (`proc.end_held`), then, after `grace`, what is left stopped by identity (its
+    SIGKILL), never by the run's marker (the next attempt's processes carry it too)."""
+    end_held_trees(held)
+    if not _wait_until(lambda: not any(i.alive() for i in held), grace):
+        stop_tree([i for i in held if i.alive()], [], run_id, 0.0, sweep=False)
+
+
 class Stopping(BoxSupervisorBase):
     """The stop of an attempt's processes, carried out for the core's executor."""
 
@@ -196,6 +217,38 @@ class Stopping(BoxSupervisorBase):
             self._old_launchers[number] = old
             self._background(f"old-launcher-{run_id}", lambda old=old: _finish_old_launcher(  # type: ignore[misc]
                 old, grace, stop_tree, end_held_trees, run_id))
+        self._end_held_of_dead_launchers()
+
+    def _end_held_of_dead_launchers(self) -> None:
+        """The members an earlier daemon's stop held still (SIGSTOP) for a launcher that has
+        died since (SIGKILLed while no daemon, or before the daemon's `_finish_old_launcher`,
+        ended them): nobody else continues them (the launcher's clean-up died with it), and a
+        held process acts on SIGTERM only once continued, so they would stay stopped, holding
+        their memory and ports, until the run's end. Found from the store: every attempt whose
+        launcher is recorded "stopping" (only `_stop_rest_at_once` writes it) and is gone; its
+        recorded members still alive under their recorded start times are the held ones (the
+        rest was stopped at once), ours by pid and start time. Ended on a worker as any held
+        member is (SIGTERM, SIGCONT), then stopped if still there after the grace."""
+        end_held_trees = self._hooks.end_held
+        if end_held_trees is None:
+            return  # (hooks that cannot hold never held anything)
+        grace, run_id, stop_tree = self._stop_grace(), self.run_id, self._hooks.stop_tree
+        for attempt in self.store.attempts(self.run_id):
+            number = int(attempt["number"])
+            if number in self._old_launchers:
+                continue  # (alive: `_finish_old_launcher` ends its held)
+            records = self.store.components(self.run_id, number)
+            launcher = next((c for c in records if c.name == LAUNCHER
+                             and c.state == "stopping"), None)
+            if launcher is None or launcher.pid is None or launcher.create_time is None \
+                    or ProcessIdentity(launcher.pid, launcher.create_time).alive():
+                continue
+            held = _alive_members(records)
+            if held:
+                log.info("a dead launcher's held members ended", run=run_id, attempt=number,
+                         pids=[i.pid for i in held])
+                self._background(f"old-held-{run_id}", lambda held=held: _end_left_held(  # type: ignore[misc]
+                    held, grace, stop_tree, end_held_trees, run_id))
 
     def _stop_processes(self, *, keep_inference: bool = False,
                         stacks: bool = False) -> bool | None:

@@ -174,6 +174,34 @@ def test_a_launcher_killed_while_its_member_is_held_leaves_nothing_held(
     assert sim.world.procs[hold.pids[0]].code == -15  # continued by the daemon, not left
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("down", [1.0, 20.0])
+def test_a_new_daemon_ends_the_held_member_of_a_launcher_that_died_unwatched(
+        tmp_path: Path, version: Version, down: float) -> None:
+    """The daemon killed while the orchestrator is held, then the launcher SIGKILLed while no
+    daemon watches: nobody continues the held orchestrator (the launcher's clean-up died with
+    it, the takeover finds the recovery's stop ended: no stop of that attempt follows). The
+    new daemon finds the launcher recorded "stopping" and gone, and ends the recorded members
+    still alive under their start times (`_end_held_of_dead_launchers`). Breaks without it:
+    the orchestrator stays SIGSTOPped through the next attempt (`held-for-ever`)."""
+    faults = (HoldFault(0.0, "daemon-dies-held", down=down), HoldFault(0.0, "launcher-dies-held"),
+              CRASH)
+    sim, outcome = run(held(version, *faults), tmp_path)
+    # (its line, said before the launcher's death, is read by the exit-status fix: not here)
+    assert outcome.state == "succeeded" and not broken(outcome, "held-for-ever")
+    [hold] = sim.world.holds
+    orchestrator, launcher = sim.world.procs[hold.pids[0]], sim.world.procs[hold.launcher]
+    died = next(float(line[2:line.index(":")]) for line in outcome.history
+                if "(daemon-dies-held)" in line)
+    assert launcher.code == -9 and launcher.ended_at is not None and launcher.ended_at > died
+    assert orchestrator.code == -15  # continued and ended by the new daemon
+    assert orchestrator.ended_at is not None and orchestrator.ended_at >= died + down
+    with mock.patch.object(stop_module.Stopping, "_end_held_of_dead_launchers",
+                           lambda self: None):
+        _, unfixed = run(held(version, *faults), tmp_path)
+    assert broken(unfixed, "held-for-ever")
+
+
 # -- the invariants can fail ----------------------------------------------------------------
 def test_held_for_ever_breaks_when_nobody_continues_the_held(tmp_path: Path) -> None:
     """A daemon that never finishes the old launcher (never ends the held), its launcher
