@@ -20,7 +20,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from airvisor.policy._runmachine import RunMachine
 
-MACHINE_FORMAT = 1
+# 2: `earlier` holds every earlier attempt waiting for its status (a list of [attempt,
+# failure]; version 1 held one or null, read as a list of it); `unsaid` added.
+MACHINE_FORMAT = 2
+READABLE_FORMATS = (1, MACHINE_FORMAT)
 # Fields on the monotonic clock, stored as the wall time they stand for.
 MONOTONIC_FIELDS = ("backoff_until",)
 
@@ -51,10 +54,13 @@ def decode_machine(text: str, *, now: float, wall: float) -> RunMachine:
     if not isinstance(blob, dict) or not isinstance(blob.get("machine"), dict):
         raise MachineBlobError("the persisted run machine is not an object with a 'machine'")
     version = blob.get("version")
-    if version != MACHINE_FORMAT or isinstance(version, bool):
+    if version not in READABLE_FORMATS or isinstance(version, bool):
         raise MachineBlobError(f"the persisted run machine has format version {version!r}; "
-                               f"this airvisor reads version {MACHINE_FORMAT}")
+                               f"this airvisor reads versions "
+                               f"{', '.join(map(str, READABLE_FORMATS))}")
     fields = dict(blob["machine"])
+    if version == 1 and "earlier" in fields:  # (one earlier attempt, or none)
+        fields["earlier"] = [] if fields["earlier"] is None else [fields["earlier"]]
     for name in MONOTONIC_FIELDS:
         value = fields.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):

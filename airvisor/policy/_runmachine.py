@@ -82,10 +82,24 @@ class RunMachine:
     # the restart window (the crash-loop limit's input; older ones are dropped as they leave it).
     restarts: int = 0
     counted_restarts: tuple[float, ...] = ()
-    # An earlier attempt's failure still without its status, and that attempt's number: the
-    # rest relaunched before its launcher said the status (issue 30 item 4); the old
-    # launcher's line, read when it exits, completes that attempt's record.
-    earlier: tuple[int, Failure] | None = None
+    # The recovery's failure while its status is still to come from the failed attempt's
+    # launcher (issue 30 item 4: the rest is stopped without waiting for its line). Kept apart
+    # from `failure`, which the next preflight's machine condition replaces (the simulation's
+    # seed 574): the line, when it comes, still finds the failure it completes.
+    unsaid: Failure | None = None
+    # Earlier attempts' failures still without their status, by attempt number, oldest first:
+    # the rest relaunched before their launchers said it. Each old launcher's line completes
+    # its own attempt's record, whatever came between (a later attempt's own failure and
+    # relaunch do not replace it). At most `MAX_EARLIER`.
+    earlier: tuple[tuple[int, Failure], ...] = ()
+
+
+# Earlier attempts whose status is kept waiting for. An old launcher that lingers is stopped
+# after max(stop_grace, 10 s) (box/_stop.py `_finish_old_launcher`) and says its line or nothing
+# by then, so only a crash loop faster than that has several waiting at once; the bound keeps a
+# long loop of launchers that never said it from growing the persisted machine (the oldest,
+# whose launcher is long gone, is dropped first).
+MAX_EARLIER = 8
 
 
 Step = tuple[RunMachine, tuple[Effect, ...]]
@@ -102,31 +116,37 @@ def transition(machine: RunMachine, event: Event, *, now: float, wall: float) ->
     if isinstance(event, StopBegan):
         return dataclasses.replace(state, keeping=event.spared), ()
     if isinstance(event, RecoveryTakenOver):
-        return dataclasses.replace(state, failure=event.failure, scope=event.scope), ()
+        return dataclasses.replace(state, failure=event.failure, scope=event.scope,
+                                   unsaid=_awaiting_status(event.failure, state.unsaid)), ()
     if isinstance(event, StopTakenOver):
         return dataclasses.replace(state, stop_began_at=event.began_at), ()
     if isinstance(event, AttemptBegins):
         # The recovery is over; a machine condition waited for has cleared. Its failure, if
-        # its status is still to come from the old launcher, is kept as the earlier one's.
+        # its status is still to come from the old launcher, is kept as that attempt's (even
+        # when a machine condition replaced it as the recovery's failure meanwhile).
         said: tuple[Effect, ...] = () if state.machine_reason is None else (
             Say("machine_condition_cleared", "the machine can host the run again"),)
-        failure = state.failure
-        earlier = (event.failed, failure) if event.failed is not None and failure is not None \
-            and not failure.status_known and failure.component is not None else None
+        awaited = _awaiting_status(state.failure, state.unsaid)
+        earlier = state.earlier
+        if event.failed is not None and awaited is not None:
+            earlier = (*((n, f) for n, f in earlier if n != event.failed),
+                       (event.failed, awaited))[-MAX_EARLIER:]
         return dataclasses.replace(state, failure=None, scope=None, keep_next=False,
-                                   machine_reason=None, earlier=earlier), said
-    if isinstance(event, ExitStatusRead) and event.attempt is not None \
-            and state.earlier is not None and state.earlier[0] == event.attempt:
-        # An earlier attempt's launcher said the status after the relaunch: that attempt's
-        # record gets it, whatever the current attempt does (the run's last error too while
-        # no later failure is recorded: the current attempt is live or being prepared).
-        number, failure = state.earlier
+                                   machine_reason=None, unsaid=None, earlier=earlier), said
+    if isinstance(event, ExitStatusRead) and event.attempt is not None:
+        return _earlier_status(state, event)
+    if isinstance(event, ExitStatusRead) and state.unsaid is not None \
+            and state.failure != state.unsaid and state.phase in _REPLACEABLE:
+        # The current attempt's launcher said the status after a machine condition replaced
+        # the recovery's failure (the next preflight found the disk full): the failed
+        # attempt's record gets it; the recovery stays the machine condition's wait, and the
+        # run's last error the condition (it is what the run waits for now).
+        failure = state.unsaid
         if failure.component != event.component:
             return state, ()
         known = with_status(failure, event.component, event.code)
-        latest = state.failure is None
-        return dataclasses.replace(state, earlier=None), (
-            AmendFailure(known, attempt=number, last_error=latest),
+        return dataclasses.replace(state, unsaid=None), (
+            AmendFailure(known, last_error=False),
             status_said(known, event.component, event.code))
     if isinstance(event, Preparing):
         state = dataclasses.replace(state, backoff_until=None, keep_next=event.keep_inference)
@@ -157,7 +177,8 @@ def transition(machine: RunMachine, event: Event, *, now: float, wall: float) ->
     probe: Failure | None = None
     for effect in effects:
         if isinstance(effect, RememberRecovery):
-            state = dataclasses.replace(state, failure=effect.failure, scope=effect.scope)
+            state = dataclasses.replace(state, failure=effect.failure, scope=effect.scope,
+                                        unsaid=_awaiting_status(effect.failure, state.unsaid))
             if effect.scope is not None and not effect.scope.settled:
                 # The scope waits for the kept server's health: probed while the rest stops.
                 state = dataclasses.replace(state, scope_pending=effect.failure)
@@ -187,6 +208,40 @@ def transition(machine: RunMachine, event: Event, *, now: float, wall: float) ->
     if isinstance(event, Launched) and target == Phase.STARTING:
         state = dataclasses.replace(state, stacks_taken=False)  # a new attempt
     return dataclasses.replace(state, phase=target), (*out, *after)
+
+
+# The phases in which the recovery's failure may have been replaced by a machine condition
+# while the failed attempt's line is still to come: the next attempt being prepared or waited
+# for, or a stop asked meanwhile (in a live attempt the failure waited for is an earlier one's).
+_REPLACEABLE = (Phase.TAKEOVER, Phase.PREFLIGHT, Phase.BACKOFF, Phase.RECOVERY_STOPPING,
+                Phase.STOPPING_STOPPED, Phase.STOPPING_FAILED, Phase.STOPPING_SUCCEEDED)
+
+
+def _awaiting_status(failure: Failure | None, unsaid: Failure | None) -> Failure | None:
+    """The failure whose status is still to come once `failure` is the recovery's: `failure`
+    itself when its launcher is still to say a member's status; `unsaid`, the one waited for
+    so far, when `failure` names no member (a machine condition: it replaces the recovery's
+    failure, not the status the old launcher will say); none once a member's failure has its
+    status."""
+    if failure is None or failure.component is None:
+        return unsaid
+    return None if failure.status_known else failure
+
+
+def _earlier_status(state: RunMachine, event: ExitStatusRead) -> Step:
+    """An earlier attempt's launcher said the status after the relaunch: that attempt's record
+    gets it, whatever the current attempt does (the run's last error too while no later
+    failure is recorded: the current attempt is live or being prepared). A line of another
+    member, or of an attempt not waited for, changes nothing."""
+    found = next(((n, f) for n, f in state.earlier if n == event.attempt), None)
+    if found is None or found[1].component != event.component:
+        return state, ()
+    number, failure = found
+    known = with_status(failure, event.component, event.code)
+    latest = state.failure is None
+    return dataclasses.replace(state, earlier=tuple(e for e in state.earlier if e != found)), (
+        AmendFailure(known, attempt=number, last_error=latest),
+        status_said(known, event.component, event.code))
 
 
 def taken_over(persisted: RunMachine) -> RunMachine:

@@ -30,7 +30,8 @@ SAMPLE: dict[str, object] = {
     "phase": Phase.RECOVERY_STOPPING, "failure": CRASH, "scope": probing(KEPT),
     "scope_pending": CRASH, "down_held": True, "backoff_until": NOW + 30.0, "keep_next": True,
     "keeping": True, "stacks_taken": True, "machine_reason": "the run directory's disk is full",
-    "stop_began_at": WALL - 4.5, "earlier": (3, HANG), "restarts": 5,
+    "stop_began_at": WALL - 4.5, "earlier": ((2, CRASH), (3, CRASH)), "unsaid": CRASH,
+    "restarts": 5,
     "counted_restarts": (WALL - 300.0, WALL - 20.0)}
 FIELDS = [f.name for f in dataclasses.fields(RunMachine)]
 FULL = RunMachine(**{name: SAMPLE[name] for name in FIELDS if name in SAMPLE})  # type: ignore[arg-type]
@@ -76,7 +77,7 @@ def test_the_backoff_deadline_is_the_same_moment_on_another_clock() -> None:
     ('{"version": 1}', "not an object"),
     ('{"version": 1, "machine": []}', "not an object"),
     ('{"machine": {}}', "format version None"),
-    ('{"version": 2, "machine": {}}', "format version 2; this airvisor reads version 1"),
+    ('{"version": 3, "machine": {}}', "format version 3; this airvisor reads versions 1, 2"),
     ('{"version": "1", "machine": {}}', "format version '1'"),
     ('{"version": true, "machine": {}}', "format version True"),
     ('{"version": 1, "machine": {"phase": "resting"}}', "phase: Input should be"),
@@ -102,3 +103,16 @@ def test_a_blob_from_before_a_field_was_added_reads_it_as_its_default() -> None:
     restored = decode_machine(json.dumps(blob), now=NOW, wall=WALL)
     assert (restored.restarts, restored.counted_restarts) == (0, ())
     assert restored == dataclasses.replace(FULL, restarts=0, counted_restarts=())
+
+
+@pytest.mark.parametrize(("earlier", "read"), [
+    (None, ()), ([3, {"reason": CRASH.reason, "kind": "crash", "component": "trainer",
+                      "status_known": False}], ((3, CRASH),))])
+def test_a_version_1_blob_s_one_earlier_attempt_reads_as_the_list_of_it(
+        earlier: object, read: tuple[tuple[int, Failure], ...]) -> None:
+    """Version 1 kept one earlier attempt waiting for its status (or null); version 2 a list."""
+    blob = json.loads(encode_machine(FULL, now=NOW, wall=WALL))
+    del blob["machine"]["unsaid"]
+    blob["version"], blob["machine"]["earlier"] = 1, earlier
+    restored = decode_machine(json.dumps(blob), now=NOW, wall=WALL)
+    assert restored == dataclasses.replace(FULL, earlier=read, unsaid=None)

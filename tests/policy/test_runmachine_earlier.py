@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from airvisor.policy import Phase, RunMachine, transition
+from airvisor.policy._runmachine import MAX_EARLIER
 from airvisor.policy._transition import (
     AmendFailure,
     AttemptBegins,
@@ -17,6 +18,8 @@ from airvisor.policy._transition import (
     Event,
     ExitStatusRead,
     Failure,
+    MachineBusy,
+    RecoveryTakenOver,
     Say,
 )
 
@@ -41,15 +44,15 @@ def relaunched(failure: Failure | None, failed: int | None = 1) -> RunMachine:
 
 
 @pytest.mark.parametrize(("failure", "failed", "earlier"), [
-    (UNKNOWN, 1, (1, UNKNOWN)),  # its status is still to come from the old launcher
-    (KNOWN, 1, None),  # known already: nothing to wait for
-    (UNKNOWN, None, None),  # (a first attempt: no earlier one)
-    (None, 1, None),  # (an operator's restart: no failure)
-    (dataclasses.replace(UNKNOWN, component=None), 1, None),  # no member to name
+    (UNKNOWN, 1, ((1, UNKNOWN),)),  # its status is still to come from the old launcher
+    (KNOWN, 1, ()),  # known already: nothing to wait for
+    (UNKNOWN, None, ()),  # (a first attempt: no earlier one)
+    (None, 1, ()),  # (an operator's restart: no failure)
+    (dataclasses.replace(UNKNOWN, component=None), 1, ()),  # no member to name
 ])
 def test_the_launch_keeps_the_failure_whose_status_is_to_come(
         failure: Failure | None, failed: int | None,
-        earlier: tuple[int, Failure] | None) -> None:
+        earlier: tuple[tuple[int, Failure], ...]) -> None:
     machine = relaunched(failure, failed)
     assert machine.failure is None and machine.earlier == earlier
 
@@ -63,7 +66,7 @@ def test_the_old_launcher_s_line_completes_the_earlier_attempt_only(phase: Phase
     said = effects[1]
     assert isinstance(said, Say) and said.kind == "failure_status"
     assert dict(said.data)["exit_code"] == "3"
-    assert after == dataclasses.replace(machine, earlier=None)  # the phase unchanged
+    assert after == dataclasses.replace(machine, earlier=())  # the phase unchanged
 
 
 def test_a_later_failure_keeps_the_run_s_last_error() -> None:
@@ -74,7 +77,7 @@ def test_a_later_failure_keeps_the_run_s_last_error() -> None:
                                   failure=LATER)
     after, effects = step(machine, ExitStatusRead(LATER, "trainer", "3", attempt=1))
     assert effects[0] == AmendFailure(AMENDED, attempt=1, last_error=False)
-    assert after.failure == LATER and after.earlier is None
+    assert after.failure == LATER and after.earlier == ()
 
 
 @pytest.mark.parametrize("event", [
@@ -86,11 +89,76 @@ def test_a_line_of_anything_else_changes_nothing(event: ExitStatusRead) -> None:
     machine = relaunched(UNKNOWN)
     after, effects = step(machine, event)
     assert effects == ()
-    assert after.earlier == (1, UNKNOWN)  # (its own line may still come)
+    assert after.earlier == ((1, UNKNOWN),)  # (its own line may still come)
 
 
-def test_the_next_launch_forgets_an_earlier_attempt_s_pending_status() -> None:
-    """(Its launcher is long gone: a line of it can no longer come.)"""
+def test_a_later_attempt_s_failure_does_not_replace_an_earlier_one_waiting() -> None:
+    """Attempt 1's launcher lingers; attempt 2 fails too (its status unknown) and attempt 3 is
+    launched before attempt 1's line: both wait, and each line completes its own attempt."""
     machine = relaunched(UNKNOWN)
-    after, _ = step(dataclasses.replace(machine, phase=Phase.PREFLIGHT), AttemptBegins(failed=2))
-    assert after.earlier is None
+    second = dataclasses.replace(UNKNOWN, reason=UNKNOWN.reason.replace("trainer", "orchestrator"),
+                                 component="orchestrator")
+    machine, _ = step(dataclasses.replace(machine, phase=Phase.PREFLIGHT, failure=second),
+                      AttemptBegins(failed=2))
+    assert machine.earlier == ((1, UNKNOWN), (2, second))
+    machine, effects = step(machine, ExitStatusRead(None, "trainer", "3", attempt=1))
+    assert effects[0] == AmendFailure(AMENDED, attempt=1, last_error=True)
+    assert machine.earlier == ((2, second),)
+    machine, effects = step(machine, ExitStatusRead(None, "orchestrator", "1", attempt=2))
+    amended = effects[0]
+    assert isinstance(amended, AmendFailure) and amended.attempt == 2
+    assert "orchestrator exited with status 1" in amended.failure.reason
+    assert machine.earlier == ()
+
+
+def test_the_earlier_attempts_waiting_are_bounded() -> None:
+    """(A long crash loop whose launchers never say it: the oldest is dropped first.)"""
+    machine = RunMachine(Phase.PREFLIGHT)
+    for number in range(1, MAX_EARLIER + 3):
+        machine, _ = step(dataclasses.replace(machine, phase=Phase.PREFLIGHT, failure=UNKNOWN),
+                          AttemptBegins(failed=number))
+    assert [n for n, _ in machine.earlier] == list(range(3, MAX_EARLIER + 3))
+
+
+MACHINE = Failure("the run directory's disk is full", "machine")
+
+
+@pytest.mark.parametrize("phase", [Phase.PREFLIGHT, Phase.BACKOFF, Phase.STOPPING_STOPPED])
+def test_a_machine_condition_does_not_replace_the_failure_waiting_for_its_status(
+        phase: Phase) -> None:
+    """The recovery's failure waits for its launcher's line; the next preflight finds the disk
+    full and the machine condition becomes the recovery's failure (the simulation's seed 574):
+    the line still completes the failed attempt's record (the current attempt's: no number),
+    and the recovery stays the condition's wait."""
+    machine = RunMachine(Phase.RECOVERY_STOPPING)
+    machine, _ = step(machine, RecoveryTakenOver(UNKNOWN, None))
+    assert machine.unsaid == UNKNOWN
+    machine, _ = step(dataclasses.replace(machine, phase=Phase.PREFLIGHT),
+                      MachineBusy(MACHINE.reason, retry=5.0))
+    assert machine.failure == MACHINE and machine.unsaid == UNKNOWN
+    machine = dataclasses.replace(machine, phase=phase)
+    after, effects = step(machine, ExitStatusRead(MACHINE, "trainer", "3"))
+    assert effects[0] == AmendFailure(AMENDED, last_error=False)
+    assert after == dataclasses.replace(machine, unsaid=None)
+    # Its line not come yet when the next attempt begins: kept as that attempt's.
+    relaunched_machine, _ = step(dataclasses.replace(machine, phase=Phase.PREFLIGHT),
+                                 AttemptBegins(failed=1))
+    assert relaunched_machine.earlier == ((1, UNKNOWN),) and relaunched_machine.unsaid is None
+
+
+def test_another_member_s_line_leaves_the_failure_waiting() -> None:
+    machine = RunMachine(Phase.BACKOFF, failure=MACHINE, unsaid=UNKNOWN)
+    assert step(machine, ExitStatusRead(MACHINE, "orchestrator", "1")) == (machine, ())
+
+
+def test_a_line_in_a_live_attempt_is_not_the_failure_waiting() -> None:
+    """(In a live attempt the failure waited for is an earlier one's, by its number.)"""
+    machine = RunMachine(Phase.RUNNING, unsaid=UNKNOWN)
+    assert step(machine, ExitStatusRead(None, "trainer", "3")) == (machine, ())
+
+
+def test_the_status_said_in_the_recovery_ends_the_wait() -> None:
+    machine = RunMachine(Phase.RECOVERY_STOPPING, failure=UNKNOWN, unsaid=UNKNOWN)
+    after, effects = step(machine, ExitStatusRead(UNKNOWN, "trainer", "3"))
+    assert isinstance(effects[0], AmendFailure) and effects[0].attempt is None
+    assert after.failure == AMENDED and after.unsaid is None
