@@ -164,9 +164,9 @@ class Stopping(BoxSupervisorBase):
 
     def _old_launchers_said(self) -> None:
         """An earlier attempt's launcher, left to say its failed member's status, said it:
-        read at the next attempt's looks, not only at its exit (it may linger, and the run
-        machine keeps one earlier attempt's failure open: the next attempt's own failure and
-        relaunch would replace it before that exit, `RunMachine.earlier`)."""
+        read at the next attempt's looks, not only at its exit (it may linger: the attempt's
+        record has its status as soon as it is said; the run machine keeps every earlier
+        attempt's failure waiting for it, `RunMachine.earlier`)."""
         for old in self._old_launchers.values():
             if old.said or old.attempt == self.attempt:
                 continue
@@ -186,9 +186,11 @@ class Stopping(BoxSupervisorBase):
             return
         self._old_launchers_looked = True
         awaited: dict[int, str] = {}  # attempt -> the member whose status its launcher says
-        earlier, failure = self.machine.earlier, self.machine.failure
-        if earlier is not None and earlier[1].component is not None:
-            awaited[earlier[0]] = earlier[1].component
+        for number, waiting in self.machine.earlier:
+            if waiting.component is not None:
+                awaited[number] = waiting.component
+        # (the recovery's failure, or the one a machine condition replaced: `RunMachine.unsaid`)
+        failure = self.machine.unsaid or self.machine.failure
         if failure is not None and failure.component is not None and not failure.status_known:
             awaited[self.attempt] = failure.component
         end_held_trees = self._hooks.end_held or (lambda held: [])
@@ -204,6 +206,11 @@ class Stopping(BoxSupervisorBase):
                 continue
             identity = ProcessIdentity(launcher.pid, launcher.create_time)
             if not identity.alive():
+                # It said its line and exited while no daemon watched (the simulation's seed
+                # 610): read it now, or that attempt's failure never gets its status.
+                child = launcher_report(Path(launcher.log_path), component)
+                if child is not None:
+                    self._exit_status_read(child.component, child.code, attempt=number)
                 continue
             # Its members still running are the held ones (the others were stopped at once).
             held = [i for c in records if c.kind == "member" and c.pid is not None
