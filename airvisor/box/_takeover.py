@@ -10,12 +10,16 @@ API accepted that the previous daemon did not carry out.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from airvisor._logfile import tail_lines
+from airvisor.box._stop import launcher_report
 from airvisor.policy import CheckpointHalves, Phase
+from airvisor.policy._machine_json import MachineBlobError, decode_machine
+from airvisor.policy._transition import status_said, with_status
 from airvisor.primerl import (
     FINISH_MILESTONES,
     LAUNCHER,
@@ -176,7 +180,36 @@ def finish_if_completed(store: Store, run: RunRecord, profile: Profile,
                     f"the run completed at step {step} while no supervisor watched (its logs "
                     f"say so): recorded as succeeded, not relaunched{stopped}",
                     data={"step": step})
+    _read_earlier_statuses(store, run)
     return True
+
+
+def _read_earlier_statuses(store: Store, run: RunRecord) -> None:
+    """The failures of earlier attempts still waiting for the status their launcher was to say
+    (a stop that did not wait for it: `RunMachine.earlier`, persisted with the run) get it
+    from that launcher's log: the run closed here never reaches the run machine that reads
+    them at its next looks (the simulation's seed 2980: attempt 1's launcher said "exit code 3"
+    while no daemon watched, and attempt 2 then finished training)."""
+    if run.machine_json is None:
+        return
+    try:
+        machine = decode_machine(run.machine_json, now=time.monotonic(), wall=time.time())
+    except MachineBlobError:
+        return  # (said when the run was taken over: `core._persist`)
+    for number, failure in machine.earlier:
+        if failure.component is None or failure.status_known:
+            continue
+        launcher = next((c for c in store.components(run.id, number)
+                         if c.name == LAUNCHER and c.log_path), None)
+        child = None if launcher is None or launcher.log_path is None \
+            else launcher_report(Path(launcher.log_path), failure.component)
+        if child is None:
+            continue
+        known = with_status(failure, child.component, child.code)
+        store.amend_failure(run.id, number, known.reason)
+        said = status_said(known, child.component, child.code)
+        store.add_event(run.id, said.kind, said.message, component=said.component,
+                        data=dict(said.data))
 
 
 def final_checkpoint_unfinished(checkpoints: Mapping[int, CheckpointHalves],

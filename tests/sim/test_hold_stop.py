@@ -263,17 +263,19 @@ def test_a_later_attempt_s_failure_does_not_replace_the_earlier_one_waiting(
                for number, reason in reasons(sim).items() if number <= 3)
 
 
-@pytest.mark.xfail(strict=True, reason="open: the run finished while no daemon watched and the "
-                   "new daemon ends it at boot (box/_takeover.py finish_if_completed), outside "
-                   "the run machine: RunMachine.earlier's attempt 1 never reads its launcher's "
-                   "line (seed 2980)")
 def test_a_run_finished_unwatched_still_reads_an_earlier_line(tmp_path: Path) -> None:
+    """Seed 2980: attempt 1's launcher said its trainer's "exit code 3" while no daemon
+    watched, and attempt 2 then trained to the end; the new daemon closes the run at boot
+    (box/_takeover.py `finish_if_completed`, outside the run machine), so attempt 1's failure
+    never got its status. It now reads the lines the persisted machine still waits for
+    (`RunMachine.earlier`) from their launchers' logs as it closes the run."""
     schedule = draw(2980)
     assert schedule.hold
     sim, outcome = run(schedule, tmp_path)
     assert any(e.kind == "finished_unsupervised"
                for e in sim.store.events(sim.run_id, limit=1000))  # (the situation)
     assert not broken(outcome, "exit-status")
+    assert "exited with status 3" in (reasons(sim)[1] or "")
 
 
 def test_a_line_said_while_no_daemon_watched_is_read_by_the_next(tmp_path: Path) -> None:

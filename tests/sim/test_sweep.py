@@ -34,11 +34,10 @@ OPEN_SIGNATURES: dict[tuple[str, str], str] = {
     # (The hold schedules' exit-status class, a held stop's late line lost, is fixed: the
     # machine condition's and the later attempt's failure no longer replace the failure waiting
     # for its line, `RunMachine.unsaid` and `earlier`; named schedules in test_hold_stop.py.)
-    # Open, one seed in the 5,000-seed sweep after that fix: the run finished while no daemon
-    # watched (box/_takeover.py `finish_if_completed`, at the new daemon's boot, outside the
-    # run machine), so attempt 1's launcher's line, said meanwhile, is never read (strict xfail
-    # in test_hold_stop.py `test_a_run_finished_unwatched_still_reads_an_earlier_line`).
-    ("exit-status", "t=12: attempt 1: the trainer's exit status 3 is known"): "seed 2980",
+    # (Seed 2980, found by the 5,000-seed sweep after that fix, is fixed too: a run that
+    # finished while no daemon watched is closed at boot outside the run machine, which now
+    # reads the earlier attempts' lines there: test_hold_stop.py
+    # `test_a_run_finished_unwatched_still_reads_an_earlier_line`.)
     # Found by the first 10,000-seed sweep with `hold` schedules, not analysed yet (each a
     # strict xfail in test_hold_stop.py `test_open_seeds_of_the_hold_sweep`, gone now; each a
     # hold schedule with daemon or launcher deaths), each resolved:
