@@ -115,6 +115,10 @@ class Adoption(BoxSupervisorBase):
                    else step is None)
         # The old supervisor died before the server was ready: wait for it again.
         self._decide(TakenOver(Phase.STARTING if waiting else Phase.RUNNING))
+        # The earlier attempts' launchers the dead daemon left to say a status, found now, not
+        # at the first look: a stop asked at once must end them and read their lines too (the
+        # simulation's seed 8779: the run ended stopped, attempt 1's status never read).
+        self._adopt_old_launchers()
         launcher = handles.get(LAUNCHER)
         named = launcher_first_report(launcher.log.path) if launcher is not None else None
         if named is not None:

@@ -400,7 +400,9 @@ class Stopping(BoxSupervisorBase):
         self._record_containers(outcome.containers if outcome is not None else ())
         summary = outcome.summary if outcome is not None else event.error
         self._event("stopped_components", f"components stopped: {summary}")
-        failure = self.machine.failure
+        # (also the recovery's failure a machine condition replaced, `RunMachine.unsaid`: a
+        # stop asked in the condition's wait ends the run; the simulation's seed 5601)
+        failure = self.machine.unsaid or self.machine.failure
         launcher_log = self._launcher_log()
         if launcher_log is not None and failure is not None and failure.component is not None \
                 and not failure.status_known:

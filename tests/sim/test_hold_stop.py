@@ -278,6 +278,33 @@ def test_a_run_finished_unwatched_still_reads_an_earlier_line(tmp_path: Path) ->
     assert "exited with status 3" in (reasons(sim)[1] or "")
 
 
+def test_a_stop_in_the_machine_conditions_wait_reads_the_replaced_failures_line(
+        tmp_path: Path) -> None:
+    """Seed 5601: the trainer's death was stopped at once (its launcher left to say the status)
+    and the next preflight found the disk full, whose condition replaced the recovery's failure
+    (`RunMachine.unsaid` keeps the one waiting for its line); an operator's stop then ended the
+    run, and its stop's end read the line only for the condition (no component): attempt 1's
+    failure never got its status. The stop's end reads it for the failure `unsaid` keeps."""
+    sim, outcome = run(draw(5601), tmp_path)
+    assert outcome.state == "stopped" and any(
+        e.kind == "machine_condition" for e in sim.store.events(sim.run_id, limit=1000))
+    assert not broken(outcome, "exit-status")
+    assert "exited with status 1" in (reasons(sim)[1] or "")
+
+
+def test_a_stop_at_the_adoption_ends_and_reads_the_old_launcher(tmp_path: Path) -> None:
+    """Seed 8779: the daemon died with attempt 1's orchestrator held for its launcher's line;
+    the next daemon adopted attempt 2 and an operator's stop, asked while no daemon answered,
+    came at once: the old launchers were looked for only at the first look, after that stop
+    ended the run, so attempt 1's status was never read. The adoption looks for them at once
+    (`Adoption.adopt` -> `_adopt_old_launchers`)."""
+    sim, outcome = run(draw(8779), tmp_path)
+    assert outcome.state == "stopped"
+    assert any(e.kind == "adopted" for e in sim.store.events(sim.run_id, limit=1000))
+    assert not broken(outcome, "exit-status")
+    assert "exited with status 1" in (reasons(sim)[1] or "")
+
+
 def test_a_line_said_while_no_daemon_watched_is_read_by_the_next(tmp_path: Path) -> None:
     """Seed 610 (found once seed 574's class was fixed): the daemon dies in the machine
     condition's wait, the next one dies too, and the old launcher says its line and exits while
