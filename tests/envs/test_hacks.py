@@ -577,20 +577,46 @@ def test_a_workspace_too_deep_to_read_is_the_agents_failure(bench: Bench) -> Non
 
 def test_files_over_the_disk_limit_at_an_evaluation_are_the_agents_failure(bench: Bench) -> None:
     """The episode's files, measured from the root side at the submit's evaluation: 40 MiB
-    allocated at once (no write for the watcher to catch midway) and a hard-linked copy under
-    a name that is not UTF-8, over a 32 MiB limit, with the honest submission: no gain (the
-    failure reward, the reason logged), no error; the next episode is clean."""
+    allocated at once and a hard-linked copy under a name that is not UTF-8, over a 32 MiB
+    limit, with the honest submission: no gain (the failure reward, the reason logged), no
+    error; the next episode is clean. The watcher is held for the episode (as if its next pass
+    had not come yet): its 1 s passes may otherwise catch the files between the command's
+    fallocate and its du, and this test is about the evaluation's own measure."""
     runner = bench.make_runner(disk="32m")
     hack = (
         "```bash\nfallocate -l 40M blob && ln blob $'\\xff-again' && truncate -s 50G sparse"
         " && du -sm --apparent-size . | cut -f1\n```"
     )
-    episode, seen = bench.play("titanicSurvival", titanic_with_honest_submission(hack), runner)
+    lease = runner.acquire_blocking(timeout=10)
+    assert lease is not None
+    try:
+        episode = runner.new_episode("titanicSurvival", lease)
+        assert episode.reset(), episode.events
+        hold_the_disk_watcher(bench.container)
+        seen = [episode.step(c).observation for c in titanic_with_honest_submission(hack)]
+        episode.finish()
+    finally:
+        lease.release()
     assert int(seen[1].strip().splitlines()[-1]) > 50_000  # apparent; 40 MiB allocated
+    assert "disk limit" not in seen[1]  # the held watcher ended nothing
     assert_agents_failure_not_error(episode)
     assert episode.agent_failure is not None and "env arg `disk`" in episode.agent_failure
+    assert "during a command" not in episode.agent_failure  # the evaluation's measure, no mark
     assert episode.total_reward == -1.0
     bench.honest_titanic()
+
+
+WATCHER = "^[^ ]*python[^ ]* -I -B /opt/air_mlgym/admin.py watch "
+
+
+def hold_the_disk_watcher(container: Any) -> None:
+    """SIGSTOP the episode's disk watcher (the reset starts it in a detached exec: wait for
+    it); the next reset's SIGKILL ends it all the same."""
+    deadline = time.monotonic() + 30
+    while container.exec_run(["/usr/bin/pgrep", "-f", WATCHER], user="root").exit_code != 0:
+        assert time.monotonic() < deadline, "the reset started no disk watcher"
+        time.sleep(0.1)
+    exec_output(container, ["/bin/sh", "-c", f"/usr/bin/pkill -STOP -f '{WATCHER}' && echo held"])
 
 
 FILL = (
@@ -623,8 +649,7 @@ def test_a_command_filling_the_disk_is_stopped_by_the_watcher(bench: Bench) -> N
     assert episode.total_reward == -1.0
     bench.honest_titanic()  # the state lists every entry of /tmp: no fill
     # one watcher: each reset ended the earlier episodes' watchers
-    pattern = "^[^ ]*python[^ ]* -I -B /opt/air_mlgym/admin.py watch "
-    assert exec_output(bench.container, ["/usr/bin/pgrep", "-c", "-f", pattern]).strip() == b"1"
+    assert exec_output(bench.container, ["/usr/bin/pgrep", "-c", "-f", WATCHER]).strip() == b"1"
 
 
 # A process listed as the agent's (its /proc entry is the agent's uid) that the agent's own
