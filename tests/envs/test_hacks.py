@@ -501,37 +501,34 @@ def test_root_files_moved_out_of_the_workspace_do_not_survive(bench: Bench) -> N
 
 
 def test_sigcont_from_strategy_code_wakes_nothing(bench: Bench) -> None:
-    """The evaluation's copy of the agent's code runs under a uid of its own: its
-    kill(-1, SIGCONT) reaches none of the agent's frozen processes. The strategy answers 1 (a
-    worse score) as soon as it sees a watcher of the agent's running, else 0."""
+    """The evaluation's copy of the agent's code sends kill(-1, SIGCONT): it reaches none of
+    the agent's held processes (its uid is not theirs; and a cgroup freeze no signal undoes).
+    Two watchers of the agent's append to `ticks` 20 times a second; the strategy answers 1 (a
+    worse score) as soon as it sees `ticks` grow over 0.3 s, else 0."""
     watchers = (
-        "```bash\nrm -f watchers; for i in 1 2; do "
-        "(exec -a watcher bash -c 'while :; do sleep 0.05; done') > /dev/null 2>&1 & "
-        "echo $! >> watchers; done; disown -a; cat watchers | wc -l\n```"
+        "```bash\nrm -f ticks; for i in 1 2; do "
+        "(exec -a watcher bash -c 'while :; do echo >> ticks; sleep 0.05; done') >/dev/null 2>&1 & "
+        "done; disown -a; sleep 1; [ -s ticks ] && echo ticking\n```"
     )
     strategy = (
-        "```bash\ncat > strategy.py <<'EOF'\nimport os, signal\n"
-        "PIDS = [int(p) for p in open('watchers').read().split()]\n"
+        "```bash\ncat > strategy.py <<'EOF'\nimport os, signal, time\n"
         "def woken():\n"
         "    try:\n        os.kill(-1, signal.SIGCONT)\n    except OSError:\n        pass\n"
-        "    for pid in PIDS:\n"
-        "        try:\n"
-        "            state = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0]\n"
-        "        except OSError:\n            continue\n"
-        "        if state not in 'TtZX':\n            return True\n"
-        "    return False\n"
+        "    before = os.path.getsize('ticks')\n"
+        "    time.sleep(0.3)\n"
+        "    return os.path.getsize('ticks') > before\n"
         "WOKEN = woken()\n"
         "CALLS = [0]\n"
         "def row_strategy(history):\n"
         "    global WOKEN\n    CALLS[0] += 1\n"
-        "    if CALLS[0] % 1000 == 1:\n        WOKEN = WOKEN or woken()\n"
+        "    if CALLS[0] % 20000 == 1:\n        WOKEN = WOKEN or woken()\n"
         "    return 1 if WOKEN else 0\n"
         "EOF\n```"
     )
     episode, seen = bench.play("battleOfSexes", [watchers, strategy, "validate", "submit"])
-    assert seen[0].strip().endswith("2")
+    assert seen[0].strip().endswith("ticking")
     assert_agents_failure_not_error(episode)
-    # always 0 (1.444): the watchers stayed stopped through every check of the validate (the
+    # always 0 (1.444): the watchers stayed held through every check of the validate (the
     # submit ends them first); woken, it would be always 1 (0.822)
     assert episode.steps[2]["info"]["score"] == pytest.approx(1.444, abs=0.03)
     assert episode.total_reward == pytest.approx(expected_reward("battleOfSexes", True), abs=0.03)
@@ -666,18 +663,18 @@ UNSTOPPABLE = (
 )
 
 
-def test_a_process_the_freeze_cannot_stop_is_the_agents_failure(bench: Bench) -> None:
-    """The freeze gives up on a process it cannot hold (after its 20 s of patience): the
-    validate is the agent's failure, and so is the submit (it could not be ended either),
-    never an errored rollout; once it is gone the next episode is clean."""
+def play_beside_unstoppable(bench: Bench, runner: MLGymRunner) -> tuple[Episode, str, str, str]:
+    """The honest titanic submission written, then the stand-in started (as root, outside the
+    agent's shell), then `validate` and `submit`: the episode, both observations, and whether
+    the stand-in ran through both evaluations."""
     start = (
         "for p in /opt/air_mlgym/python/bin/python3 /usr/bin/python3; do "
         '[ -x "$p" ] && exec "$p" -c "$0"; done; exit 3'
     )
-    lease = bench.runner.acquire_blocking(timeout=10)
+    lease = runner.acquire_blocking(timeout=10)
     assert lease is not None
     try:
-        episode = bench.runner.new_episode("titanicSurvival", lease)
+        episode = runner.new_episode("titanicSurvival", lease)
         assert episode.reset(), episode.events
         episode.step(replies("titanicSurvival", improving=True)[1])
         bench.container.exec_run(["/bin/bash", "-c", start, UNSTOPPABLE], user="root",
@@ -688,18 +685,45 @@ def test_a_process_the_freeze_cannot_stop_is_the_agents_failure(bench: Bench) ->
             assert time.monotonic() < deadline, "the stand-in process never started"
             time.sleep(0.1)
         validated = episode.step("validate")
-        submitted = episode.step("submit")
         found = exec_output(bench.container, probe).decode().strip()
+        submitted = episode.step("submit")
         episode.finish()
     finally:
         lease.release()
         bench.container.exec_run(["/usr/bin/pkill", "-KILL", "-U", "4242"], user="root")
-    assert found == "1"  # it was there through both evaluations
-    assert "could not be frozen" in validated.observation, validated.observation
-    assert "could not be ended" in submitted.observation, submitted.observation
+    return episode, validated.observation, submitted.observation, found
+
+
+def test_a_process_the_signal_freeze_cannot_stop_is_the_agents_failure(bench: Bench) -> None:
+    """The signal freeze (env arg freeze = "signals") gives up on a process it cannot hold
+    (after its 20 s of patience): the validate is the agent's failure, and so is the submit
+    (it could not be ended either), never an errored rollout; once it is gone the next
+    episode is clean."""
+    runner = bench.make_runner(freeze="signals")
+    episode, validated, submitted, found = play_beside_unstoppable(bench, runner)
+    assert found == "1"  # it was there through the validate
+    assert "could not be frozen" in validated, validated
+    assert "could not be ended" in submitted, submitted
     assert_agents_failure_not_error(episode)
     assert episode.agent_failure is not None and "could not be ended" in episode.agent_failure
     assert episode.total_reward == -1.0  # the honest submission gains nothing while it runs
+    bench.honest_titanic()
+
+
+def test_the_kernel_freeze_holds_and_ends_what_signals_cannot(bench: Bench) -> None:
+    """The same process under the kernel's freeze (freeze = "kernel": the cgroup v2 freezer,
+    README "Freeze"): frozen for the validate, which scores the honest submission; killed by
+    `cgroup.kill` before the submit's evaluation, which scores it too."""
+    runner = bench.make_runner(freeze="kernel")
+    episode, validated, submitted, found = play_beside_unstoppable(bench, runner)
+    assert found == "1"  # it was there after the validate: frozen, not ended
+    assert "could not be" not in validated + submitted
+    assert_agents_failure_not_error(episode)
+    assert episode.agent_failure is None
+    assert episode.steps[1]["info"]["score"] == pytest.approx(0.875, abs=1e-9), validated
+    assert episode.total_reward == pytest.approx(HONEST, abs=1e-9)
+    gone = ["/bin/sh", "-c", "ps -o ruid= -u agent | grep -c '^ *4242$'; :"]
+    assert exec_output(bench.container, gone).decode().strip() == "0"  # the submit ended it
     bench.honest_titanic()
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from air_mlgym._actions import USAGE
 from air_mlgym._containers import DEFAULT_LOCK_DIR, Lease, LeaseBook, OwnedContainers
 from air_mlgym._episode import Episode, EpisodeConfig
+from air_mlgym._freezer import FREEZE_MODES
 from air_mlgym._reward import REWARD_MODES, MetricSpec, protection_table, resolve_metric
 from air_mlgym._session import (
     SessionConfig,
@@ -94,6 +95,10 @@ class EnvArgs:
     # What one episode may write to disk (the workspace and every other place the agent can
     # write), checked by the root side at every evaluation and by a watcher during the episode.
     disk: str | None = "8g"
+    # How the agent's processes are held during an evaluation (README "Freeze"): "auto" (the
+    # kernel's cgroup v2 freezer where the host has it, else signals), "kernel" (refuse to run
+    # without it) or "signals".
+    freeze: str = "auto"
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> EnvArgs:
@@ -180,6 +185,9 @@ class EnvArgs:
                 disk_bytes(self.disk)
             except ValueError as e:
                 fail("disk", f"{e}")
+        if self.freeze not in FREEZE_MODES:
+            fail("freeze", f"must be one of {', '.join(map(repr, FREEZE_MODES))}, got "
+                 f"{self.freeze!r}")  # fmt: skip
         for name in ("container_wait", "lease_timeout", "reward_scale"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
@@ -211,6 +219,7 @@ class EnvArgs:
             memory_limit=None if self.memory is None else memory_bytes(self.memory),
             cpus=None if self.cpus is None else float(self.cpus),
             disk_limit=None if self.disk is None else disk_bytes(self.disk),
+            freeze=self.freeze,
             **overrides,
         )
 

@@ -38,6 +38,7 @@ from docker.models.containers import Container
 from docker.utils import parse_bytes
 
 from air_mlgym._containers import INIT_COMMAND, ContainerUnavailable, find_running
+from air_mlgym._freezer import FreezerUnavailable, KernelFreezer
 from air_mlgym._reward import TaskProtection
 from air_mlgym._shell import DOCKER_ERRORS, DockerShell, RunResult, ShellDied
 from air_mlgym._tasks import TaskSpec
@@ -234,6 +235,9 @@ class SessionConfig:
     cpus: float | None = None
     # What one episode may write to disk (README "Limits"), bytes; None: unchecked.
     disk_limit: int | None = None
+    # How the agent's processes are held during an evaluation (README "Freeze"): "auto",
+    # "kernel" or "signals".
+    freeze: str = "auto"
 
     @property
     def workspace(self) -> str:
@@ -295,6 +299,10 @@ class TaskSession:
         self._checked_imports: set[tuple[str, str]] = set()
         # container id -> its cgroup's limit counters (host_limit_counters) at the last reset
         self._limit_baseline: dict[str, dict[str, int]] = {}
+        self._freezer: KernelFreezer | None = None
+        # container id -> whether the kernel freezes its agent (README "Freeze")
+        self._kernel_freeze: dict[str, bool] = {}
+        self.freeze_fallback: str | None = None  # why "auto" fell back to signals, if it did
 
     # --- container and shell -----------------------------------------------------------
 
@@ -387,6 +395,9 @@ class TaskSession:
 
     def close(self) -> None:
         self._drop_shell()
+        if self._freezer is not None:
+            self._freezer.close()
+            self._freezer = None
 
     # --- workspace ---------------------------------------------------------------------------
 
@@ -434,6 +445,7 @@ class TaskSession:
             "workspace_name": posixpath.basename(self.config.workspace),
             "task_key": template.key,
         }
+        self._kernel_kill(container)
         result = self._admin(container, "reset", args)
         if result.get("need_template"):
             try:
@@ -519,6 +531,7 @@ class TaskSession:
             )
         prepared = _Ids(uid=int(ids[0]), gid=int(ids[1]))
         self._apply_limits(container)
+        self._kernel_freeze[cid] = self._setup_freezer(container)
         try:
             self._pythons[cid] = self._evaluator_python(container)
         except DOCKER_ERRORS as e:
@@ -641,6 +654,78 @@ class TaskSession:
             raise self._refused(container, "kill the agent's processes", str(e)) from e
         if done.exit_code not in (0, 1, 137, -1, None):  # 137: killed itself, as it should
             raise self._refused(container, "kill the agent's processes", _text(done.output))
+
+    # --- the kernel freeze (README "Freeze") --------------------------------------------------
+
+    def _setup_freezer(self, container: Container) -> bool:
+        """Whether the kernel freezes this container's agent: the env arg `freeze`, and for
+        "auto" and "kernel" a probe of the host through the freezer container."""
+        if self.config.freeze == "signals":
+            return False
+        try:
+            if self._freezer is None:
+                self._freezer = KernelFreezer(self.client, home=self.config.home)
+            self._freezer.start(str(container.attrs["Image"]))  # the id: what it runs
+            self._freezer.probe(container)
+        except FreezerUnavailable as e:
+            if self.config.freeze == "kernel":
+                raise EnvironmentUnusable(
+                    f"{self.container_name}: the kernel freeze (env arg freeze = \"kernel\") "
+                    f"cannot be used here: {e}; fix: a host with cgroup v2 (Linux 5.14 or "
+                    'later) and a rootful Docker engine, or freeze = "auto" / "signals"'
+                ) from e
+            if self.freeze_fallback is None:
+                logger.warning(
+                    "%s: the agent's processes are held by signals, not by the kernel: %s",
+                    self.container_name, e,
+                )  # fmt: skip
+            self.freeze_fallback = str(e)
+            return False
+        self.freeze_fallback = None
+        return True
+
+    def _kernel_hold(self, container: Container, uid: int, stop: bool) -> tuple[bool, str | None]:
+        """Before an evaluation: the agent's processes frozen (ended, for `stop`) by the
+        kernel. Returns whether the kernel holds them, and why the evaluation is the agent's
+        failure if it is (what could not be frozen or ended). A freezer that fails here leaves
+        the evaluation to the signal freeze, logged."""
+        if not self._kernel_freeze.get(str(container.id)) or self._freezer is None:
+            return False, None
+        why = "the agent's processes could not be {} for the evaluation: {}"
+        try:
+            left = self._freezer.freeze(container, uid)
+            if stop:
+                gone = self._freezer.kill(container)
+                if gone is not None:
+                    return True, why.format("ended", gone)
+            elif left is not None:
+                return True, why.format("frozen", left)
+        except FreezerUnavailable as e:
+            logger.warning("%s: the kernel freeze failed: %s", self.container_name, e)
+            self._kernel_thaw(container)
+            return False, None
+        return True, None
+
+    def _kernel_thaw(self, container: Container) -> None:
+        if self._freezer is None or not self._kernel_freeze.get(str(container.id)):
+            return
+        try:
+            self._freezer.thaw(container)
+        except FreezerUnavailable as e:  # the next reset kills them all the same
+            logger.warning("%s: cannot thaw the agent's processes: %s", self.container_name, e)
+
+    def _kernel_kill(self, container: Container) -> None:
+        """At reset: every process of the agent's cgroup killed by the kernel (the root
+        helper's reset then ends any of the agent's that was never swept into it)."""
+        if self._freezer is None or not self._kernel_freeze.get(str(container.id)):
+            return
+        try:
+            left = self._freezer.kill(container)
+        except FreezerUnavailable as e:
+            logger.warning("%s: the kernel kill failed: %s", self.container_name, e)
+            return
+        if left is not None:
+            logger.warning("%s: the kernel kill left %s", self.container_name, left)
 
     def _refused(self, container: Container, what: str, error: str) -> ContainerUnavailable:
         hit = self._limit_hit(container, error)
@@ -954,10 +1039,17 @@ class TaskSession:
             "stop": stop,
             "disk_limit": self.config.disk_limit,
         }
+        kernel, refused = self._kernel_hold(container, ids.uid, stop)
         try:
+            if refused is not None:
+                return self._agent_failed(refused)
+            args["held_by_kernel"] = kernel
             answer = self._admin(container, "evaluate", args, timeout=timeout + 60)
         except AgentExhaustedLimit as e:
             return self._agent_failed(str(e))
+        finally:
+            if kernel and not stop:
+                self._kernel_thaw(container)
         if not answer.get("written"):
             # The root helper itself failed (what the agent causes is an answer, not this):
             # airvisor's fault, an errored rollout; never a rebuilt workspace scored instead.

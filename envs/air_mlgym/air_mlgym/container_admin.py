@@ -1116,7 +1116,14 @@ def evaluate(args: dict[str, Any]) -> dict[str, Any]:
         return {"status": "error", "message": f"untrusted evaluation interpreter: {problem}"}
     try:
         stop = bool(args.get("stop")) or limits_hit_since_reset() is not None
-        running = stop_user(uid, gid) if stop else freeze_user(uid, gid)
+        # Held by the kernel (the session's cgroup freezer, README "Freeze"): frozen, or
+        # already ended for a `stop`; a kill finds what a `stop` for the limits must end (a
+        # frozen process takes SIGKILL). Else by signals, here.
+        kernel = bool(args.get("held_by_kernel"))
+        if kernel:
+            running = kill_user(uid, gid) if stop else []
+        else:
+            running = stop_user(uid, gid) if stop else freeze_user(uid, gid)
         try:
             if running:
                 return agent_failure(
@@ -1138,7 +1145,7 @@ def evaluate(args: dict[str, Any]) -> dict[str, Any]:
                     return {**agent_failure(over), "hash": result.get("hash")}
         finally:
             kill_user(EVAL_UID, gid, patience=5.0)  # the agent code's process and its children
-            if not stop:
+            if not stop and not kernel:
                 signal_user(uid, gid, signal.SIGCONT)
     except OSError as e:
         limit = limits_hit_since_reset() or resource_limit_hit()
@@ -1311,7 +1318,10 @@ def _find_model_config(workspace: str, uid: int) -> str | None:
 def _run_as_agent(
     args: dict[str, Any], argv: list[str], uid: int, gid: int, workspace: str, solution: str | None
 ) -> dict[str, Any]:
-    signal_user(uid, gid, signal.SIGCONT)
+    if not args.get("held_by_kernel"):
+        # (signals: the evaluation, of the agent's uid, could continue them anyway; the
+        # kernel's freeze it cannot undo, so they stay frozen)
+        signal_user(uid, gid, signal.SIGCONT)
     command = [sys.executable, "-B", *argv]
     try:
         done = subprocess.run(
