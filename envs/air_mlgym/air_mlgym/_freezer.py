@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import secrets
+import socket
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -30,6 +31,11 @@ from air_mlgym._containers import OWNER_LABEL
 from air_mlgym._shell import DOCKER_ERRORS
 
 ROLE_LABEL = "air-mlgym.role"
+# Who started a freezer container: the host, and the start time of the owner pid (the pid in
+# OWNER_LABEL), so a freezer whose owner died (SIGKILL: no close) is shown stale, pid reuse
+# or not, and removed by the next one started on that host.
+HOST_LABEL = "air-mlgym.host"
+STARTED_LABEL = "air-mlgym.owner-started"
 HOST_CGROUP = "/sys/fs/cgroup"
 # Where a task image may keep a Python: the system's, then MLGym's official image's conda.
 PYTHON_CANDIDATES = (
@@ -61,7 +67,14 @@ class KernelFreezer:
         FreezerUnavailable when the engine refuses it or the image has no Python."""
         if self._container is not None:
             return
+        self._remove_stale()
         name = f"air-mlgym-freezer-{os.getpid()}-{secrets.token_hex(3)}"
+        labels = {
+            OWNER_LABEL: str(os.getpid()),
+            ROLE_LABEL: "freezer",
+            HOST_LABEL: socket.gethostname(),
+            STARTED_LABEL: str(process_started(os.getpid())),
+        }
         try:
             self._container = self.client.containers.run(
                 image,
@@ -70,7 +83,7 @@ class KernelFreezer:
                 command=[],
                 detach=True,
                 user="0",
-                labels={OWNER_LABEL: str(os.getpid()), ROLE_LABEL: "freezer"},
+                labels=labels,
                 pid_mode="host",
                 cgroupns="host",
                 network_mode="none",
@@ -89,6 +102,23 @@ class KernelFreezer:
         raise FreezerUnavailable(
             f"image {image} has no Python for the freezer ({', '.join(PYTHON_CANDIDATES)})"
         )
+
+    def _remove_stale(self) -> None:
+        """Freezer containers of this host whose owner is gone (no process with that pid and
+        start time): left by an owner killed before its close."""
+        try:
+            mine = [f"{ROLE_LABEL}=freezer", f"{HOST_LABEL}={socket.gethostname()}"]
+            found = self.client.containers.list(all=True, filters={"label": mine})
+        except DOCKER_ERRORS:
+            return
+        for container in found:
+            labels = container.labels or {}
+            owner, started = labels.get(OWNER_LABEL, ""), labels.get(STARTED_LABEL, "")
+            if not owner.isdigit() or not started.lstrip("-").isdigit():
+                continue  # not one of ours as this version makes them: left alone
+            if process_started(int(owner)) != int(started):
+                with contextlib.suppress(*DOCKER_ERRORS):
+                    container.remove(force=True)
 
     def close(self) -> None:
         if self._container is not None:
@@ -155,6 +185,16 @@ class KernelFreezer:
             error = (stderr or b"").decode(errors="replace").strip()[-1000:]
             raise FreezerUnavailable(f"the freezer's {command} gave no answer: {error}")
         return answer
+
+
+def process_started(pid: int) -> int:
+    """The start time of process `pid` (clock ticks after boot, /proc/<pid>/stat field 22);
+    -1 when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return -1
 
 
 def _agent_source() -> str:
