@@ -127,6 +127,8 @@ def test_the_limits_are_checked_arguments() -> None:
     assert (off.pids_limit, off.memory_limit, off.cpus, off.disk_limit) == (None,) * 4
     assert EnvArgs.from_kwargs(**base, memory="512m").session_config().memory_limit == 512 << 20
     assert EnvArgs.from_kwargs(**base, disk="64m").session_config().disk_limit == 64 << 20
+    assert config.freeze == "auto"
+    assert EnvArgs.from_kwargs(**base, freeze="kernel").session_config().freeze == "kernel"
     assert memory_bytes(1 << 30) == 1 << 30
     for name, value, words in [
         ("pids_limit", 8, "integer >= 32"),
@@ -137,6 +139,7 @@ def test_the_limits_are_checked_arguments() -> None:
         ("disk", "lots", "size such as"),
         ("disk", "1m", "at least 16m"),
         ("disk", True, "at least 16m"),
+        ("freeze", "cgroup", "one of 'auto', 'kernel', 'signals'"),
     ]:
         with pytest.raises(EnvArgsError, match=f"'{name}'.*{words}"):
             EnvArgs.from_kwargs(**base, **{name: value})

@@ -75,6 +75,7 @@ class MLGymTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
     memory: str | None = "4g"
     cpus: float | None = 1.0
     disk: str | None = "8g"
+    freeze: str = "auto"  # README "Freeze"
 
     def env_args(self) -> EnvArgs:
         fields = set(EnvArgs.__dataclass_fields__)
