@@ -355,6 +355,42 @@ def test_the_phase_is_persisted_and_a_daemon_dead_in_backoff_waits_out_its_deadl
     assert d.store.attempts(d.run_id)[-1]["cause"] == "crash"
 
 
+def test_a_stop_in_the_backoff_a_new_daemon_waits_out_ends_the_run_stopped(
+        tmp_path: Path, profile: Profile) -> None:
+    """A daemon dies in the backoff; the next one takes over and waits out the rest; a stop
+    asked then ends the run stopped at once: no job submitted after the failed one, the
+    failed attempt's outcome and its one counted restart as they were."""
+    profile = slurm_profile(tmp_path, restart={"immediate_first": False, "backoff_initial": 60,
+                                                "backoff_max": 60})
+    slurm = FakeSlurm()
+    wall_offset = 1_700_000_000.0
+    d = Driver(Store(tmp_path / "state" / "airvisor.sqlite3"), profile, slurm=slurm,
+               wall_offset=wall_offset)
+    d.sup.begin()
+    d.pump(lambda: d.sup.state == RunState.STARTING)
+    slurm.set(slurm.last, "FAILED", code=1)
+    d.pump(lambda: d.sup.phase == Phase.BACKOFF)
+    run = d.store.get_run(d.run_id)
+    assert run is not None
+    d.sup.detach()
+    again = Driver(d.store, profile, slurm=slurm, run_id=d.run_id, create=False,
+                   wall_offset=wall_offset + d.now - 1000.0 + 10.0)
+    again.sup.reattach(run)
+    assert again.sup.phase == Phase.BACKOFF  # waiting out the rest
+    until = again.sup.machine.backoff_until
+    assert until is not None
+    again.pump(lambda: again.now >= 1010.0, advance=0.5)  # some of it
+    again.sup.handle(Command(d.run_id, "stop"))
+    again.pump(lambda: again.sup.finished.is_set(), advance=0.5)
+    assert again.sup.state == RunState.STOPPED
+    assert again.now < until  # ended in the backoff, not after waiting it out
+    assert len(slurm.submissions) == 1  # nothing submitted after the failed job
+    assert [a["outcome"] for a in d.store.attempts(d.run_id)] == ["failed"]
+    assert [(r.kind, r.counted) for r in d.store.restart_history(d.run_id)] == [("crash", True)]
+    final = d.store.get_run(d.run_id)
+    assert final is not None and final.state == "stopped"
+
+
 def test_a_daemon_dead_in_backoff_past_its_deadline_submits_at_once(
         tmp_path: Path, profile: Profile) -> None:
     """The persisted deadline has passed when the next daemon takes over (it was down longer
