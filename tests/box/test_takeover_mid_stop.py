@@ -122,3 +122,56 @@ def test_a_kept_recovery_taken_over_mid_stop_keeps_the_server(
     assert "trainer exited with status" in first["reason"], first["reason"]
     assert again.machine.restarts == 1
     stop_and_check_nothing_left(harness, run_id, again)
+
+
+@pytest.mark.parametrize("version", ["0.4", "main"])
+def test_a_kept_server_gone_at_the_takeover_restarts_everything(
+        harness: Harness, version: str) -> None:
+    """The dead daemon had settled to keep the server; the server dies before the new daemon
+    takes over. The new daemon does not keep a server that is gone: it restarts everything
+    (a new server, then the rest), the restart counted once, and nothing of the first attempt
+    is left."""
+    entered, release = threading.Event(), threading.Event()
+
+    def dying_daemons_stop(*args: Any, **kwargs: Any) -> str:
+        entered.set()  # the daemon dies here: its stop never signals anything
+        release.wait(BOUND)
+        return "the dead daemon's stop"
+
+    harness.manager.hooks.stop_tree = dying_daemons_stop
+    profile = profile_of(harness, version, demo={"trainer": {"crash_at_step": 5}})
+    run_id, sup = start(harness, profile)
+    try:
+        drive(harness, "the first attempt running", lambda: running_attempt(harness, sup, 1))
+        kept = server(harness, run_id, 1)
+        drive(harness, "the kept scope settled while the rest's stop hangs",
+              lambda: entered.is_set() and sup.machine.scope is not None
+              and sup.machine.scope.keep_inference and sup.machine.scope.settled)
+        harness.manager.shutdown(stop_runs=False)
+        harness.store.update_run(run_id, supervisor_started=1.0)  # that supervisor is gone
+        # The kept server dies while no daemon watches.
+        gone = psutil.Process(kept[0])
+        assert gone.create_time() == kept[1]
+        gone.kill()
+        gone.wait(BOUND)
+
+        manager = RunManager(harness.store)
+        manager.hooks.prepare_machine = harness.manager.hooks.prepare_machine
+        harness.manager = manager
+        assert manager.adopt_on_boot() == [run_id]
+        again = manager.supervisor(run_id)
+        assert isinstance(again, RunSupervisor)
+        drive(harness, "the second attempt training",
+              lambda: running_attempt(harness, again, 2, step=6), manager=manager)
+    finally:
+        release.set()
+    fresh = server(harness, run_id, 2)
+    assert fresh != kept  # a new server, not the dead one's record
+    assert psutil.Process(fresh[0]).create_time() == fresh[1]
+    second = details(harness, run_id, 2)
+    assert second["scope"] != "keep_inference" and "inference_kept_from" not in second, second
+    started = [e.component for e in harness.events(run_id, "component_started")]
+    assert started == ["inference", "launcher", "inference", "launcher"]
+    assert len(harness.store.restart_history(run_id)) == 1  # counted once
+    assert again.machine.restarts == 1
+    stop_and_check_nothing_left(harness, run_id, again)
