@@ -355,17 +355,14 @@ def test_the_phase_is_persisted_and_a_daemon_dead_in_backoff_waits_out_its_deadl
     assert d.store.attempts(d.run_id)[-1]["cause"] == "crash"
 
 
-def test_a_stop_in_the_backoff_a_new_daemon_waits_out_ends_the_run_stopped(
-        tmp_path: Path, profile: Profile) -> None:
-    """A daemon dies in the backoff; the next one takes over and waits out the rest; a stop
-    asked then ends the run stopped at once: no job submitted after the failed one, the
-    failed attempt's outcome and its one counted restart as they were."""
+def dead_in_a_backoff(tmp_path: Path, slurm: FakeSlurm) -> tuple[Driver, Profile, Any]:
+    """A run whose job failed, backing off 60 s, and its daemon dead there: the driver of the
+    dead daemon (its clock stopped), the profile, the run as the store has it. The dead
+    daemon's wall clock is DEAD_WALL + (its `now` - 1000)."""
     profile = slurm_profile(tmp_path, restart={"immediate_first": False, "backoff_initial": 60,
                                                 "backoff_max": 60})
-    slurm = FakeSlurm()
-    wall_offset = 1_700_000_000.0
     d = Driver(Store(tmp_path / "state" / "airvisor.sqlite3"), profile, slurm=slurm,
-               wall_offset=wall_offset)
+               wall_offset=DEAD_WALL)
     d.sup.begin()
     d.pump(lambda: d.sup.state == RunState.STARTING)
     slurm.set(slurm.last, "FAILED", code=1)
@@ -373,8 +370,21 @@ def test_a_stop_in_the_backoff_a_new_daemon_waits_out_ends_the_run_stopped(
     run = d.store.get_run(d.run_id)
     assert run is not None
     d.sup.detach()
+    return d, profile, run
+
+
+DEAD_WALL = 1_700_000_000.0
+
+
+def test_a_stop_in_the_backoff_a_new_daemon_waits_out_ends_the_run_stopped(
+        tmp_path: Path, profile: Profile) -> None:
+    """A daemon dies in the backoff; the next one takes over and waits out the rest; a stop
+    asked then ends the run stopped at once: no job submitted after the failed one, the
+    failed attempt's outcome and its one counted restart as they were."""
+    slurm = FakeSlurm()
+    d, profile, run = dead_in_a_backoff(tmp_path, slurm)
     again = Driver(d.store, profile, slurm=slurm, run_id=d.run_id, create=False,
-                   wall_offset=wall_offset + d.now - 1000.0 + 10.0)
+                   wall_offset=DEAD_WALL + d.now - 1000.0 + 10.0)
     again.sup.reattach(run)
     assert again.sup.phase == Phase.BACKOFF  # waiting out the rest
     until = again.sup.machine.backoff_until
@@ -395,22 +405,11 @@ def test_a_daemon_dead_in_backoff_past_its_deadline_submits_at_once(
         tmp_path: Path, profile: Profile) -> None:
     """The persisted deadline has passed when the next daemon takes over (it was down longer
     than the backoff): it submits the next job at once, its restart counted once."""
-    profile = slurm_profile(tmp_path, restart={"immediate_first": False, "backoff_initial": 60,
-                                                "backoff_max": 60})
     slurm = FakeSlurm()
-    wall_offset = 1_700_000_000.0
-    d = Driver(Store(tmp_path / "state" / "airvisor.sqlite3"), profile, slurm=slurm,
-               wall_offset=wall_offset)
-    d.sup.begin()
-    d.pump(lambda: d.sup.state == RunState.STARTING)
-    slurm.set(slurm.last, "FAILED", code=1)
-    d.pump(lambda: d.sup.phase == Phase.BACKOFF)
-    run = d.store.get_run(d.run_id)
-    assert run is not None
-    d.sup.detach()
+    d, profile, run = dead_in_a_backoff(tmp_path, slurm)
     # The new daemon's wall clock is 61 s past the dead one's: the deadline has passed.
     again = Driver(d.store, profile, slurm=slurm, run_id=d.run_id, create=False,
-                   wall_offset=wall_offset + d.now - 1000.0 + 61.0)
+                   wall_offset=DEAD_WALL + d.now - 1000.0 + 61.0)
     again.sup.reattach(run)
     assert again.sup.phase == Phase.PREFLIGHT  # submitting now
     again.pump(lambda: len(d.store.attempts(d.run_id)) == 2)
