@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from air_mlgym import _session
+from air_mlgym import _core
 from air_mlgym._containers import OWNER_LABEL
 from air_mlgym._core import EnvArgs, MLGymRunner
 from air_mlgym._freezer import (
@@ -150,7 +150,7 @@ def test_freeze_auto_falls_back_to_signals_and_kernel_refuses(
     `"auto"` plays the episode with the signal freeze and says why."""
     no_v2 = functools.partial(KernelFreezer, host_cgroup=str(tmp_path / "empty"))
     (tmp_path / "empty").mkdir()
-    monkeypatch.setattr(_session, "KernelFreezer", no_v2)
+    monkeypatch.setattr(_core, "KernelFreezer", no_v2)
 
     strict = runner_on(docker_client, task, real_checkout, tmp_path, freeze="kernel")
     try:

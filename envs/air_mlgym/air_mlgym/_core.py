@@ -20,7 +20,7 @@ from typing import Any
 from air_mlgym._actions import USAGE
 from air_mlgym._containers import DEFAULT_LOCK_DIR, Lease, LeaseBook, OwnedContainers
 from air_mlgym._episode import Episode, EpisodeConfig
-from air_mlgym._freezer import FREEZE_MODES
+from air_mlgym._freezer import FREEZE_MODES, KernelFreezer
 from air_mlgym._reward import REWARD_MODES, MetricSpec, protection_table, resolve_metric
 from air_mlgym._session import (
     SessionConfig,
@@ -314,6 +314,7 @@ class MLGymRunner:
         self._owned: OwnedContainers | None = None
         self._leases: LeaseBook | None = None
         self._sessions: dict[str, TaskSession] = {}
+        self._freezer: KernelFreezer | None = None  # one for all the sessions (README "Freeze")
         self._lock = threading.Lock()
 
     # Docker is reached lazily: loading the environment (e.g. to list its dataset) needs none.
@@ -355,6 +356,8 @@ class MLGymRunner:
             session = self._sessions.get(name)
             if session is None:
                 owned = self._owned
+                if self._freezer is None:
+                    self._freezer = KernelFreezer(self._client, home=self.session_config.home)
                 session = TaskSession(
                     self._client,
                     name,
@@ -362,6 +365,7 @@ class MLGymRunner:
                     revive=owned.revive if owned is not None else None,
                     recreate=owned.recreate if owned is not None else None,
                     protection=self.protection,
+                    freezer=self._freezer,
                 )
                 self._sessions[name] = session
             return session
@@ -398,6 +402,9 @@ class MLGymRunner:
             for session in self._sessions.values():
                 session.close()
             self._sessions.clear()
+            if self._freezer is not None:
+                self._freezer.close()
+                self._freezer = None
             if self._owned is not None:
                 self._owned.close()
                 self._owned = None

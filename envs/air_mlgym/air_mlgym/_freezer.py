@@ -1,6 +1,6 @@
 """The kernel freeze of the agent's processes (README "Freeze"): the cgroup v2 freezer, driven
-from a small container of the session's own (the "freezer container"), never from inside the
-task container.
+from a small container of the environment's own (the "freezer container"), never from inside
+the task container.
 
 The task container's cgroup filesystem is read-only and its root is ours to keep unprivileged,
 so the cgroup work runs beside it: a container from the task's own image (for its Python), with
@@ -20,6 +20,7 @@ import json
 import os
 import secrets
 import socket
+import threading
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -52,8 +53,9 @@ class FreezerUnavailable(Exception):
 
 @dataclass
 class KernelFreezer:
-    """One freezer container, for every task container of a session (it works on any of them:
-    each command names the container by its init's host pid)."""
+    """One freezer container for every task container of a runner (it works on any of them:
+    each command names the container by its init's host pid), started by the first session
+    that needs it; safe to share between the sessions' threads."""
 
     client: docker.DockerClient
     home: str = "/home/agent"
@@ -61,12 +63,17 @@ class KernelFreezer:
     _container: Container | None = None
     _python: str | None = None
     _source: str = field(default_factory=lambda: _agent_source())
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self, image: str) -> None:
-        """Start the freezer container from `image` and find its Python; raises
-        FreezerUnavailable when the engine refuses it or the image has no Python."""
-        if self._container is not None:
-            return
+        """Start the freezer container from `image` (the first caller's: any image with a
+        Python serves every task container) and find its Python; raises FreezerUnavailable
+        when the engine refuses it or the image has no Python."""
+        with self._lock:
+            if self._container is None:
+                self._start(image)
+
+    def _start(self, image: str) -> None:
         self._remove_stale()
         name = f"air-mlgym-freezer-{os.getpid()}-{secrets.token_hex(3)}"
         labels = {
@@ -98,7 +105,7 @@ class KernelFreezer:
                 if self._container.exec_run([path, "-I", "-c", "pass"]).exit_code == 0:
                     self._python = path
                     return
-        self.close()
+        self._remove()
         raise FreezerUnavailable(
             f"image {image} has no Python for the freezer ({', '.join(PYTHON_CANDIDATES)})"
         )
@@ -121,6 +128,10 @@ class KernelFreezer:
                     container.remove(force=True)
 
     def close(self) -> None:
+        with self._lock:
+            self._remove()
+
+    def _remove(self) -> None:
         if self._container is not None:
             with contextlib.suppress(*DOCKER_ERRORS):
                 self._container.remove(force=True)

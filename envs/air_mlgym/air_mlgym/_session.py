@@ -274,6 +274,7 @@ class TaskSession:
         revive: Callable[[str], None] | None = None,
         recreate: Callable[[str], None] | None = None,
         protection: Mapping[str, TaskProtection] | None = None,
+        freezer: KernelFreezer | None = None,
     ) -> None:
         self.client = client
         self.container_name = container_name
@@ -299,7 +300,9 @@ class TaskSession:
         self._checked_imports: set[tuple[str, str]] = set()
         # container id -> its cgroup's limit counters (host_limit_counters) at the last reset
         self._limit_baseline: dict[str, dict[str, int]] = {}
-        self._freezer: KernelFreezer | None = None
+        # The runner's (shared, closed by it), or this session's own, made when needed.
+        self._freezer: KernelFreezer | None = freezer
+        self._own_freezer = freezer is None
         # container id -> whether the kernel freezes its agent (README "Freeze")
         self._kernel_freeze: dict[str, bool] = {}
         self.freeze_fallback: str | None = None  # why "auto" fell back to signals, if it did
@@ -395,7 +398,7 @@ class TaskSession:
 
     def close(self) -> None:
         self._drop_shell()
-        if self._freezer is not None:
+        if self._freezer is not None and self._own_freezer:
             self._freezer.close()
             self._freezer = None
 
