@@ -104,6 +104,7 @@ class TaskNeeds:
     user: str = "agent"
     home: str = "/home/agent"
     admin_python: str = "auto"
+    freeze: str = "auto"  # how the agent is held during an evaluation (its README "Freeze")
     python_envs: tuple[str, ...] = ()  # the agent's environments `auto` would copy
     mlgym_path: str | None = None
     mlgym_mount: str | None = None
@@ -176,6 +177,36 @@ class ImageProblem:
     field: str
     message: str
     fix: str
+
+
+# cgroup.kill, which the kernel freeze ends the agent's processes with, came in Linux 5.14.
+KERNEL_FREEZE_SINCE = (5, 14)
+
+
+def kernel_freeze_problem(needs: TaskNeeds, cgroup_root: Path,
+                          kernel_release: str) -> ImageProblem | None:
+    """`freeze = "kernel"` on a host that cannot have it (pure over the host's cgroup
+    filesystem at `cgroup_root` and `uname -r`): no cgroup v2 hierarchy (whole, or the
+    `unified` part of a hybrid host), or a kernel without `cgroup.kill`. What the engine may
+    still refuse (rootless Docker) the environment says at its first episode."""
+    if needs.freeze != "kernel":
+        return None
+    where = "freeze"
+    fix = ('a host with cgroup v2 (Linux 5.14 or later) and a rootful Docker engine, or the '
+           'env arg freeze = "auto" (signals where the kernel freeze is missing)')
+    if not any((root / "cgroup.controllers").exists()
+               for root in (cgroup_root, cgroup_root / "unified")):
+        return ImageProblem(where, f'freeze = "kernel" needs the host\'s cgroup v2 hierarchy, '
+                            f"and {cgroup_root} has none (cgroup v1 only)", fix)
+    parts = kernel_release.split("-", 1)[0].split(".")
+    try:
+        version = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return None  # not a release this can read: the environment's own probe says
+    if version < KERNEL_FREEZE_SINCE:
+        return ImageProblem(where, f'freeze = "kernel" needs cgroup.kill (Linux 5.14), and '
+                            f"this host runs Linux {kernel_release}", fix)
+    return None
 
 
 def image_problems(image: str, needs: TaskNeeds, facts: ImageFacts) -> list[ImageProblem]:
@@ -337,7 +368,8 @@ def needs_of(args: Mapping[str, Any]) -> TaskNeeds:
     mount = args.get("mlgym_mount")
     path = args.get("mlgym_path")
     needs = TaskNeeds(user=user, home=home, admin_python=str(args.get("admin_python") or "auto"),
-                      python_envs=envs, mlgym_path=str(path) if path else None,
+                      freeze=str(args.get("freeze") or "auto"), python_envs=envs,
+                      mlgym_path=str(path) if path else None,
                       mlgym_mount=str(mount) if mount else None)
     if not path:
         return needs

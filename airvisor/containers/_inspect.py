@@ -6,13 +6,16 @@ is left behind (one throwaway container per environment, removed)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from airvisor.containers._docker import DockerEngine
 from airvisor.containers._image_check import (
     air_mlgym_sources,
     image_problems,
+    kernel_freeze_problem,
     needs_of_sources,
     parse_probe,
     probe_argv,
@@ -24,6 +27,7 @@ from airvisor.profile._schema import Profile
 
 PROBE_TIMEOUT = 120.0  # seconds: importing a task's packages (pandas, torch) takes a while
 PROBE_LABEL = "airvisor.check"
+HOST_CGROUP = Path("/sys/fs/cgroup")  # the kernel freeze's hierarchy (air_mlgym README "Freeze")
 
 
 def _where(profile: Profile, field: str) -> str:
@@ -65,6 +69,9 @@ def task_image_problems(profile: Profile, config: Mapping[str, Any] | None,
             'user = "root" with air_mlgym\'s init as command (see the shipped profile '
             "configs/mlgym.toml, or air_mlgym._containers.INIT_COMMAND)"))
     for needs in needs_of_sources(sources):
+        host = kernel_freeze_problem(needs, HOST_CGROUP, os.uname().release)
+        if host is not None:
+            problems.append(Problem(_where(profile, host.field), host.message, host.fix))
         try:
             status, output = engine.run_once(image, probe_argv(needs), mounts=mounts,
                                              labels={PROBE_LABEL: "image-probe"},

@@ -13,6 +13,7 @@ from airvisor.containers._image_check import (
     TaskNeeds,
     air_mlgym_sources,
     image_problems,
+    kernel_freeze_problem,
     needs_of,
     parse_probe,
 )
@@ -94,3 +95,32 @@ def test_problems(needs: TaskNeeds, facts: ImageFacts, expected: list[tuple[str,
     for problem, (field, text) in zip(found, expected, strict=True):
         assert problem.field == field and text in problem.message, problem
         assert problem.fix
+
+
+@pytest.mark.parametrize(("layout", "release", "freeze", "said"), [
+    ("v2", "6.8.0-45-generic", "kernel", None),
+    ("hybrid", "6.18.44-fc-v857", "kernel", None),  # this machine's: v1 beside a v2 part
+    ("v1", "6.8.0", "kernel", "has none (cgroup v1 only)"),
+    ("v2", "5.10.0-28-amd64", "kernel", "this host runs Linux 5.10.0-28-amd64"),
+    ("v2", "5.14.0", "kernel", None),
+    ("v2", "unreadable", "kernel", None),  # the environment's own probe says
+    ("v1", "4.19.0", "auto", None),  # auto falls back to signals: nothing to refuse
+    ("v1", "4.19.0", "signals", None),
+])
+def test_freeze_kernel_on_a_host_without_it(tmp_path: Path, layout: str, release: str,
+                                            freeze: str, said: str | None) -> None:
+    """`freeze = "kernel"` needs a cgroup v2 hierarchy and cgroup.kill (Linux 5.14): a host
+    without them is a problem at `airvisor check`, on the env arg, with the fix."""
+    root = tmp_path / "cgroup"
+    (root / "freezer").mkdir(parents=True)  # a v1 controller's hierarchy: always there
+    if layout == "v2":
+        (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    if layout == "hybrid":
+        (root / "unified").mkdir()
+        (root / "unified" / "cgroup.controllers").write_text("\n")
+    found = kernel_freeze_problem(needs_of({"freeze": freeze}), root, release)
+    if said is None:
+        assert found is None
+    else:
+        assert found is not None and found.field == "freeze" and said in found.message
+        assert 'freeze = "auto"' in found.fix
