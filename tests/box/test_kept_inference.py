@@ -288,10 +288,13 @@ def test_restart_scope_all_restarts_everything(harness: Harness) -> None:
     stop_and_check_nothing_left(harness, run_id, sup)
 
 
-def new_daemon(h: Harness, run_id: str) -> tuple[RunManager, RunSupervisor]:
-    """The daemon dies (SIGKILL: nothing stopped or recorded) and a new one adopts."""
+def new_daemon(h: Harness, run_id: str, meanwhile: Callable[[], object] = lambda: None
+               ) -> tuple[RunManager, RunSupervisor]:
+    """The daemon dies (SIGKILL: nothing stopped or recorded), `meanwhile` happens while no
+    daemon watches, and a new one adopts."""
     h.manager.shutdown(stop_runs=False)
     h.store.update_run(run_id, supervisor_started=1.0)  # that supervisor is gone
+    meanwhile()
     manager = RunManager(h.store)
     manager.hooks.prepare_machine = h.manager.hooks.prepare_machine
     h.manager = manager

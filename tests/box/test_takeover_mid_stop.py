@@ -15,6 +15,7 @@ the server too), counts the restart once, and relaunches the rest against the sa
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -31,12 +32,26 @@ from .test_kept_inference import (
     BOUND,
     details,
     drive,
+    new_daemon,
     profile_of,
     running_attempt,
     server,
     start,
     stop_and_check_nothing_left,
 )
+
+
+def stop_that_never_returns(entered: threading.Event, release: threading.Event
+                            ) -> Callable[..., str]:
+    """A stop hook in which the daemon dies: it signals nothing and never reports (until the
+    test's `release`, after the new daemon took over)."""
+
+    def dying_daemons_stop(*args: Any, **kwargs: Any) -> str:
+        entered.set()
+        release.wait(BOUND)
+        return "the dead daemon's stop"
+
+    return dying_daemons_stop
 
 
 @pytest.mark.parametrize("probe", ["settled", "under_way"])
@@ -46,11 +61,7 @@ def test_a_kept_recovery_taken_over_mid_stop_keeps_the_server(
     """`probe`: the dead daemon's probe of the server had reported (keep it) when it died, or
     was still under way (it never reports: the new daemon probes again, then keeps it)."""
     entered, release = threading.Event(), threading.Event()
-
-    def dying_daemons_stop(*args: Any, **kwargs: Any) -> str:
-        entered.set()  # the daemon dies here: its stop never signals anything
-        release.wait(BOUND)
-        return "the dead daemon's stop"
+    dying_daemons_stop = stop_that_never_returns(entered, release)
 
     probes: list[str] = []
 
@@ -132,11 +143,7 @@ def test_a_kept_server_gone_at_the_takeover_restarts_everything(
     (a new server, then the rest), the restart counted once, and nothing of the first attempt
     is left."""
     entered, release = threading.Event(), threading.Event()
-
-    def dying_daemons_stop(*args: Any, **kwargs: Any) -> str:
-        entered.set()  # the daemon dies here: its stop never signals anything
-        release.wait(BOUND)
-        return "the dead daemon's stop"
+    dying_daemons_stop = stop_that_never_returns(entered, release)
 
     harness.manager.hooks.stop_tree = dying_daemons_stop
     profile = profile_of(harness, version, demo={"trainer": {"crash_at_step": 5}})
@@ -147,20 +154,14 @@ def test_a_kept_server_gone_at_the_takeover_restarts_everything(
         drive(harness, "the kept scope settled while the rest's stop hangs",
               lambda: entered.is_set() and sup.machine.scope is not None
               and sup.machine.scope.keep_inference and sup.machine.scope.settled)
-        harness.manager.shutdown(stop_runs=False)
-        harness.store.update_run(run_id, supervisor_started=1.0)  # that supervisor is gone
-        # The kept server dies while no daemon watches.
         gone = psutil.Process(kept[0])
         assert gone.create_time() == kept[1]
-        gone.kill()
-        gone.wait(BOUND)
 
-        manager = RunManager(harness.store)
-        manager.hooks.prepare_machine = harness.manager.hooks.prepare_machine
-        harness.manager = manager
-        assert manager.adopt_on_boot() == [run_id]
-        again = manager.supervisor(run_id)
-        assert isinstance(again, RunSupervisor)
+        def kill_the_kept_server() -> None:  # while no daemon watches
+            gone.kill()
+            gone.wait(BOUND)
+
+        manager, again = new_daemon(harness, run_id, meanwhile=kill_the_kept_server)
         drive(harness, "the second attempt training",
               lambda: running_attempt(harness, again, 2, step=6), manager=manager)
     finally:
