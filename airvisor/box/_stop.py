@@ -213,9 +213,7 @@ class Stopping(BoxSupervisorBase):
                     self._exit_status_read(child.component, child.code, attempt=number)
                 continue
             # Its members still running are the held ones (the others were stopped at once).
-            held = [i for c in records if c.kind == "member" and c.pid is not None
-                    and c.create_time is not None
-                    and (i := ProcessIdentity(c.pid, c.create_time)).alive()]
+            held = _alive_members(records)
             handle = ComponentHandle(
                 name=LAUNCHER, identity=identity, pgid=launcher.pgid or launcher.pid,
                 log=LogTail(Path(launcher.log_path), from_end=True), argv=launcher.argv,
